@@ -1,0 +1,270 @@
+package client
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// branchState is where one branch is in its life. Transitions only move forward.
+type branchState uint8
+
+const (
+	branchIdle       branchState = iota // enlisted; nothing sent to the database yet
+	branchActive                        // begun on the database
+	branchPrepared                      // phase 1 done: the database holds it prepared
+	branchInDoubt                       // the prepare was sent and its outcome is unknown
+	branchCommitted                     // committed locally (read-only or one-phase)
+	branchRolledBack                    // rolled back
+	branchHandedOver                    // prepared and handed to the coordinator for phase 2
+)
+
+// Branch is the part of a global transaction on one resource manager. It runs
+// on the application's own connection; every statement of the branch must go
+// through it (not through the *sql.Conn directly) so that the branch is begun
+// on the first statement, in the same round trip where the driver allows.
+//
+// A Branch is not safe for concurrent use, like the connection beneath it.
+type Branch struct {
+	tx      *Tx
+	rm      *rmInfo
+	conn    *sql.Conn
+	id      xid.Branch
+	mu      sync.Mutex
+	state   branchState
+	wrote   bool // ran ExecContext: counts as a writer
+	trips   int  // round trips to this RM made for this branch
+	lastErr error
+}
+
+// RM returns the name of the branch's resource manager.
+func (b *Branch) RM() string { return b.rm.name }
+
+// ExecContext runs a statement that may write. The first statement of the
+// branch carries the begin with it in one round trip (PostgreSQL through pgx;
+// MySQL/MariaDB when the RM is configured with MultiStatements).
+func (b *Branch) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.usable(); err != nil {
+		return nil, err
+	}
+	b.wrote = true
+	if b.state == branchIdle {
+		res, err := b.beginWithExec(ctx, query, args)
+		if err != nil {
+			return nil, b.fail(fmt.Errorf("rm %q: begin and first statement: %w", b.rm.name, err))
+		}
+		return res, nil
+	}
+	b.trips++
+	res, err := b.conn.ExecContext(ctx, query, args...)
+	if err != nil {
+		return nil, b.fail(fmt.Errorf("rm %q: %w", b.rm.name, err))
+	}
+	return res, nil
+}
+
+// QueryContext runs a statement that returns rows. A PostgreSQL branch that
+// only ran queries is checked at commit and, if it wrote nothing, committed
+// locally and left out of the two-phase protocol.
+func (b *Branch) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.usable(); err != nil {
+		return nil, err
+	}
+	if err := b.beginAlone(ctx); err != nil {
+		return nil, err
+	}
+	b.trips++
+	rows, err := b.conn.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, b.fail(fmt.Errorf("rm %q: %w", b.rm.name, err))
+	}
+	return rows, nil
+}
+
+// QueryRowContext runs a query expected to return at most one row. Errors are
+// deferred to the returned row's Scan, as with database/sql.
+func (b *Branch) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.usable(); err == nil {
+		if err := b.beginAlone(ctx); err != nil {
+			// Let the row carry the error: run the query on a canceled context.
+			canceled, cancel := context.WithCancel(ctx)
+			cancel()
+			return b.conn.QueryRowContext(canceled, query, args...)
+		}
+	} else {
+		canceled, cancel := context.WithCancel(ctx)
+		cancel()
+		return b.conn.QueryRowContext(canceled, query, args...)
+	}
+	b.trips++
+	return b.conn.QueryRowContext(ctx, query, args...)
+}
+
+func (b *Branch) usable() error {
+	if b.lastErr != nil {
+		return fmt.Errorf("%w: an earlier statement failed: %v", ErrBranchFailed, b.lastErr)
+	}
+	if b.state > branchActive {
+		return fmt.Errorf("%w: the transaction is finishing or finished", ErrTxDone)
+	}
+	return nil
+}
+
+// fail records that the branch can no longer commit: the transaction will roll back.
+func (b *Branch) fail(err error) error {
+	b.lastErr = err
+	return err
+}
+
+// beginAlone begins the branch with a round trip of its own (used before a
+// query, whose rows cannot be pipelined behind the begin through database/sql).
+func (b *Branch) beginAlone(ctx context.Context) error {
+	if b.state != branchIdle {
+		return nil
+	}
+	b.trips++
+	if _, err := b.conn.ExecContext(ctx, b.rm.dialect.Begin(b.id)); err != nil {
+		return b.fail(fmt.Errorf("rm %q: begin: %w", b.rm.name, err))
+	}
+	b.state = branchActive
+	return nil
+}
+
+// beginWithExec sends the begin and the first statement in one round trip.
+func (b *Branch) beginWithExec(ctx context.Context, query string, args []any) (sql.Result, error) {
+	begin := b.rm.dialect.Begin(b.id)
+	switch {
+	case b.rm.dialect.Driver() == rm.Postgres:
+		var res sql.Result
+		piped, err := withPgx(b.conn, func(c *pgx.Conn) error {
+			b.trips++
+			var batch pgx.Batch
+			batch.Queue(begin)
+			batch.Queue(query, args...)
+			br := c.SendBatch(ctx, &batch)
+			_, err := br.Exec()
+			if err == nil {
+				var tag pgconn.CommandTag
+				tag, err = br.Exec()
+				res = tagResult(tag)
+			}
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		})
+		if piped {
+			// BEGIN went out: even if the statement failed, the session is
+			// inside a (failed) transaction that rollback must end.
+			b.state = branchActive
+			return res, err
+		}
+	case b.rm.multiStatements:
+		b.trips++
+		b.state = branchActive // the begin runs first; if the statement fails the branch is active and rolled back
+		return b.conn.ExecContext(ctx, begin+"; "+query, args...)
+	}
+	if err := b.beginAlone(ctx); err != nil {
+		return nil, err
+	}
+	b.trips++
+	return b.conn.ExecContext(ctx, query, args...)
+}
+
+// withPgx runs fn on the pgx connection under a database/sql connection.
+// ok is false when the connection is not pgx's (another PostgreSQL driver).
+func withPgx(conn *sql.Conn, fn func(*pgx.Conn) error) (ok bool, err error) {
+	rawErr := conn.Raw(func(dc any) error {
+		sc, isPgx := dc.(*stdlib.Conn)
+		if !isPgx {
+			return errNotPgx
+		}
+		ok = true
+		return fn(sc.Conn())
+	})
+	if errors.Is(rawErr, errNotPgx) {
+		return false, nil
+	}
+	return ok, rawErr
+}
+
+var errNotPgx = errors.New("not a pgx connection")
+
+type tagResult pgconn.CommandTag
+
+func (r tagResult) LastInsertId() (int64, error) {
+	return 0, errors.New("client: LastInsertId is not supported by PostgreSQL; use RETURNING")
+}
+func (r tagResult) RowsAffected() (int64, error) { return pgconn.CommandTag(r).RowsAffected(), nil }
+
+// execSteps runs statements in order on the branch's connection, in one round
+// trip when the RM allows several statements at once.
+func (b *Branch) execSteps(ctx context.Context, stmts []string) error {
+	if len(stmts) > 1 && b.rm.multiStatements {
+		b.trips++
+		_, err := b.conn.ExecContext(ctx, strings.Join(stmts, "; "))
+		return err
+	}
+	for _, s := range stmts {
+		b.trips++
+		if _, err := b.conn.ExecContext(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepare runs phase 1. On PostgreSQL it checks the command tag: a PREPARE
+// TRANSACTION inside a failed transaction rolls back instead of preparing.
+func (b *Branch) prepare(ctx context.Context) error {
+	stmts := b.rm.dialect.Prepare(b.id)
+	if b.rm.dialect.Driver() == rm.Postgres {
+		var tag pgconn.CommandTag
+		piped, err := withPgx(b.conn, func(c *pgx.Conn) error {
+			b.trips++
+			var e error
+			tag, e = c.Exec(ctx, stmts[0])
+			return e
+		})
+		if piped {
+			if err != nil {
+				return err
+			}
+			if tag.String() != "PREPARE TRANSACTION" {
+				return fmt.Errorf("%w: PREPARE TRANSACTION answered %q: the transaction had failed", errPrepareRolledBack, tag.String())
+			}
+			return nil
+		}
+	}
+	return b.execSteps(ctx, stmts)
+}
+
+// readOnly asks the database whether an active branch wrote nothing. It
+// answers false when the dialect cannot tell (the branch counts as a writer).
+func (b *Branch) readOnly(ctx context.Context) (bool, error) {
+	q := b.rm.dialect.ReadOnlyQuery()
+	if q == "" {
+		return false, nil
+	}
+	b.trips++
+	var ro bool
+	if err := b.conn.QueryRowContext(ctx, q).Scan(&ro); err != nil {
+		return false, err
+	}
+	return ro, nil
+}

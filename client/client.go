@@ -1,0 +1,200 @@
+package client
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// RM declares a resource manager the application uses. Its Name must be the
+// one the coordinator is configured with.
+type RM struct {
+	Name string
+	// Driver is "postgres" or "mysql" (MySQL and MariaDB).
+	Driver string
+	// MultiStatements says the application's connections to this RM accept
+	// several statements in one round trip (go-sql-driver/mysql with
+	// multiStatements=true&interpolateParams=true). The SDK then sends
+	// XA START with the first statement and XA END with XA PREPARE.
+	MultiStatements bool
+}
+
+// Config configures a Client. Creating a client makes no network call.
+type Config struct {
+	// Coordinator is the coordinator's gRPC address (host:port). It is only
+	// contacted when two or more branches of a transaction wrote.
+	Coordinator string
+	RMs         []RM
+	// DialOptions replace the default (plaintext, for a coordinator on loopback).
+	DialOptions []grpc.DialOption
+	// Defaults apply to every transaction's Commit unless the transaction sets its own.
+	Defaults CommitOptions
+}
+
+// Durability and visibility of a commit (see the README's "Commit modes").
+type (
+	Durability = api.Durability
+	Visibility = api.Visibility
+)
+
+// Commit modes.
+const (
+	DurabilityWait   = api.Durability_WAIT
+	DurabilityNoWait = api.Durability_NOWAIT
+	VisibilitySync   = api.Visibility_SYNC
+	VisibilityAsync  = api.Visibility_ASYNC
+)
+
+// CommitOptions choose what a two-phase Commit waits for. Zero values take
+// the coordinator's defaults (wait, sync).
+type CommitOptions struct {
+	Durability Durability
+	Visibility Visibility
+}
+
+type rmInfo struct {
+	name            string
+	dialect         rm.Dialect
+	multiStatements bool
+}
+
+// Client runs global transactions. It is safe for concurrent use; make one
+// per process and share it.
+type Client struct {
+	cfg   Config
+	rms   map[string]*rmInfo
+	conn  *grpc.ClientConn // nil without a coordinator
+	coord api.CoordinatorClient
+
+	coordinatorCalls atomic.Uint64
+	closeOnce        sync.Once
+}
+
+// New checks the configuration and returns a client. It makes no network call.
+func New(cfg Config) (*Client, error) {
+	c := &Client{cfg: cfg, rms: make(map[string]*rmInfo, len(cfg.RMs))}
+	if len(cfg.RMs) == 0 {
+		return nil, errors.New("client: Config.RMs is empty: declare every resource manager the application uses")
+	}
+	for _, r := range cfg.RMs {
+		if err := xid.ValidateRMName(r.Name); err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		if _, dup := c.rms[r.Name]; dup {
+			return nil, fmt.Errorf("client: resource manager %q is declared twice", r.Name)
+		}
+		d, err := rm.ParseDriver(r.Driver)
+		if err != nil {
+			return nil, fmt.Errorf("client: resource manager %q: %w", r.Name, err)
+		}
+		dialect, _ := rm.DialectFor(d)
+		c.rms[r.Name] = &rmInfo{name: r.Name, dialect: dialect, multiStatements: r.MultiStatements}
+	}
+	if cfg.Coordinator != "" {
+		opts := cfg.DialOptions
+		if len(opts) == 0 {
+			opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		}
+		conn, err := grpc.NewClient(cfg.Coordinator, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("client: coordinator address %q: %w", cfg.Coordinator, err)
+		}
+		c.conn, c.coord = conn, api.NewCoordinatorClient(conn)
+	}
+	return c, nil
+}
+
+// Close releases the connection to the coordinator. Safe to call twice.
+func (c *Client) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		if c.conn != nil {
+			err = c.conn.Close()
+		}
+	})
+	return err
+}
+
+// Stats are the client's counters since New.
+type Stats struct {
+	// CoordinatorCalls counts RPCs sent to the coordinator (retries included).
+	CoordinatorCalls uint64
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	return Stats{CoordinatorCalls: c.coordinatorCalls.Load()}
+}
+
+// Begin starts a global transaction. It makes the gtrid locally: no round
+// trip, no shared sequence.
+func (c *Client) Begin() *Tx {
+	return &Tx{c: c, gtrid: xid.New(), opts: c.cfg.Defaults}
+}
+
+// RunInTx runs fn in a new transaction and commits it, or rolls it back when
+// fn returns an error or panics (the panic is re-raised after the rollback).
+func (c *Client) RunInTx(ctx context.Context, fn func(tx *Tx) error) (res Result, err error) {
+	tx := c.Begin()
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			panic(p)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return Result{GTRID: tx.gtrid}, err
+	}
+	return tx.Commit(ctx)
+}
+
+// Status asks the coordinator for the outcome of a gtrid (after
+// ErrOutcomeUnknown, say). With resolve, an undecided gtrid is aborted.
+func (c *Client) Status(ctx context.Context, gtrid xid.GTRID, resolve bool) (*api.StatusResponse, error) {
+	if c.coord == nil {
+		return nil, ErrNoCoordinator
+	}
+	c.coordinatorCalls.Add(1)
+	return c.coord.Status(ctx, &api.StatusRequest{Gtrid: gtrid.String(), Resolve: resolve})
+}
+
+// Branch enlists conn as the branch of tx on the named resource manager. A
+// second call for the same RM returns the existing branch (one branch per RM
+// per global transaction); conn must then be the same connection. Nothing is
+// sent to the database until the branch's first statement.
+func (t *Tx) Branch(ctx context.Context, rmName string, conn *sql.Conn) (*Branch, error) {
+	info, ok := t.c.rms[rmName]
+	if !ok {
+		return nil, fmt.Errorf("%w %q: declare it in client.Config.RMs", ErrUnknownRM, rmName)
+	}
+	if conn == nil {
+		return nil, fmt.Errorf("client: Branch(%q): conn is nil", rmName)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.state != txActive {
+		return nil, ErrTxDone
+	}
+	for _, b := range t.branches {
+		if b.rm.name == rmName {
+			if b.conn != conn {
+				return nil, fmt.Errorf("client: resource manager %q already has a branch in transaction %s on another connection; reuse it (one branch per RM)", rmName, t.gtrid)
+			}
+			return b, nil
+		}
+	}
+	b := &Branch{tx: t, rm: info, conn: conn, id: xid.Branch{GTRID: t.gtrid, RM: rmName}}
+	t.branches = append(t.branches, b)
+	return b, nil
+}

@@ -1,0 +1,414 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+type txState uint8
+
+const (
+	txActive txState = iota
+	txFinishing
+	txCommitted
+	txAborted
+	txUnknown
+)
+
+// Path says how a transaction committed.
+type Path uint8
+
+const (
+	// PathLocal: no branch wrote; each committed locally. No coordinator call.
+	PathLocal Path = iota + 1
+	// PathOnePhase: one branch wrote and committed in one phase. No coordinator call.
+	PathOnePhase
+	// PathTwoPhase: two or more branches wrote: prepared, then decided by the coordinator.
+	PathTwoPhase
+)
+
+func (p Path) String() string {
+	switch p {
+	case PathLocal:
+		return "local"
+	case PathOnePhase:
+		return "one-phase"
+	case PathTwoPhase:
+		return "two-phase"
+	}
+	return "none"
+}
+
+// Result describes a committed transaction.
+type Result struct {
+	GTRID xid.GTRID
+	Path  Path
+	// Phase2Pending: the coordinator replied before every branch committed
+	// (a database was slow or down, or visibility async). The commit is decided
+	// and durable; the coordinator finishes phase 2 by itself.
+	Phase2Pending bool
+	// RMRoundTrips counts round trips to the databases made for this transaction.
+	RMRoundTrips int
+	// CoordinatorCalls counts RPCs to the coordinator made by this Commit.
+	CoordinatorCalls int
+}
+
+// Tx is one global transaction. Its methods are safe to call from several
+// goroutines, but each Branch is used by one goroutine at a time.
+type Tx struct {
+	c        *Client
+	gtrid    xid.GTRID
+	opts     CommitOptions
+	mu       sync.Mutex
+	state    txState
+	branches []*Branch
+}
+
+// GTRID returns the transaction's global id.
+func (t *Tx) GTRID() xid.GTRID { return t.gtrid }
+
+// SetOptions sets this transaction's commit modes (before Commit).
+func (t *Tx) SetOptions(o CommitOptions) {
+	t.mu.Lock()
+	t.opts = o
+	t.mu.Unlock()
+}
+
+// Commit makes every branch's work visible, or none of it.
+//
+//   - no branch wrote: each commits locally;
+//   - one wrote: it commits in one phase, the others locally; no coordinator call;
+//   - two or more: all prepare in parallel (a PostgreSQL branch that only read
+//     and wrote nothing commits locally instead), then one Commit RPC decides.
+//
+// The error matches ErrAborted when nothing committed, and ErrOutcomeUnknown
+// when the SDK could not learn the outcome before ctx ended. Commit on a
+// finished transaction returns ErrTxDone.
+func (t *Tx) Commit(ctx context.Context) (Result, error) {
+	t.mu.Lock()
+	if t.state != txActive {
+		t.mu.Unlock()
+		return Result{GTRID: t.gtrid}, ErrTxDone
+	}
+	t.state = txFinishing
+	branches := t.begun()
+	t.mu.Unlock()
+
+	res, state, err := t.commit(ctx, branches)
+	res.GTRID = t.gtrid
+	for _, b := range t.branches {
+		res.RMRoundTrips += b.trips
+	}
+	t.mu.Lock()
+	t.state = state
+	t.mu.Unlock()
+	return res, err
+}
+
+// begun returns the branches that reached their database.
+func (t *Tx) begun() []*Branch {
+	var out []*Branch
+	for _, b := range t.branches {
+		if b.state != branchIdle {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, error) {
+	for _, b := range branches {
+		if b.lastErr != nil {
+			t.rollbackAll(ctx, branches)
+			return Result{}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("branch on %q failed earlier", b.rm.name), Cause: b.lastErr}
+		}
+	}
+	// Which branches wrote? Ask the database about those that only read.
+	readOnly := make([]bool, len(branches))
+	err := parallel(len(branches), func(i int) error {
+		b := branches[i]
+		if b.wrote {
+			return nil
+		}
+		ro, err := b.readOnly(ctx)
+		if err != nil {
+			return fmt.Errorf("rm %q: read-only check: %w", b.rm.name, err)
+		}
+		readOnly[i] = ro
+		return nil
+	})
+	if err != nil {
+		t.rollbackAll(ctx, branches)
+		return Result{}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "could not classify branches", Cause: err}
+	}
+	var writers, readers []*Branch
+	for i, b := range branches {
+		if readOnly[i] {
+			readers = append(readers, b)
+		} else {
+			writers = append(writers, b)
+		}
+	}
+	// Read-only branches commit locally; their outcome does not matter to atomicity.
+	commitReaders := func() error {
+		return parallel(len(readers), func(i int) error {
+			b := readers[i]
+			if err := b.execSteps(ctx, b.rm.dialect.CommitOnePhase(b.id)); err != nil {
+				return fmt.Errorf("rm %q: commit read-only branch: %w", b.rm.name, err)
+			}
+			b.state = branchCommitted
+			return nil
+		})
+	}
+	switch len(writers) {
+	case 0:
+		if err := commitReaders(); err != nil {
+			t.rollbackAll(ctx, branches)
+			return Result{Path: PathLocal}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "local commit failed", Cause: err}
+		}
+		return Result{Path: PathLocal}, txCommitted, nil
+	case 1:
+		if err := commitReaders(); err != nil {
+			t.rollbackAll(ctx, branches)
+			return Result{Path: PathOnePhase}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "local commit of a read-only branch failed", Cause: err}
+		}
+		return t.commitOnePhase(ctx, writers[0])
+	}
+	return t.commitTwoPhase(ctx, branches, writers, commitReaders)
+}
+
+func (t *Tx) commitOnePhase(ctx context.Context, w *Branch) (Result, txState, error) {
+	res := Result{Path: PathOnePhase}
+	err := w.execSteps(ctx, w.rm.dialect.CommitOnePhase(w.id))
+	if err == nil {
+		w.state = branchCommitted
+		return res, txCommitted, nil
+	}
+	if serverSaidNo(err) {
+		t.rollbackAll(ctx, []*Branch{w})
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("one-phase commit on %q failed", w.rm.name), Cause: err}
+	}
+	// The commit may or may not have reached the database.
+	return res, txUnknown, &OutcomeUnknownError{GTRID: t.gtrid, Cause: fmt.Errorf("rm %q: one-phase commit: %w", w.rm.name, err)}
+}
+
+func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitReaders func() error) (Result, txState, error) {
+	res := Result{Path: PathTwoPhase}
+	if t.c.coord == nil {
+		t.rollbackAll(ctx, all)
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("%d branches wrote", len(writers)), Cause: ErrNoCoordinator}
+	}
+	// Phase 1: prepare every writer in parallel; read-only branches commit meanwhile.
+	prepErr := parallel(len(writers)+1, func(i int) error {
+		if i == len(writers) {
+			return commitReaders()
+		}
+		b := writers[i]
+		if err := b.prepare(ctx); err != nil {
+			if serverSaidNo(err) {
+				b.state = branchActive
+			} else {
+				b.state = branchInDoubt
+			}
+			return fmt.Errorf("rm %q: prepare: %w", b.rm.name, err)
+		}
+		b.state = branchPrepared
+		return nil
+	})
+	if prepErr != nil {
+		t.rollbackAll(ctx, all)
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "phase 1 failed", Cause: prepErr}
+	}
+	// The decision: one RPC.
+	req := &api.CommitRequest{Gtrid: t.gtrid.String(), Options: &api.CommitOptions{Durability: t.opts.Durability, Visibility: t.opts.Visibility}}
+	for _, b := range writers {
+		req.Branches = append(req.Branches, &api.Branch{Rm: b.rm.name})
+	}
+	resp, calls, err := t.c.commitRPC(ctx, req)
+	res.CoordinatorCalls = calls
+	for _, b := range writers {
+		b.state = branchHandedOver
+	}
+	switch {
+	case err == nil && resp.Outcome == api.Outcome_COMMITTED:
+		res.Phase2Pending = resp.Phase2Pending
+		return res, txCommitted, nil
+	case err == nil && resp.Outcome == api.Outcome_ABORTED:
+		// The coordinator decided ABORT first and rolls the branches back itself.
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator decided ABORT: " + resp.Message}
+	case err == nil:
+		return res, txUnknown, &OutcomeUnknownError{GTRID: t.gtrid, Cause: fmt.Errorf("coordinator answered outcome %v", resp.Outcome)}
+	case isRejection(err):
+		// No decision was written (the request was refused as a whole), so
+		// rolling back is safe. Ask the coordinator to record ABORT if we cannot.
+		for _, b := range writers {
+			b.state = branchPrepared
+		}
+		t.rollbackAll(ctx, all)
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator refused the commit", Cause: err}
+	}
+	return res, txUnknown, &OutcomeUnknownError{GTRID: t.gtrid, Cause: err}
+}
+
+// commitRPC sends Commit, retrying while the coordinator is unreachable and
+// ctx allows: a repeated Commit answers the first one's outcome.
+func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, int, error) {
+	backoff := 10 * time.Millisecond
+	for calls := 1; ; calls++ {
+		c.coordinatorCalls.Add(1)
+		resp, err := c.coord.Commit(ctx, req)
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return resp, calls, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, calls, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// Rollback rolls back every branch that has not committed. It is safe to
+// call after Commit (it does nothing) and safe to call twice. A prepared
+// branch it cannot roll back is handed to the coordinator's Abort; failing
+// that, the coordinator's orphan scan rolls it back after its timeout.
+func (t *Tx) Rollback(ctx context.Context) error {
+	t.mu.Lock()
+	if t.state != txActive {
+		t.mu.Unlock()
+		return nil
+	}
+	t.state = txFinishing
+	branches := t.begun()
+	t.mu.Unlock()
+	err := t.rollbackAll(ctx, branches)
+	t.mu.Lock()
+	t.state = txAborted
+	t.mu.Unlock()
+	return err
+}
+
+// rollbackAll rolls back branches on their own connections, in parallel, on
+// a context the caller's cancellation cannot cut short.
+func (t *Tx) rollbackAll(ctx context.Context, branches []*Branch) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var stuck []*Branch
+	var mu sync.Mutex
+	err := parallel(len(branches), func(i int) error {
+		b := branches[i]
+		if err := b.rollback(ctx); err != nil {
+			mu.Lock()
+			stuck = append(stuck, b)
+			mu.Unlock()
+			return err
+		}
+		return nil
+	})
+	if len(stuck) == 0 || t.c.coord == nil {
+		return err
+	}
+	req := &api.AbortRequest{Gtrid: t.gtrid.String()}
+	for _, b := range stuck {
+		if b.state == branchPrepared || b.state == branchInDoubt {
+			req.Branches = append(req.Branches, &api.Branch{Rm: b.rm.name})
+		}
+	}
+	if len(req.Branches) == 0 {
+		return err // only active branches: the database rolls them back when their connection ends
+	}
+	t.c.coordinatorCalls.Add(1)
+	if _, aerr := t.c.coord.Abort(ctx, req); aerr != nil {
+		return fmt.Errorf("%w; handing the prepared branches to the coordinator failed too (its orphan scan will roll them back): %v", err, aerr)
+	}
+	return nil
+}
+
+// rollback ends one branch, whatever state it reached.
+func (b *Branch) rollback(ctx context.Context) error {
+	d := b.rm.dialect
+	var err error
+	switch b.state {
+	case branchIdle, branchCommitted, branchRolledBack, branchHandedOver:
+		return nil
+	case branchActive:
+		err = b.execSteps(ctx, d.RollbackActive(b.id))
+		if err != nil && d.Driver() == rm.MySQL {
+			// XA END may fail when the branch already ended (a failed XA PREPARE); try the rollback alone.
+			err = b.execSteps(ctx, []string{d.RollbackPrepared(b.id)})
+		}
+	case branchPrepared, branchInDoubt:
+		err = b.execSteps(ctx, []string{d.RollbackPrepared(b.id)})
+	}
+	if err != nil && d.IsNotFound(err) {
+		err = nil // nothing left to roll back
+	}
+	if err != nil {
+		return fmt.Errorf("rm %q: rollback: %w", b.rm.name, err)
+	}
+	b.state = branchRolledBack
+	return nil
+}
+
+// serverSaidNo reports whether the database itself answered err (so the
+// statement's effect is known), as opposed to a broken connection.
+func serverSaidNo(err error) bool {
+	var pgErr *pgconn.PgError
+	var myErr *mysql.MySQLError
+	return errors.As(err, &pgErr) || errors.As(err, &myErr) || errors.Is(err, errPrepareRolledBack)
+}
+
+// errPrepareRolledBack: PostgreSQL answered PREPARE TRANSACTION with ROLLBACK.
+var errPrepareRolledBack = errors.New("prepare rolled back")
+
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.ResourceExhausted:
+		return true
+	}
+	return false
+}
+
+func isRejection(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented:
+		return true
+	}
+	return false
+}
+
+// parallel runs fn(0..n-1) concurrently (the last on the calling goroutine)
+// and returns the errors joined.
+func parallel(n int, fn func(i int) error) error {
+	if n == 0 {
+		return nil
+	}
+	if n == 1 {
+		return fn(0)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n-1; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(i)
+		}()
+	}
+	errs[n-1] = fn(n - 1)
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,146 @@
+// Package config reads the coordinator's configuration from a YAML file and
+// command-line flags (flags win), fills in defaults and checks it.
+//
+// A complete file:
+//
+//	listen: 127.0.0.1:7070          # gRPC API
+//	data_dir: .tandem/coordinator   # decision log and lock file
+//	orphan_timeout: 60s             # abort a prepared, undecided branch after this
+//	scan_interval: 10s              # in-doubt scan period
+//	phase2_wait: 10s                # longest Commit waits for phase 2 without a deadline
+//	max_txn_age: 1h                 # Commit of an older gtrid is aborted
+//	rms:
+//	  pg:    {driver: postgres, dsn: "postgres://tandem:secret@127.0.0.1:55432/tandem"}
+//	  maria: {driver: mysql,    dsn: "tandem:secret@tcp(127.0.0.1:53306)/tandem", max_conns: 16}
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// RM configures one resource manager.
+type RM struct {
+	Driver   string `yaml:"driver"`
+	DSN      string `yaml:"dsn"`
+	MaxConns int    `yaml:"max_conns"`
+}
+
+// Config is the coordinator's whole configuration.
+type Config struct {
+	Listen        string        `yaml:"listen"`
+	DataDir       string        `yaml:"data_dir"`
+	OrphanTimeout time.Duration `yaml:"orphan_timeout"`
+	ScanInterval  time.Duration `yaml:"scan_interval"`
+	Phase2Wait    time.Duration `yaml:"phase2_wait"`
+	MaxTxnAge     time.Duration `yaml:"max_txn_age"`
+	RMs           map[string]RM `yaml:"rms"`
+}
+
+// Defaults.
+const (
+	DefaultListen  = "127.0.0.1:7070"
+	DefaultDataDir = ".tandem/coordinator"
+)
+
+// Load reads a YAML file. Unknown keys are errors, so a typo is never ignored.
+func Load(path string) (Config, error) {
+	var c Config
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && err.Error() != "EOF" {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+
+// ParseRMFlag reads NAME=DRIVER:DSN, e.g. pg=postgres:postgres://u:p@host/db.
+func ParseRMFlag(s string) (name string, r RM, err error) {
+	name, rest, ok := strings.Cut(s, "=")
+	driver, dsn, ok2 := strings.Cut(rest, ":")
+	if !ok || !ok2 || name == "" || driver == "" || dsn == "" {
+		return "", r, fmt.Errorf("config: --rm %q: want NAME=DRIVER:DSN, e.g. pg=postgres:postgres://user:pass@127.0.0.1:5432/db", redactFlag(s))
+	}
+	return name, RM{Driver: driver, DSN: dsn}, nil
+}
+
+func redactFlag(s string) string {
+	if i := strings.Index(s, "@"); i > 0 {
+		return s[:strings.LastIndex(s[:i], ":")+1] + "xxxxx" + s[i:]
+	}
+	return s
+}
+
+// SetDefaults fills in every unset field.
+func (c *Config) SetDefaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+}
+
+// Validate checks what can be checked without connecting.
+func (c *Config) Validate() error {
+	if len(c.RMs) == 0 {
+		return errors.New("config: no resource managers: add --rm NAME=DRIVER:DSN (or rms: in the config file)")
+	}
+	for _, name := range c.RMNames() {
+		r := c.RMs[name]
+		if err := xid.ValidateRMName(name); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		if _, err := rm.ParseDriver(r.Driver); err != nil {
+			return fmt.Errorf("config: rm %q: %w", name, err)
+		}
+		if r.DSN == "" {
+			return fmt.Errorf("config: rm %q: dsn is empty", name)
+		}
+	}
+	for what, d := range map[string]time.Duration{"orphan_timeout": c.OrphanTimeout, "scan_interval": c.ScanInterval, "phase2_wait": c.Phase2Wait, "max_txn_age": c.MaxTxnAge} {
+		if d < 0 {
+			return fmt.Errorf("config: %s is negative (%s)", what, d)
+		}
+	}
+	return nil
+}
+
+// RMNames returns the configured names, sorted.
+func (c *Config) RMNames() []string {
+	names := make([]string, 0, len(c.RMs))
+	for n := range c.RMs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// RMConfigs converts the resource managers for package rm.
+func (c *Config) RMConfigs() ([]rm.Config, error) {
+	var out []rm.Config
+	for _, name := range c.RMNames() {
+		r := c.RMs[name]
+		d, err := rm.ParseDriver(r.Driver)
+		if err != nil {
+			return nil, fmt.Errorf("config: rm %q: %w", name, err)
+		}
+		out = append(out, rm.Config{Name: name, Driver: d, DSN: r.DSN, MaxConns: r.MaxConns})
+	}
+	return out, nil
+}

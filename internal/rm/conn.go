@@ -1,0 +1,163 @@
+package rm
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers database/sql driver "pgx"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// Config names one resource manager the coordinator drives.
+type Config struct {
+	Name   string
+	Driver Driver
+	DSN    string
+	// MaxConns caps the coordinator's pool to this database (default 16).
+	MaxConns int
+}
+
+// Conn is the coordinator's pooled connection to one resource manager. It is
+// safe for concurrent use. Every method is idempotent.
+type Conn struct {
+	name    string
+	dialect Dialect
+	db      *sql.DB
+	secret  string // the DSN's password, scrubbed from every error
+}
+
+// Open checks the configuration and prepares a pool. It does not connect:
+// a database that is down at start is reported by Ping and retried by phase 2
+// and recovery, so the coordinator can start while a database is down.
+func Open(cfg Config) (*Conn, error) {
+	if err := xid.ValidateRMName(cfg.Name); err != nil {
+		return nil, err
+	}
+	d, err := DialectFor(cfg.Driver)
+	if err != nil {
+		return nil, fmt.Errorf("rm %q: %w", cfg.Name, err)
+	}
+	secret, err := checkDSN(cfg.Driver, cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("rm %q: bad DSN for driver %s: %s", cfg.Name, cfg.Driver, Redact(err.Error(), secret))
+	}
+	db, err := sql.Open(d.SQLDriverName(), cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("rm %q: %s", cfg.Name, Redact(err.Error(), secret))
+	}
+	n := cfg.MaxConns
+	if n <= 0 {
+		n = 16
+	}
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	return &Conn{name: cfg.Name, dialect: d, db: db, secret: secret}, nil
+}
+
+// checkDSN parses a DSN with its driver's own parser and returns its password.
+func checkDSN(d Driver, dsn string) (password string, err error) {
+	if strings.TrimSpace(dsn) == "" {
+		return "", errors.New("the DSN is empty")
+	}
+	switch d {
+	case Postgres:
+		c, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return guessPassword(dsn), err
+		}
+		return c.Password, nil
+	case MySQL:
+		c, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			return guessPassword(dsn), err
+		}
+		return c.Passwd, nil
+	}
+	return "", fmt.Errorf("unknown driver %q", d)
+}
+
+var userinfoPassword = regexp.MustCompile(`^(?:[a-z]+://)?[^:@/]*:([^@]*)@`)
+
+func guessPassword(dsn string) string {
+	if m := userinfoPassword.FindStringSubmatch(dsn); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// Redact replaces every occurrence of secret in s with "xxxxx".
+func Redact(s, secret string) string {
+	if secret == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, secret, "xxxxx")
+}
+
+// Name is the resource manager's configured name.
+func (c *Conn) Name() string { return c.name }
+
+// Dialect is the SQL this resource manager speaks.
+func (c *Conn) Dialect() Dialect { return c.dialect }
+
+// Close closes the pool.
+func (c *Conn) Close() error { return c.db.Close() }
+
+// Ping checks that the database answers.
+func (c *Conn) Ping(ctx context.Context) error {
+	return c.wrap("ping", c.db.PingContext(ctx))
+}
+
+// CommitPrepared commits a prepared branch. ErrBranchNotFound means the
+// database does not know it: never prepared, or already settled.
+func (c *Conn) CommitPrepared(ctx context.Context, b xid.Branch) error {
+	return c.settle(ctx, "commit prepared", c.dialect.CommitPrepared(b))
+}
+
+// RollbackPrepared rolls back a prepared branch; ErrBranchNotFound as for CommitPrepared.
+func (c *Conn) RollbackPrepared(ctx context.Context, b xid.Branch) error {
+	return c.settle(ctx, "rollback prepared", c.dialect.RollbackPrepared(b))
+}
+
+func (c *Conn) settle(ctx context.Context, what, stmt string) error {
+	_, err := c.db.ExecContext(ctx, stmt)
+	if err != nil && c.dialect.IsNotFound(err) {
+		return ErrBranchNotFound
+	}
+	return c.wrap(what, err)
+}
+
+// Recover lists this database's prepared branches in Tandem's format whose
+// bqual is this resource manager's name. (Two names configured for one
+// database each see only their own branches.)
+func (c *Conn) Recover(ctx context.Context) ([]InDoubt, error) {
+	all, err := c.dialect.Recover(ctx, c.db)
+	if err != nil {
+		return nil, c.wrap("recover scan", err)
+	}
+	mine := all[:0]
+	for _, d := range all {
+		if d.Branch.RM == c.name {
+			mine = append(mine, d)
+		}
+	}
+	return mine, nil
+}
+
+// wrap names the resource manager and strips the password from err's text.
+func (c *Conn) wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if c.secret != "" && strings.Contains(err.Error(), c.secret) {
+		return fmt.Errorf("rm %q: %s: %s", c.name, what, Redact(err.Error(), c.secret))
+	}
+	return fmt.Errorf("rm %q: %s: %w", c.name, what, err)
+}
