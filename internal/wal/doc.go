@@ -1,0 +1,106 @@
+// Package wal is the coordinator's decision log: an append-only,
+// checksummed, segmented log of records (COMMIT, ABORT, END and so on; the
+// package does not interpret them) with group commit.
+//
+// # Guarantees
+//
+//   - Append returns only once its record is durable: written and
+//     fdatasynced. Records waiting at the same moment share one write and
+//     one fdatasync (group commit); the writer never sleeps to gather them.
+//   - Open replays every acknowledged record, in order. A record that was
+//     being written when the process or machine stopped (a torn tail) is
+//     cut; damage anywhere else stops Open with a *CorruptionError naming
+//     the file and offset, and the files are left untouched.
+//   - After a failed write or fdatasync the log refuses every later Append
+//     (ErrLogFailed): after a failed fdatasync the state of the page cache
+//     is unknown, so the only safe way on is to restart and replay. The
+//     records of the failed batch get ErrOutcomeUnknown. No acknowledged
+//     record is ever overwritten.
+//
+// # On-disk format (version 1)
+//
+// A log is a directory of segment files named by their sequence number, 16
+// lower-case hexadecimal digits and ".wal": 0000000000000001.wal,
+// 0000000000000002.wal, ... Sequence numbers start at 1 and have no gaps (a
+// future checkpoint may remove the oldest segments, so the first may be
+// greater than 1). The directory also holds LOCK, locked (flock) by the
+// process that has the log open, and, while a segment is being prepared,
+// <seq>.wal.tmp, which Open deletes.
+//
+// Each segment is preallocated to its full size (Options.SegmentSize, 64 MiB
+// by default) and zero-filled: fallocate, or ftruncate where the file system
+// cannot. The next segment is prepared in the background: created as
+// <seq>.wal.tmp, preallocated, its header record written and fdatasynced.
+// Rotation renames it to <seq>.wal and fsyncs the directory. The previous
+// segment keeps its size; its unused end stays zero.
+//
+// A segment is a sequence of records, each starting at a multiple of 8:
+//
+//	offset  size  field
+//	0       4     CRC-32C (Castagnoli), little endian
+//	4       3     payload length n, little endian (at most 16 MiB - 1)
+//	7       1     record type (1..254 for callers; 255 segment header; never 0)
+//	8       n     payload
+//	8+n     p     zero padding, 0 <= p < 8, so that 8+n+p is a multiple of 8
+//
+// The CRC covers the segment's sequence number (8 bytes, little endian),
+// then header bytes 4 to 7, then the payload. Seeding it with the sequence
+// number makes a record left over in a reused file invalid in its new
+// segment. A header of eight zero bytes ends the records of a segment. A
+// record never crosses segments: when it does not fit in the rest of the
+// current segment the writer moves to the next one; a record that cannot
+// fit in an empty segment is refused (ErrRecordTooLarge).
+//
+// The first record of every segment, at offset 0, is the segment header,
+// type 255, with a 20-byte payload (32 bytes with header and padding):
+//
+//	offset  size  field
+//	0       8     magic "TANDEMWL"
+//	8       2     format version, little endian (1)
+//	10      2     reserved, zero
+//	12      8     segment sequence number, little endian
+//
+// This record is framed the same way in every format version. Open refuses
+// a segment of a newer version with a *VersionError naming the file.
+//
+// # Replay and damage
+//
+// Open decodes every segment in order. A record is bad when its type is 0
+// in a nonzero header, its length runs past the end of the segment, its
+// padding is not zero, or its checksum does not match. When the records of
+// a segment end (a zero header or a bad record), Open looks for a valid
+// record at every later 8-byte-aligned offset of that segment:
+//
+//   - in the last segment, with none found: a torn tail. Open zeroes the
+//     segment from that offset to its end, fdatasyncs it, and writing
+//     resumes there. Stats reports where and how much it cut.
+//   - with one found, or in any other segment (which must be all zero after
+//     its last record): corruption. Open returns a *CorruptionError; do not
+//     delete or truncate the log, restore it from the standby or a backup.
+//
+// A gap in the sequence numbers is also a *CorruptionError, naming the
+// missing segment.
+//
+// # Use
+//
+//	log, err := wal.Open(wal.Options{Dir: "/var/lib/tandem/log"},
+//		func(pos wal.Position, typ wal.Type, payload []byte) error {
+//			return state.apply(typ, payload) // payload is only valid during the call
+//		})
+//	if err != nil {
+//		var ce *wal.CorruptionError
+//		if errors.As(err, &ce) {
+//			// stop: a person must restore the log (ce.File, ce.Offset)
+//		}
+//		return err
+//	}
+//	defer log.Close()
+//
+//	pos, err := log.Append(recCommit, encodedDecision)
+//	switch {
+//	case errors.Is(err, wal.ErrOutcomeUnknown), errors.Is(err, wal.ErrLogFailed):
+//		// the log is unusable: restart the coordinator so that it replays
+//	case err == nil:
+//		// the decision at pos is durable: acknowledge it
+//	}
+package wal

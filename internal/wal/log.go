@@ -1,0 +1,255 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+)
+
+// DefaultSegmentSize is the segment size used when Options.SegmentSize is 0.
+const DefaultSegmentSize = 64 << 20
+
+// minSegmentSize leaves room for the segment header and one small record.
+const minSegmentSize = 64
+
+// lockName is the file in the log directory that Open locks.
+const lockName = "LOCK"
+
+// Options configure Open.
+type Options struct {
+	// Dir is the log directory. Open creates it if it does not exist.
+	Dir string
+
+	// SegmentSize is the size every new segment is preallocated to: a
+	// multiple of 8, at least 64. 0 means DefaultSegmentSize. Segments
+	// written with another size are read as they are.
+	SegmentSize int64
+
+	// NoSync skips every fdatasync and directory fsync. For tests only:
+	// Append then acknowledges records that a power loss can erase.
+	NoSync bool
+
+	// OpenFile opens segment files; nil means os.OpenFile with fdatasync
+	// as File.Sync. Tests use it to inject faults.
+	OpenFile func(name string, flag int, perm os.FileMode) (File, error)
+}
+
+// Position is where a record starts: its segment's sequence number and its
+// byte offset in that segment. Positions of records are ordered like the
+// records; the zero Position is before every record.
+type Position struct {
+	Segment uint64
+	Offset  int64
+}
+
+// Less reports whether p is before q in the log.
+func (p Position) Less(q Position) bool {
+	if p.Segment != q.Segment {
+		return p.Segment < q.Segment
+	}
+	return p.Offset < q.Offset
+}
+
+func (p Position) String() string { return fmt.Sprintf("%d:%d", p.Segment, p.Offset) }
+
+// Stats are counters since Open, read without stopping the writer.
+type Stats struct {
+	Appends      uint64 // records acknowledged as durable
+	Batches      uint64 // group commits: one write of one or more records
+	Fsyncs       uint64 // fdatasync calls on segment files
+	BytesWritten uint64 // record bytes written, headers and padding included
+	Rotations    uint64 // segments started by the writer
+	Segment      uint64 // sequence number of the segment being written
+
+	Replayed     uint64   // records passed to the replay callback by Open
+	TornTailAt   Position // where Open cut a torn tail; zero if it did not
+	TornTailSize int64    // bytes Open zeroed from TornTailAt on
+}
+
+// Log is an open decision log. Append may be called from any number of
+// goroutines; one writer goroutine owns the files and group-commits.
+type Log struct {
+	opts Options
+	open OpenFunc
+	lock *os.File
+
+	// Owned by the writer goroutine after Open returns.
+	f       File
+	seq     uint64
+	off     int64 // where the next record goes
+	size    int64 // size of the current segment
+	buf     []byte
+	batch   []*request
+	pipe    *pipeline
+	failure *WriteError
+
+	failed atomic.Pointer[WriteError] // set once by the writer, read by Append
+
+	mu     sync.RWMutex // held for reading while sending on reqs, for writing to close it
+	closed bool
+	reqs   chan *request
+	done   chan struct{} // closed when the writer has exited
+
+	closeOnce sync.Once
+	closeErr  error
+
+	appends, batches, fsyncs, bytes, rotations, segment atomic.Uint64
+	replayed                                            uint64
+	tornAt                                              Position
+	tornSize                                            int64
+}
+
+// Open opens the log in opts.Dir, creating it if needed, and replays it:
+// replay (if not nil) is called for every record, in log order, before Open
+// returns. The payload passed to replay is valid only during the call. An
+// error from replay stops Open and is returned wrapped.
+//
+// A torn tail (a bad record at the end of the last segment, with no valid
+// record after it) is cut: zeroed and synced, and writing resumes there.
+// Any other damage stops Open with a *CorruptionError and leaves the files
+// as they are; a segment from a newer Tandem stops it with a *VersionError.
+// If Open fails, whatever replay built must be discarded.
+func Open(opts Options, replay func(pos Position, typ Type, payload []byte) error) (*Log, error) {
+	if err := opts.normalize(); err != nil {
+		return nil, err
+	}
+	l := &Log{
+		opts: opts,
+		open: opts.OpenFile,
+		reqs: make(chan *request, maxQueued),
+		done: make(chan struct{}),
+	}
+	if err := makeDir(opts.Dir, opts.NoSync); err != nil {
+		return nil, err
+	}
+	lock, err := lockDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	l.lock = lock
+	if err := l.load(replay); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	l.segment.Store(l.seq)
+	l.pipe = startPipeline(opts.Dir, opts.SegmentSize, opts.NoSync, l.open, l.seq+1)
+	go l.run()
+	return l, nil
+}
+
+func (o *Options) normalize() error {
+	if o.Dir == "" {
+		return errors.New("wal: Options.Dir is empty")
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = DefaultSegmentSize
+	}
+	if o.SegmentSize < minSegmentSize || o.SegmentSize%alignment != 0 {
+		return fmt.Errorf("wal: Options.SegmentSize %d must be a multiple of %d and at least %d",
+			o.SegmentSize, alignment, minSegmentSize)
+	}
+	if o.OpenFile == nil {
+		o.OpenFile = openOSFile
+	}
+	return nil
+}
+
+// makeDir creates dir if it does not exist and makes its entry durable.
+func makeDir(dir string, noSync bool) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
+		return fmt.Errorf("wal: create log directory: %w", err)
+	}
+	if noSync {
+		return nil
+	}
+	return syncDir(filepath.Dir(filepath.Clean(dir)))
+}
+
+// maxPayload is the largest payload Append takes with this segment size.
+func (l *Log) maxPayload() int {
+	room := l.opts.SegmentSize - segmentHeaderSize - headerSize
+	return int(min(room, MaxPayloadSize))
+}
+
+// Append adds one record and returns its position once the record is
+// durable (written and fdatasynced, together with every other record
+// waiting at that moment). If one Append returns before another starts,
+// its record is earlier in the log; concurrent Appends are ordered by the
+// writer, and Position tells the order.
+//
+// Errors: ErrInvalidType, ErrRecordTooLarge, ErrClosed (nothing written);
+// ErrOutcomeUnknown (the write or fdatasync of this record failed: it may
+// or may not be in the log after a restart); ErrLogFailed (an earlier
+// failure made the log unusable; nothing written). payload is not retained
+// after Append returns.
+func (l *Log) Append(typ Type, payload []byte) (Position, error) {
+	if typ == typeEnd || typ == typeSegmentHeader {
+		return Position{}, fmt.Errorf("%w %d: types 0 and 255 are reserved", ErrInvalidType, typ)
+	}
+	if max := l.maxPayload(); len(payload) > max {
+		return Position{}, fmt.Errorf("%w: %d-byte payload, at most %d with %d-byte segments",
+			ErrRecordTooLarge, len(payload), max, l.opts.SegmentSize)
+	}
+	if werr := l.failed.Load(); werr != nil {
+		return Position{}, &appendError{kind: ErrLogFailed, cause: werr}
+	}
+	r := requestPool.Get().(*request)
+	r.typ, r.payload = typ, payload
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		r.reset()
+		return Position{}, ErrClosed
+	}
+	l.reqs <- r
+	l.mu.RUnlock()
+	<-r.done
+	pos, err := r.pos, r.err
+	r.reset()
+	return pos, err
+}
+
+// Close waits for queued records to be written, stops the writer and the
+// segment pipeline and closes the files. Appends after Close return
+// ErrClosed. Calling Close again is safe and returns nil.
+func (l *Log) Close() error {
+	first := false
+	l.closeOnce.Do(func() {
+		first = true
+		l.mu.Lock()
+		l.closed = true
+		close(l.reqs)
+		l.mu.Unlock()
+		<-l.done
+		l.pipe.close()
+		if err := l.f.Close(); err != nil {
+			l.closeErr = fmt.Errorf("wal: close segment: %w", err)
+		}
+		l.lock.Close()
+	})
+	if !first {
+		return nil
+	}
+	return l.closeErr
+}
+
+// Stats returns the log's counters.
+func (l *Log) Stats() Stats {
+	return Stats{
+		Appends:      l.appends.Load(),
+		Batches:      l.batches.Load(),
+		Fsyncs:       l.fsyncs.Load(),
+		BytesWritten: l.bytes.Load(),
+		Rotations:    l.rotations.Load(),
+		Segment:      l.segment.Load(),
+		Replayed:     l.replayed,
+		TornTailAt:   l.tornAt,
+		TornTailSize: l.tornSize,
+	}
+}

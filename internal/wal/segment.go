@@ -1,0 +1,205 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+const (
+	segmentMagic         = "TANDEMWL"
+	formatVersion        = 1
+	segmentHeaderPayload = 20 // magic (8) + version (2) + reserved (2) + seq (8)
+
+	// segmentHeaderSize is the size of the segment header record, the
+	// offset of a segment's first caller record.
+	segmentHeaderSize = headerSize + 24
+
+	segmentExt = ".wal"
+	tmpExt     = ".wal.tmp"
+
+	filePerm = 0o600
+	dirPerm  = 0o700
+)
+
+func segmentName(seq uint64) string { return fmt.Sprintf("%016x%s", seq, segmentExt) }
+func tmpName(seq uint64) string     { return fmt.Sprintf("%016x%s", seq, tmpExt) }
+
+// parseSegmentName returns the sequence number of a segment file name.
+func parseSegmentName(name string) (uint64, bool) {
+	hex, ok := strings.CutSuffix(name, segmentExt)
+	if !ok || len(hex) != 16 {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(hex, 16, 64)
+	if err != nil || seq == 0 {
+		return 0, false
+	}
+	return seq, true
+}
+
+// appendSegmentHeader appends the header record of segment seq to buf.
+func appendSegmentHeader(buf []byte, seq uint64) []byte {
+	var p [segmentHeaderPayload]byte
+	copy(p[0:8], segmentMagic)
+	binary.LittleEndian.PutUint16(p[8:10], formatVersion)
+	binary.LittleEndian.PutUint64(p[12:20], seq)
+	return appendRecord(buf, seq, typeSegmentHeader, p[:])
+}
+
+// checkSegmentHeader validates the header record at the start of b, the
+// contents of segment file path with sequence number seq.
+//
+// The header record is framed the same way in every format version, so its
+// checksum is verified before its version is trusted: a damaged header is
+// corruption, a well-formed header with a newer version is a VersionError.
+func checkSegmentHeader(b []byte, seq uint64, path string) error {
+	corrupt := func(reason string) error {
+		return &CorruptionError{File: path, Offset: 0, Reason: "segment header: " + reason}
+	}
+	if len(b) < segmentHeaderSize {
+		return corrupt(fmt.Sprintf("file is %d bytes, shorter than a segment header", len(b)))
+	}
+	if string(b[headerSize:headerSize+8]) != segmentMagic {
+		return corrupt("bad magic: not a Tandem decision log segment")
+	}
+	if got := binary.LittleEndian.Uint64(b[headerSize+12 : headerSize+20]); got != seq {
+		return corrupt(fmt.Sprintf("header names segment %d but the file name says %d", got, seq))
+	}
+	typ, p, _, bad := decodeRecord(b[:segmentHeaderSize], seq)
+	switch {
+	case bad != "":
+		return corrupt(bad)
+	case typ != typeSegmentHeader || len(p) != segmentHeaderPayload:
+		return corrupt("first record is not a segment header")
+	}
+	switch v := binary.LittleEndian.Uint16(p[8:10]); {
+	case v > formatVersion:
+		return &VersionError{File: path, Version: v}
+	case v == 0:
+		return corrupt("format version 0")
+	}
+	return nil
+}
+
+// listSegments returns the sequence numbers of the segment files in dir,
+// in increasing order.
+func listSegments(dir string) ([]uint64, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("wal: list segments: %w", err)
+	}
+	var seqs []uint64
+	for _, e := range entries {
+		if seq, ok := parseSegmentName(e.Name()); ok && e.Type().IsRegular() {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	return seqs, nil
+}
+
+// checkContiguous returns a CorruptionError naming the first missing
+// segment if seqs (sorted) has a gap.
+func checkContiguous(dir string, seqs []uint64) error {
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			return &CorruptionError{
+				File:   filepath.Join(dir, segmentName(seqs[i-1]+1)),
+				Offset: 0,
+				Reason: fmt.Sprintf("segment %d is missing between %s and %s",
+					seqs[i-1]+1, segmentName(seqs[i-1]), segmentName(seqs[i])),
+			}
+		}
+	}
+	return nil
+}
+
+// removeTemps deletes segment files left half-prepared by a crash. They
+// were never renamed into place, so they hold no records.
+func removeTemps(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("wal: list segments: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), tmpExt) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("wal: remove unfinished segment: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// createSegment prepares segment seq as <seq>.wal.tmp in dir: created,
+// preallocated to size, header written, and (unless noSync) fdatasynced.
+// On error nothing is left behind.
+func createSegment(open OpenFunc, dir string, seq uint64, size int64, noSync bool) (File, error) {
+	path := filepath.Join(dir, tmpName(seq))
+	f, err := open(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, filePerm)
+	if err != nil {
+		return nil, fmt.Errorf("wal: create segment: %w", err)
+	}
+	err = preallocate(f, size)
+	if err == nil {
+		_, err = f.WriteAt(appendSegmentHeader(nil, seq), 0)
+	}
+	if err == nil && !noSync {
+		err = f.Sync()
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("wal: prepare segment %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// installSegment renames the prepared segment seq into place and makes the
+// rename durable by syncing the directory.
+func installSegment(dir string, seq uint64, noSync bool) error {
+	from, to := filepath.Join(dir, tmpName(seq)), filepath.Join(dir, segmentName(seq))
+	if err := os.Rename(from, to); err != nil {
+		return fmt.Errorf("wal: install segment: %w", err)
+	}
+	if noSync {
+		return nil
+	}
+	return syncDir(dir)
+}
+
+// syncDir fsyncs a directory so that entries created or renamed in it
+// survive a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("wal: sync directory: %w", err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("wal: sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// preallocate makes f size bytes long, with zeros. It reserves the blocks
+// where the file system can (fallocate), else it only sets the size.
+func preallocate(f File, size int64) error {
+	err := fallocate(f, size)
+	if errors.Is(err, errNoFallocate) {
+		err = f.Truncate(size)
+	}
+	if err != nil {
+		return fmt.Errorf("preallocate %d bytes: %w", size, err)
+	}
+	return nil
+}

@@ -1,0 +1,186 @@
+package wal
+
+import (
+	"path/filepath"
+	"sync"
+)
+
+const (
+	// maxQueued is the capacity of the queue between Append and the writer.
+	maxQueued = 4096
+	// maxBatchBytes stops the drain of the queue into one batch; the rest
+	// goes into the next batch, right after.
+	maxBatchBytes = 4 << 20
+	// maxKeptBuffer is the largest encoding buffer the writer keeps
+	// between batches.
+	maxKeptBuffer = 8 << 20
+)
+
+// request is one Append waiting for the writer. Requests are pooled so that
+// a steady-state Append allocates nothing.
+type request struct {
+	typ     Type
+	payload []byte
+	pos     Position
+	err     error
+	done    chan struct{} // capacity 1; the writer sends once per use
+}
+
+var requestPool = sync.Pool{New: func() any {
+	return &request{done: make(chan struct{}, 1)}
+}}
+
+// reset clears r and puts it back in the pool.
+func (r *request) reset() {
+	*r = request{done: r.done}
+	requestPool.Put(r)
+}
+
+// finish hands r its result. The writer must not touch r afterwards.
+func finish(r *request, pos Position, err error) {
+	r.pos, r.err = pos, err
+	r.done <- struct{}{}
+}
+
+// run is the writer goroutine: the group-commit loop. It blocks for one
+// request, then takes every request already queued without waiting for
+// more (it never sleeps or polls to grow a batch), writes them with one
+// write and one fdatasync, and wakes their Appends. Requests that arrive
+// meanwhile form the next batch. It exits when Close has closed the queue
+// and the queue is empty.
+func (l *Log) run() {
+	defer close(l.done)
+	for {
+		r, ok := <-l.reqs
+		if !ok {
+			return
+		}
+		batch := append(l.batch[:0], r)
+		bytes := recordSize(len(r.payload))
+	drain:
+		for bytes < maxBatchBytes {
+			select {
+			case r, ok = <-l.reqs:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+				bytes += recordSize(len(r.payload))
+			default:
+				break drain
+			}
+		}
+		l.commit(batch)
+		clear(batch)
+		l.batch = batch[:0]
+		if !ok {
+			return
+		}
+	}
+}
+
+// commit writes batch and completes each of its requests. Records go into
+// the current segment while they fit; when one does not, the records before
+// it are written and synced, then the writer rotates to the next segment.
+// A record never crosses a segment.
+func (l *Log) commit(batch []*request) {
+	if l.failure != nil {
+		l.refuse(batch)
+		return
+	}
+	buf := l.buf[:0]
+	first := 0 // batch[first:i] are encoded in buf
+	for i, r := range batch {
+		n := recordSize(len(r.payload))
+		if l.off+int64(len(buf))+n > l.size {
+			if !l.flush(buf, batch[first:i]) {
+				l.refuse(batch[i:])
+				return
+			}
+			buf, first = buf[:0], i
+			if !l.rotate() {
+				l.refuse(batch[i:])
+				return
+			}
+		}
+		r.pos = Position{Segment: l.seq, Offset: l.off + int64(len(buf))}
+		buf = appendRecord(buf, l.seq, r.typ, r.payload)
+	}
+	l.flush(buf, batch[first:])
+	if cap(buf) <= maxKeptBuffer {
+		l.buf = buf[:0]
+	} else {
+		l.buf = nil
+	}
+}
+
+// flush writes buf, the encoding of reqs, at the end of the current segment
+// with one write, fdatasyncs once, and completes reqs. On failure it fails
+// the log, completes reqs with ErrOutcomeUnknown and returns false.
+func (l *Log) flush(buf []byte, reqs []*request) bool {
+	if len(buf) == 0 {
+		return true
+	}
+	if _, err := l.f.WriteAt(buf, l.off); err != nil {
+		l.fail(reqs, "write", l.f.Name(), err)
+		return false
+	}
+	if !l.opts.NoSync {
+		err := l.f.Sync()
+		l.fsyncs.Add(1)
+		if err != nil {
+			l.fail(reqs, "fdatasync", l.f.Name(), err)
+			return false
+		}
+	}
+	l.off += int64(len(buf))
+	l.batches.Add(1)
+	l.bytes.Add(uint64(len(buf)))
+	l.appends.Add(uint64(len(reqs)))
+	for _, r := range reqs {
+		finish(r, r.pos, nil)
+	}
+	return true
+}
+
+// rotate makes the segment prepared by the pipeline the current one. The
+// current segment is already synced: every flush syncs.
+func (l *Log) rotate() bool {
+	seq := l.seq + 1
+	name := filepath.Join(l.opts.Dir, segmentName(seq))
+	next, err := l.pipe.take(seq)
+	if err == nil {
+		err = installSegment(l.opts.Dir, seq, l.opts.NoSync)
+		if err != nil {
+			next.Close()
+		}
+	}
+	if err != nil {
+		l.fail(nil, "rotate to", name, err)
+		return false
+	}
+	// The old segment was fdatasynced; an error closing it cannot lose data.
+	l.f.Close()
+	l.f, l.seq, l.off, l.size = next, seq, segmentHeaderSize, l.opts.SegmentSize
+	l.rotations.Add(1)
+	l.segment.Store(seq)
+	return true
+}
+
+// fail makes the log failed for good and completes reqs, whose records were
+// handed to the kernel, with ErrOutcomeUnknown.
+func (l *Log) fail(reqs []*request, op, file string, err error) {
+	werr := &WriteError{Op: op, File: file, Offset: l.off, Err: err}
+	l.failure = werr
+	l.failed.Store(werr)
+	for _, r := range reqs {
+		finish(r, Position{}, &appendError{kind: ErrOutcomeUnknown, cause: werr})
+	}
+}
+
+// refuse completes reqs, whose records were not written, with ErrLogFailed.
+func (l *Log) refuse(reqs []*request) {
+	for _, r := range reqs {
+		finish(r, Position{}, &appendError{kind: ErrLogFailed, cause: l.failure})
+	}
+}
