@@ -251,7 +251,15 @@ func (Visibility) EnumDescriptor() ([]byte, []int) {
 type Branch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// rm is the resource manager's configured name, e.g. "pg" or "maria".
-	Rm            string `protobuf:"bytes,1,opt,name=rm,proto3" json:"rm,omitempty"`
+	Rm string `protobuf:"bytes,1,opt,name=rm,proto3" json:"rm,omitempty"`
+	// client_settles: the client keeps this prepared branch on its own session
+	// and commits or rolls it back there right after the decision. MariaDB
+	// (and MySQL before 8.0.29 or with xa_detach_on_prepare=OFF) binds a
+	// prepared XA branch to the session that prepared it until that session
+	// ends; no other connection can settle it meanwhile. The coordinator does
+	// not wait for such a branch before replying, and settles it itself only
+	// once the session has let go of it (the client died or disconnected).
+	ClientSettles bool `protobuf:"varint,2,opt,name=client_settles,json=clientSettles,proto3" json:"client_settles,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -291,6 +299,13 @@ func (x *Branch) GetRm() string {
 		return x.Rm
 	}
 	return ""
+}
+
+func (x *Branch) GetClientSettles() bool {
+	if x != nil {
+		return x.ClientSettles
+	}
+	return false
 }
 
 type BranchStatus struct {
@@ -984,9 +999,10 @@ var File_tandem_proto protoreflect.FileDescriptor
 
 const file_tandem_proto_rawDesc = "" +
 	"\n" +
-	"\ftandem.proto\x12\ttandem.v1\"\x18\n" +
+	"\ftandem.proto\x12\ttandem.v1\"?\n" +
 	"\x06Branch\x12\x0e\n" +
-	"\x02rm\x18\x01 \x01(\tR\x02rm\"\x87\x01\n" +
+	"\x02rm\x18\x01 \x01(\tR\x02rm\x12%\n" +
+	"\x0eclient_settles\x18\x02 \x01(\bR\rclientSettles\"\x87\x01\n" +
 	"\fBranchStatus\x12\x0e\n" +
 	"\x02rm\x18\x01 \x01(\tR\x02rm\x12,\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x16.tandem.v1.BranchStateR\x05state\x12\x1d\n" +

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -252,6 +253,14 @@ func (b *Branch) prepare(ctx context.Context) error {
 		}
 	}
 	return b.execSteps(ctx, stmts)
+}
+
+// releaseSession closes the branch's connection (database/sql discards it).
+// A session-bound prepared branch is then detached and any connection, the
+// coordinator's included, can settle it. The application's *sql.Conn is
+// closed by this: later calls on it return sql.ErrConnDone.
+func (b *Branch) releaseSession() {
+	_ = b.conn.Raw(func(any) error { return driver.ErrBadConn })
 }
 
 // readOnly asks the database whether an active branch wrote nothing. It

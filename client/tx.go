@@ -234,32 +234,81 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	// The decision: one RPC.
 	req := &api.CommitRequest{Gtrid: t.gtrid.String(), Options: &api.CommitOptions{Durability: t.opts.Durability, Visibility: t.opts.Visibility}}
 	for _, b := range writers {
-		req.Branches = append(req.Branches, &api.Branch{Rm: b.rm.name})
+		req.Branches = append(req.Branches, &api.Branch{Rm: b.rm.name, ClientSettles: b.rm.dialect.SessionBound()})
 	}
 	resp, calls, err := t.c.commitRPC(ctx, req)
 	res.CoordinatorCalls = calls
-	for _, b := range writers {
-		b.state = branchHandedOver
-	}
 	switch {
 	case err == nil && resp.Outcome == api.Outcome_COMMITTED:
+		// The coordinator commits the other branches; session-bound ones
+		// (MariaDB) can only be committed here, on the session that prepared them.
 		res.Phase2Pending = resp.Phase2Pending
+		if !t.settleOwn(ctx, writers, true) {
+			res.Phase2Pending = true
+		}
 		return res, txCommitted, nil
 	case err == nil && resp.Outcome == api.Outcome_ABORTED:
-		// The coordinator decided ABORT first and rolls the branches back itself.
+		// The coordinator decided ABORT first and rolls back what it can reach.
+		t.settleOwn(ctx, writers, false)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator decided ABORT: " + resp.Message}
 	case err == nil:
+		t.releaseOwn(writers)
 		return res, txUnknown, &OutcomeUnknownError{GTRID: t.gtrid, Cause: fmt.Errorf("coordinator answered outcome %v", resp.Outcome)}
 	case isRejection(err):
 		// No decision was written (the request was refused as a whole), so
-		// rolling back is safe. Ask the coordinator to record ABORT if we cannot.
-		for _, b := range writers {
-			b.state = branchPrepared
-		}
+		// rolling back is safe.
 		t.rollbackAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator refused the commit", Cause: err}
 	}
+	// Unknown outcome: let go of the session-bound branches so that the
+	// coordinator, which knows the outcome, can settle them.
+	t.releaseOwn(writers)
 	return res, txUnknown, &OutcomeUnknownError{GTRID: t.gtrid, Cause: err}
+}
+
+// settleOwn commits (or rolls back) the session-bound prepared branches on
+// their own sessions, in parallel, after the decision. A branch it cannot
+// settle has its connection closed, which hands the branch to the
+// coordinator. It reports whether every one was settled here.
+func (t *Tx) settleOwn(ctx context.Context, writers []*Branch, commit bool) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var own []*Branch
+	for _, b := range writers {
+		if b.rm.dialect.SessionBound() {
+			own = append(own, b)
+		} else {
+			b.state = branchHandedOver
+		}
+	}
+	err := parallel(len(own), func(i int) error {
+		b := own[i]
+		stmt := b.rm.dialect.RollbackPrepared(b.id)
+		if commit {
+			stmt = b.rm.dialect.CommitPrepared(b.id)
+		}
+		if err := b.execSteps(ctx, []string{stmt}); err != nil && !b.rm.dialect.IsNotFound(err) {
+			b.releaseSession()
+			return err
+		}
+		if commit {
+			b.state = branchCommitted
+		} else {
+			b.state = branchRolledBack
+		}
+		return nil
+	})
+	return err == nil
+}
+
+// releaseOwn closes the sessions holding session-bound prepared branches.
+func (t *Tx) releaseOwn(writers []*Branch) {
+	for _, b := range writers {
+		if b.rm.dialect.SessionBound() {
+			b.releaseSession()
+		}
+		b.state = branchHandedOver
+	}
 }
 
 // commitRPC sends Commit, retrying while the coordinator is unreachable and
@@ -352,6 +401,11 @@ func (b *Branch) rollback(ctx context.Context) error {
 		}
 	case branchPrepared, branchInDoubt:
 		err = b.execSteps(ctx, []string{d.RollbackPrepared(b.id)})
+	}
+	if err != nil && d.SessionBound() && (b.state == branchPrepared || b.state == branchInDoubt) {
+		// Only this session can settle the branch, and it cannot: let go of
+		// it so that the coordinator can.
+		b.releaseSession()
 	}
 	if err != nil && d.IsNotFound(err) {
 		err = nil // nothing left to roll back

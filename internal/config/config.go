@@ -68,7 +68,6 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
-
 // ParseRMFlag reads NAME=DRIVER:DSN, e.g. pg=postgres:postgres://u:p@host/db.
 func ParseRMFlag(s string) (name string, r RM, err error) {
 	name, rest, ok := strings.Cut(s, "=")

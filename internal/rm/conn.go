@@ -31,6 +31,7 @@ type Conn struct {
 	dialect Dialect
 	db      *sql.DB
 	secret  string // the DSN's password, scrubbed from every error
+	scans   preparedScans
 }
 
 // Open checks the configuration and prepares a pool. It does not connect:

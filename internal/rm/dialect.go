@@ -73,6 +73,11 @@ type Dialect interface {
 	ReadOnlyQuery() string
 	// IsNotFound reports whether err says the prepared branch does not exist.
 	IsNotFound(err error) bool
+	// SessionBound reports whether a prepared branch stays bound to the
+	// session that prepared it until that session ends (MariaDB). Then only
+	// that session can settle it meanwhile, and "not found" from any other
+	// session is ambiguous: confirm with a recover scan.
+	SessionBound() bool
 	// Recover lists the prepared branches in Tandem's format.
 	Recover(ctx context.Context, q Querier) ([]InDoubt, error)
 }

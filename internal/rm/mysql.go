@@ -46,6 +46,13 @@ func (mysqlDialect) IsNotFound(err error) bool {
 	return errors.As(err, &myErr) && myErr.Number == 1397
 }
 
+// SessionBound is true: MariaDB keeps a prepared XA branch attached to the
+// preparing session until it disconnects; XA COMMIT from another session
+// answers XAER_NOTA meanwhile, although XA RECOVER lists the branch.
+// (MySQL 8.0.29+ detaches on prepare by default; treating it as bound is
+// still correct, only one round trip slower.)
+func (mysqlDialect) SessionBound() bool { return true }
+
 func (mysqlDialect) Recover(ctx context.Context, q Querier) ([]InDoubt, error) {
 	rows, err := q.QueryContext(ctx, "XA RECOVER")
 	if err != nil {

@@ -44,6 +44,10 @@ func (postgresDialect) IsNotFound(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "42704"
 }
 
+// SessionBound is false: after PREPARE TRANSACTION the session is free and
+// any session of the same role can settle the prepared transaction.
+func (postgresDialect) SessionBound() bool { return false }
+
 func (postgresDialect) Recover(ctx context.Context, q Querier) ([]InDoubt, error) {
 	rows, err := q.QueryContext(ctx,
 		"SELECT gid, prepared FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE 'tandem:%' ORDER BY prepared")

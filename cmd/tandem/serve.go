@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/config"
+	"github.com/tandem-tx/tandem/internal/server"
+)
+
+func init() {
+	register(&command{
+		name:    "serve",
+		summary: "run the coordinator daemon (gRPC API, decision log, phase 2, recovery)",
+		usage: `[--config FILE] [--listen ADDR] [--data-dir DIR] --rm NAME=DRIVER:DSN ...
+
+Examples:
+  tandem serve --rm pg=postgres:"$TANDEM_PG_DSN" --rm maria=mysql:"$TANDEM_MYSQL_DSN"
+  tandem serve --config tandem.yaml
+
+Flags override the config file. On start the decision log is replayed, every
+decided transaction whose phase 2 is unfinished is driven again, and every
+resource manager is scanned for prepared branches in Tandem's format.
+SIGINT or SIGTERM stops it cleanly; unfinished phase 2 resumes at the next start.`,
+		run: runServe,
+	})
+}
+
+func runServe(args []string, stdout, stderr io.Writer) error {
+	c := commands["serve"]
+	fs := newFlags(c, stderr)
+	file := fs.String("config", "", "YAML configuration file (see the README's configuration reference)")
+	listen := fs.String("listen", "", "gRPC listen address (default "+config.DefaultListen+")")
+	dataDir := fs.String("data-dir", "", "directory of the decision log (default "+config.DefaultDataDir+")")
+	var rms multiFlag
+	fs.Var(&rms, "rm", "resource manager NAME=DRIVER:DSN, DRIVER postgres or mysql (repeatable)")
+	orphan := fs.Duration("orphan-timeout", 0, "abort a prepared branch with no decision after this long (default 60s)")
+	scan := fs.Duration("scan-interval", 0, "how often to scan every database for in-doubt branches (default 10s)")
+	p2wait := fs.Duration("phase2-wait", 0, "longest a Commit waits for phase 2 when the caller set no deadline (default 10s)")
+	maxAge := fs.Duration("max-txn-age", 0, "abort a Commit whose transaction began longer ago (default 1h)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tandem serve: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	var cfg config.Config
+	if *file != "" {
+		var err error
+		if cfg, err = config.Load(*file); err != nil {
+			return err
+		}
+	}
+	for _, f := range rms {
+		name, r, err := config.ParseRMFlag(f)
+		if err != nil {
+			return err
+		}
+		if cfg.RMs == nil {
+			cfg.RMs = map[string]config.RM{}
+		}
+		cfg.RMs[name] = r
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&cfg.Listen, *listen)
+	set(&cfg.DataDir, *dataDir)
+	setD := func(dst *time.Duration, v time.Duration) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	setD(&cfg.OrphanTimeout, *orphan)
+	setD(&cfg.ScanInterval, *scan)
+	setD(&cfg.Phase2Wait, *p2wait)
+	setD(&cfg.MaxTxnAge, *maxAge)
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: use debug, info, warn or error", *logLevel)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	s, err := server.Start(cfg, server.Options{Logger: logger})
+	if err != nil {
+		return err
+	}
+	cfg.SetDefaults()
+	logger.Info("tandem coordinator serving", "listen", s.Addr(), "data_dir", cfg.DataDir, "rms", cfg.RMNames(), "pid", os.Getpid())
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case got := <-sig:
+		logger.Info("stopping", "signal", got.String())
+	case err := <-s.Done():
+		logger.Error("gRPC server stopped", "error", err)
+	}
+	return s.Stop(10 * time.Second)
+}

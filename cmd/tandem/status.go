@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tandem-tx/tandem/api"
+)
+
+func init() {
+	register(&command{
+		name:    "status",
+		summary: "show the coordinator's health, or the outcome of one global transaction",
+		usage: `[--coordinator ADDR] [--resolve] [GTRID]
+
+Without GTRID: whether the coordinator can decide, which databases it reaches,
+and how many decided transactions still wait for phase 2.
+With GTRID: COMMITTED, ABORTED or UNDECIDED, and phase 2 on each branch.
+--resolve settles an UNDECIDED gtrid by writing ABORT (the first decision wins).`,
+		run: runStatus,
+	})
+}
+
+func dialCoordinator(addr string) (api.CoordinatorClient, func(), error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("coordinator address %q: %w", addr, err)
+	}
+	return api.NewCoordinatorClient(conn), func() { _ = conn.Close() }, nil
+}
+
+func runStatus(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags(commands["status"], stderr)
+	addr := fs.String("coordinator", "127.0.0.1:7070", "coordinator gRPC address")
+	resolve := fs.Bool("resolve", false, "abort the gtrid if it is undecided")
+	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cli, closeFn, err := dialCoordinator(*addr)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	if fs.NArg() == 0 {
+		h, err := cli.Health(ctx, &api.HealthRequest{})
+		if err != nil {
+			return fmt.Errorf("cannot reach the coordinator at %s: %w", *addr, err)
+		}
+		fmt.Fprintf(tw, "coordinator\t%s\tserving=%v\tversion=%s\tunfinished=%d\n", *addr, h.Serving, h.Version, h.Unfinished)
+		if h.Message != "" {
+			fmt.Fprintf(tw, "\t%s\n", h.Message)
+		}
+		for _, r := range h.Rms {
+			state := "reachable"
+			if !r.Reachable {
+				state = "UNREACHABLE: " + r.Error
+			}
+			fmt.Fprintf(tw, "rm %s\t%s\t%s\n", r.Name, r.Driver, state)
+		}
+		return nil
+	}
+	s, err := cli.Status(ctx, &api.StatusRequest{Gtrid: fs.Arg(0), Resolve: *resolve})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(tw, "gtrid\t%s\n", fs.Arg(0))
+	fmt.Fprintf(tw, "outcome\t%s\n", s.Outcome)
+	if s.DecidedUnixNano != 0 {
+		fmt.Fprintf(tw, "decided\t%s\n", time.Unix(0, s.DecidedUnixNano).UTC().Format(time.RFC3339Nano))
+	}
+	if s.Message != "" {
+		fmt.Fprintf(tw, "message\t%s\n", s.Message)
+	}
+	for _, b := range s.Branches {
+		line := fmt.Sprintf("branch %s\t%s\tattempts=%d", b.Rm, b.State, b.Attempts)
+		if b.LastError != "" {
+			line += "\tlast error: " + b.LastError
+		}
+		fmt.Fprintln(tw, line)
+	}
+	return nil
+}

@@ -1,0 +1,421 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/tandem-tx/tandem/client"
+	"github.com/tandem-tx/tandem/internal/config"
+	"github.com/tandem-tx/tandem/internal/server"
+)
+
+// Config of one run.
+type Config struct {
+	Workers        int
+	Duration       time.Duration
+	Transfers      int
+	Accounts       int
+	InitialBalance int64
+	Coordinator    string
+	DataDir        string
+	PGDSN          string
+	MySQLDSN       string
+	Reset          bool
+	// Log receives the in-process coordinator's log (default: discarded).
+	Log io.Writer
+}
+
+// Report is what a run did and what it checked.
+type Report struct {
+	Workers       int
+	Committed     int64
+	Aborted       int64 // rolled back (insufficient funds, conflicts, a database down)
+	Unknown       int64 // outcome unknown to the client at the time
+	Pending       int64 // committed with phase 2 still pending at the reply
+	Elapsed       time.Duration
+	Total, Want   int64
+	JournalPG     int
+	JournalMySQL  int
+	Dangling      int
+	Violations    []string
+	CoordinatorAt string
+}
+
+// TPS is committed transfers per second.
+func (r *Report) TPS() float64 { return float64(r.Committed) / r.Elapsed.Seconds() }
+
+// Print writes the report for a person.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "transfer: %d workers, %s, coordinator %s\n", r.Workers, r.Elapsed.Round(time.Millisecond), r.CoordinatorAt)
+	fmt.Fprintf(w, "  committed %d (%.1f TPS), aborted %d, outcome unknown %d, phase 2 pending at reply %d\n",
+		r.Committed, r.TPS(), r.Aborted, r.Unknown, r.Pending)
+	fmt.Fprintf(w, "  total balance %d (want %d); journal rows: postgres %d, mariadb %d; prepared branches left: %d\n",
+		r.Total, r.Want, r.JournalPG, r.JournalMySQL, r.Dangling)
+	if len(r.Violations) == 0 {
+		fmt.Fprintln(w, "  checks: OK (total unchanged, journals match, every acknowledged transfer present, nothing left prepared)")
+		return
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintln(w, "  VIOLATION:", v)
+	}
+}
+
+// Run sets up, runs the workers, and checks the invariants. It returns an
+// error when a check fails or the setup cannot be done.
+func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
+	if cfg.PGDSN == "" || cfg.MySQLDSN == "" {
+		return nil, errors.New("need a PostgreSQL and a MariaDB DSN: set TANDEM_PG_DSN and TANDEM_MYSQL_DSN (eval \"$(scripts/db env)\") or pass --pg and --mysql")
+	}
+	if cfg.Workers < 1 || cfg.Accounts < 1 {
+		return nil, errors.New("--workers and --accounts must be at least 1")
+	}
+	pg, err := sql.Open("pgx", cfg.PGDSN)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	defer pg.Close()
+	my, err := sql.Open("mysql", cfg.MySQLDSN)
+	if err != nil {
+		return nil, fmt.Errorf("mariadb: %w", err)
+	}
+	defer my.Close()
+	pg.SetMaxOpenConns(cfg.Workers + 4)
+	my.SetMaxOpenConns(cfg.Workers + 4)
+	if cfg.Reset {
+		if err := setup(ctx, pg, my, cfg); err != nil {
+			return nil, err
+		}
+	}
+	want, err := totalBalance(ctx, pg, my)
+	if err != nil {
+		return nil, err
+	}
+
+	rep := &Report{Workers: cfg.Workers, Want: want, CoordinatorAt: cfg.Coordinator}
+	if cfg.Coordinator == "" {
+		logw := cfg.Log
+		if logw == nil {
+			logw = io.Discard
+		}
+		srv, err := server.Start(config.Config{
+			Listen: "127.0.0.1:0", DataDir: cfg.DataDir,
+			RMs: map[string]config.RM{"pg": {Driver: "postgres", DSN: cfg.PGDSN}, "maria": {Driver: "mysql", DSN: cfg.MySQLDSN}},
+		}, server.Options{Logger: slog.New(slog.NewTextHandler(logw, nil))})
+		if err != nil {
+			return nil, fmt.Errorf("start the in-process coordinator: %w", err)
+		}
+		defer srv.Stop(5 * time.Second)
+		rep.CoordinatorAt = srv.Addr() + " (in-process)"
+		cfg.Coordinator = srv.Addr()
+	}
+	cli, err := client.New(client.Config{
+		Coordinator: cfg.Coordinator,
+		RMs:         []client.RM{{Name: "pg", Driver: "postgres"}, {Name: "maria", Driver: "mysql", MultiStatements: true}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+
+	runCtx := ctx
+	if cfg.Transfers == 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, cfg.Duration)
+		defer cancel()
+	}
+	var (
+		committedIDs sync.Map
+		budget       atomic.Int64
+		wg           sync.WaitGroup
+		workerErr    = make(chan error, cfg.Workers)
+	)
+	budget.Store(int64(cfg.Transfers))
+	start := time.Now()
+	stopProgress := startProgress(progress, rep, start)
+	for w := 0; w < cfg.Workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := worker(runCtx, cli, pg, my, cfg, rep, &committedIDs, &budget); err != nil {
+				workerErr <- err
+			}
+		}()
+	}
+	wg.Wait()
+	stopProgress()
+	rep.Elapsed = time.Since(start)
+	close(workerErr)
+	for err := range workerErr {
+		return rep, err
+	}
+	return rep, check(ctx, pg, my, rep, &committedIDs)
+}
+
+func startProgress(w io.Writer, rep *Report, start time.Time) func() {
+	if w == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				c := atomic.LoadInt64(&rep.Committed)
+				fmt.Fprintf(w, "  ... %s: %d committed (%.0f TPS), %d aborted\n", time.Since(start).Round(time.Second), c,
+					float64(c)/time.Since(start).Seconds(), atomic.LoadInt64(&rep.Aborted))
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// worker runs transfers until ctx ends or the transfer budget is spent.
+func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config, rep *Report, ids *sync.Map, budget *atomic.Int64) error {
+	pc, err := pg.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres connection: %w", err)
+	}
+	defer pc.Close()
+	mc, err := my.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("mariadb connection: %w", err)
+	}
+	defer mc.Close()
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	for ctx.Err() == nil {
+		if cfg.Transfers > 0 && budget.Add(-1) < 0 {
+			return nil
+		}
+		a, b := rng.IntN(cfg.Accounts)+1, rng.IntN(cfg.Accounts)+1
+		amount := int64(rng.IntN(100) + 1)
+		if rng.IntN(2) == 0 {
+			amount = -amount // from MariaDB to PostgreSQL
+		}
+		tx := cli.Begin()
+		res, err := transfer(ctx, tx, pc, mc, a, b, amount)
+		switch {
+		case err == nil:
+			atomic.AddInt64(&rep.Committed, 1)
+			if res.Phase2Pending {
+				atomic.AddInt64(&rep.Pending, 1)
+			}
+			ids.Store(tx.GTRID().String(), true)
+		case errors.Is(err, client.ErrOutcomeUnknown):
+			atomic.AddInt64(&rep.Unknown, 1)
+		default:
+			_ = tx.Rollback(ctx)
+			atomic.AddInt64(&rep.Aborted, 1)
+			if cfg.Transfers > 0 {
+				budget.Add(1) // retry: only committed transfers count
+			}
+			if ctx.Err() == nil && isConnErr(pc, mc) {
+				return fmt.Errorf("a database connection broke: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// transfer moves amount from PostgreSQL account a to MariaDB account b (or
+// back, for a negative amount) and journals it on both sides.
+func transfer(ctx context.Context, tx *client.Tx, pc, mc *sql.Conn, a, b int, amount int64) (client.Result, error) {
+	pb, err := tx.Branch(ctx, "pg", pc)
+	if err != nil {
+		return client.Result{}, err
+	}
+	mb, err := tx.Branch(ctx, "maria", mc)
+	if err != nil {
+		return client.Result{}, err
+	}
+	g := tx.GTRID().String()
+	res, err := pb.ExecContext(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2 AND balance - $1 >= 0", amount, a)
+	if err != nil {
+		return client.Result{}, err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return client.Result{}, errInsufficient
+	}
+	res, err = mb.ExecContext(ctx, "UPDATE accounts SET balance = balance + ? WHERE id = ? AND balance + ? >= 0", amount, b, amount)
+	if err != nil {
+		return client.Result{}, err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return client.Result{}, errInsufficient
+	}
+	if _, err := pb.ExecContext(ctx, "INSERT INTO transfer_journal (gtrid, amount) VALUES ($1, $2)", g, amount); err != nil {
+		return client.Result{}, err
+	}
+	if _, err := mb.ExecContext(ctx, "INSERT INTO transfer_journal (gtrid, amount) VALUES (?, ?)", g, amount); err != nil {
+		return client.Result{}, err
+	}
+	return tx.Commit(ctx)
+}
+
+var errInsufficient = errors.New("insufficient funds")
+
+func isConnErr(pc, mc *sql.Conn) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return pc.PingContext(ctx) != nil || mc.PingContext(ctx) != nil
+}
+
+func setup(ctx context.Context, pg, my *sql.DB, cfg Config) error {
+	for _, s := range []string{
+		"DROP TABLE IF EXISTS accounts", "DROP TABLE IF EXISTS transfer_journal",
+		"CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))",
+		"CREATE TABLE transfer_journal (gtrid char(32) PRIMARY KEY, amount bigint NOT NULL)",
+		fmt.Sprintf("INSERT INTO accounts SELECT g, %d FROM generate_series(1, %d) g", cfg.InitialBalance, cfg.Accounts),
+	} {
+		if _, err := pg.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("postgres setup %q: %w", s, err)
+		}
+	}
+	for _, s := range []string{
+		"DROP TABLE IF EXISTS accounts", "DROP TABLE IF EXISTS transfer_journal",
+		"CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, CHECK (balance >= 0)) ENGINE=InnoDB",
+		"CREATE TABLE transfer_journal (gtrid char(32) PRIMARY KEY, amount bigint NOT NULL) ENGINE=InnoDB",
+		fmt.Sprintf("INSERT INTO accounts (id, balance) SELECT seq, %d FROM seq_1_to_%d", cfg.InitialBalance, cfg.Accounts),
+	} {
+		if _, err := my.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("mariadb setup %q: %w", s, err)
+		}
+	}
+	return nil
+}
+
+func totalBalance(ctx context.Context, pg, my *sql.DB) (int64, error) {
+	var a, b int64
+	if err := pg.QueryRowContext(ctx, "SELECT COALESCE(SUM(balance), 0) FROM accounts").Scan(&a); err != nil {
+		return 0, fmt.Errorf("postgres: sum of balances: %w", err)
+	}
+	if err := my.QueryRowContext(ctx, "SELECT COALESCE(SUM(balance), 0) FROM accounts").Scan(&b); err != nil {
+		return 0, fmt.Errorf("mariadb: sum of balances: %w", err)
+	}
+	return a + b, nil
+}
+
+// check verifies the invariants after the run. Prepared branches left by
+// transfers whose outcome was still pending get a grace period to settle.
+func check(ctx context.Context, pg, my *sql.DB, rep *Report, acked *sync.Map) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := danglingBranches(ctx, pg, my)
+		if err != nil {
+			return err
+		}
+		rep.Dangling = n
+		if n == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	total, err := totalBalance(ctx, pg, my)
+	if err != nil {
+		return err
+	}
+	rep.Total = total
+	pgIDs, err := journal(ctx, pg)
+	if err != nil {
+		return fmt.Errorf("postgres journal: %w", err)
+	}
+	myIDs, err := journal(ctx, my)
+	if err != nil {
+		return fmt.Errorf("mariadb journal: %w", err)
+	}
+	rep.JournalPG, rep.JournalMySQL = len(pgIDs), len(myIDs)
+	if total != rep.Want {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("total balance is %d, want %d", total, rep.Want))
+	}
+	if rep.Dangling != 0 {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d prepared branches left on the databases", rep.Dangling))
+	}
+	var onlyOne []string
+	for id := range pgIDs {
+		if !myIDs[id] {
+			onlyOne = append(onlyOne, id+" (postgres only)")
+		}
+	}
+	for id := range myIDs {
+		if !pgIDs[id] {
+			onlyOne = append(onlyOne, id+" (mariadb only)")
+		}
+	}
+	if len(onlyOne) > 0 {
+		sort.Strings(onlyOne)
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d transfers committed on one side only, e.g. %s", len(onlyOne), onlyOne[0]))
+	}
+	missing := 0
+	acked.Range(func(k, _ any) bool {
+		if !pgIDs[k.(string)] || !myIDs[k.(string)] {
+			missing++
+		}
+		return true
+	})
+	if missing > 0 {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d transfers acknowledged as committed are missing", missing))
+	}
+	if len(rep.Violations) > 0 {
+		return fmt.Errorf("%d invariant violations", len(rep.Violations))
+	}
+	return nil
+}
+
+func danglingBranches(ctx context.Context, pg, my *sql.DB) (int, error) {
+	var n int
+	if err := pg.QueryRowContext(ctx, "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%'").Scan(&n); err != nil {
+		return 0, fmt.Errorf("postgres: pg_prepared_xacts: %w", err)
+	}
+	rows, err := my.QueryContext(ctx, "XA RECOVER")
+	if err != nil {
+		return 0, fmt.Errorf("mariadb: XA RECOVER: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var f int64
+		var gl, bl int
+		var data []byte
+		if err := rows.Scan(&f, &gl, &bl, &data); err != nil {
+			return 0, err
+		}
+		if f == 0x54414E44 {
+			n++
+		}
+	}
+	return n, rows.Err()
+}
+
+func journal(ctx context.Context, db *sql.DB) (map[string]bool, error) {
+	rows, err := db.QueryContext(ctx, "SELECT gtrid FROM transfer_journal")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[string]bool{}
+	for rows.Next() {
+		var g string
+		if err := rows.Scan(&g); err != nil {
+			return nil, err
+		}
+		m[g] = true
+	}
+	return m, rows.Err()
+}

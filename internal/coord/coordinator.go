@@ -1,0 +1,269 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/internal/wal"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// Options configure a Coordinator. Zero values take the defaults shown.
+type Options struct {
+	// Dir holds the decision log and the lock file.
+	Dir string
+	// RMs are the resource managers the coordinator drives.
+	RMs []rm.Config
+	// OrphanTimeout: how long a prepared branch with no decision may stay
+	// before the in-doubt scan aborts it (default 60s). It must exceed the
+	// longest time a client takes between its prepare and its Commit call.
+	OrphanTimeout time.Duration
+	// ScanInterval: how often every resource manager is scanned for prepared
+	// branches (default 10s).
+	ScanInterval time.Duration
+	// Phase2Wait caps how long Commit waits for phase 2 when the caller set
+	// no deadline (default 10s). With a deadline, Commit replies shortly
+	// before it, marking phase 2 pending.
+	Phase2Wait time.Duration
+	// MaxTxnAge: a Commit for a gtrid that began longer ago is aborted, and
+	// ABORT decisions are remembered this long (default 1h).
+	MaxTxnAge time.Duration
+	// EndedRetention: how long a finished COMMIT is remembered (default 1m).
+	EndedRetention time.Duration
+	// SegmentSize of the decision log (default: the log's own).
+	SegmentSize int64
+	// NoSync skips fdatasync: tests only, never in production.
+	NoSync bool
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.OrphanTimeout, 60*time.Second)
+	def(&o.ScanInterval, 10*time.Second)
+	def(&o.Phase2Wait, 10*time.Second)
+	def(&o.MaxTxnAge, time.Hour)
+	def(&o.EndedRetention, time.Minute)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+}
+
+// Coordinator decides global transactions. It is safe for concurrent use.
+type Coordinator struct {
+	opts   Options
+	log    *wal.Log
+	lock   *os.File
+	rms    map[string]*rm.Conn
+	rmList []string // sorted names
+	logger *slog.Logger
+
+	mu   sync.Mutex
+	txns map[xid.GTRID]*txn
+	seen map[xid.Branch]time.Time // first time the scan saw an undecided prepared branch
+
+	ctx     context.Context // the coordinator's lifetime: phase 2 and scans run on it
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	scanNow chan chan struct{}
+}
+
+// Open locks the data directory, replays the decision log, and starts phase 2
+// for every decision without END and the periodic in-doubt scan.
+func Open(opts Options) (*Coordinator, error) {
+	opts.setDefaults()
+	if len(opts.RMs) == 0 {
+		return nil, errors.New("coord: no resource managers configured: name at least one (driver and DSN)")
+	}
+	c := &Coordinator{opts: opts, rms: map[string]*rm.Conn{}, txns: map[xid.GTRID]*txn{},
+		seen: map[xid.Branch]time.Time{}, logger: opts.Logger, scanNow: make(chan chan struct{})}
+	for _, cfg := range opts.RMs {
+		if _, dup := c.rms[cfg.Name]; dup {
+			c.closeRMs()
+			return nil, fmt.Errorf("coord: resource manager %q is configured twice", cfg.Name)
+		}
+		conn, err := rm.Open(cfg)
+		if err != nil {
+			c.closeRMs()
+			return nil, fmt.Errorf("coord: %w", err)
+		}
+		c.rms[cfg.Name] = conn
+		c.rmList = append(c.rmList, cfg.Name)
+	}
+	sort.Strings(c.rmList)
+	if err := c.lockDir(); err != nil {
+		c.closeRMs()
+		return nil, err
+	}
+	start := time.Now()
+	var replayed int
+	l, err := wal.Open(wal.Options{Dir: filepath.Join(opts.Dir, "log"), SegmentSize: opts.SegmentSize, NoSync: opts.NoSync},
+		func(pos wal.Position, typ wal.Type, payload []byte) error {
+			replayed++
+			if err := c.apply(typ, payload); err != nil {
+				return fmt.Errorf("record at segment %d offset %d: %w", pos.Segment, pos.Offset, err)
+			}
+			return nil
+		})
+	if err != nil {
+		c.unlockDir()
+		c.closeRMs()
+		return nil, fmt.Errorf("coord: open the decision log in %s: %w", opts.Dir, err)
+	}
+	c.log = l
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	unfinished := 0
+	now := time.Now()
+	for g, t := range c.txns {
+		if t.ended {
+			if c.expired(t, now) {
+				delete(c.txns, g)
+			}
+			continue
+		}
+		unfinished++
+		c.startPhase2(t, true)
+	}
+	c.logger.Info("decision log replayed", "records", replayed, "unfinished", unfinished, "remembered", len(c.txns), "took", time.Since(start).Round(time.Millisecond))
+	for _, name := range c.rmList {
+		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+		if err := c.rms[name].Ping(ctx); err != nil {
+			c.logger.Warn("resource manager unreachable at start; phase 2 and recovery will retry", "rm", name, "error", err)
+		}
+		cancel()
+	}
+	c.wg.Add(1)
+	go c.scanLoop()
+	return c, nil
+}
+
+// apply replays one record into the decision table.
+func (c *Coordinator) apply(typ wal.Type, payload []byte) error {
+	switch typ {
+	case recCommit, recAbort:
+		d, err := decodeDecision(payload)
+		if err != nil {
+			return err
+		}
+		out := Committed
+		if typ == recAbort {
+			out = Aborted
+		}
+		if prev := c.txns[d.gtrid]; prev != nil && prev.outcome != out {
+			return fmt.Errorf("coord: gtrid %s has both COMMIT and ABORT records: the log is inconsistent", d.gtrid)
+		}
+		c.txns[d.gtrid] = newDecided(d, out)
+	case recEnd:
+		g, err := decodeEnd(payload)
+		if err != nil {
+			return err
+		}
+		if t := c.txns[g]; t != nil {
+			t.markEnded(time.Now())
+		}
+	default:
+		return fmt.Errorf("unknown record type %d (written by a newer Tandem?)", typ)
+	}
+	return nil
+}
+
+// Close stops phase 2 and the scans, closes the log and the pools. Unfinished
+// phase 2 work resumes at the next Open. Safe to call twice.
+func (c *Coordinator) Close() error {
+	if c.cancel == nil {
+		return nil
+	}
+	c.cancel()
+	c.wg.Wait()
+	err := c.log.Close()
+	c.closeRMs()
+	c.unlockDir()
+	c.cancel = nil
+	return err
+}
+
+func (c *Coordinator) closeRMs() {
+	for _, r := range c.rms {
+		_ = r.Close()
+	}
+}
+
+// lockDir takes an exclusive lock on Dir/LOCK so that two coordinators never
+// share one decision log.
+func (c *Coordinator) lockDir() error {
+	if err := os.MkdirAll(c.opts.Dir, 0o750); err != nil {
+		return fmt.Errorf("coord: data directory %s: %w", c.opts.Dir, err)
+	}
+	path := filepath.Join(c.opts.Dir, "LOCK")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return fmt.Errorf("coord: data directory %s is not writable: %w", c.opts.Dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		owner, _ := os.ReadFile(path)
+		_ = f.Close()
+		return fmt.Errorf("coord: data directory %s is in use by another coordinator (%s); stop it or choose another --data-dir",
+			c.opts.Dir, strings.TrimSpace(string(owner)))
+	}
+	_ = f.Truncate(0)
+	host, _ := os.Hostname()
+	_, _ = f.WriteAt([]byte("pid "+strconv.Itoa(os.Getpid())+" on "+host+"\n"), 0)
+	c.lock = f
+	return nil
+}
+
+func (c *Coordinator) unlockDir() {
+	if c.lock != nil {
+		_ = c.lock.Close() // releases the flock
+		c.lock = nil
+	}
+}
+
+// RMNames lists the configured resource managers.
+func (c *Coordinator) RMNames() []string { return append([]string(nil), c.rmList...) }
+
+// RMHealth is one resource manager's reachability.
+type RMHealth struct {
+	Name, Driver string
+	Err          error
+}
+
+// Health pings every resource manager in parallel and reports whether the
+// log can still take decisions.
+func (c *Coordinator) Health(ctx context.Context) (serving bool, rms []RMHealth, unfinished int) {
+	rms = make([]RMHealth, len(c.rmList))
+	var wg sync.WaitGroup
+	for i, name := range c.rmList {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn := c.rms[name]
+			rms[i] = RMHealth{Name: name, Driver: string(conn.Dialect().Driver()), Err: conn.Ping(ctx)}
+		}()
+	}
+	wg.Wait()
+	c.mu.Lock()
+	for _, t := range c.txns {
+		if t.outcome != Undecided && !t.ended {
+			unfinished++
+		}
+	}
+	c.mu.Unlock()
+	return c.log.Err() == nil, rms, unfinished
+}

@@ -1,0 +1,146 @@
+package coord
+
+import (
+	"context"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// scanLoop scans every resource manager for in-doubt branches at start and
+// every ScanInterval, and forgets ended transactions past their retention.
+func (c *Coordinator) scanLoop() {
+	defer c.wg.Done()
+	ticker := time.NewTicker(c.opts.ScanInterval)
+	defer ticker.Stop()
+	for {
+		c.scanOnce()
+		c.forgetExpired()
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-ticker.C:
+		case ack := <-c.scanNow:
+			c.scanOnce()
+			close(ack)
+		}
+	}
+}
+
+// ScanNow runs one in-doubt scan of every resource manager and returns when
+// it finished (tests and `tandem recover`).
+func (c *Coordinator) ScanNow(ctx context.Context) error {
+	ack := make(chan struct{})
+	select {
+	case c.scanNow <- ack:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
+	select {
+	case <-ack:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// scanOnce settles what the resource managers hold prepared:
+//   - decided, with a running phase-2 driver that knows the branch: left to it;
+//   - decided otherwise: settled per the decision here;
+//   - undecided: remembered as first seen now; once older than OrphanTimeout,
+//     ABORT is written durably, then the branch is rolled back.
+func (c *Coordinator) scanOnce() {
+	now := time.Now()
+	stillThere := map[xid.Branch]bool{}
+	for _, name := range c.rmList {
+		ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
+		found, err := c.rms[name].Recover(ctx)
+		cancel()
+		if err != nil {
+			if c.ctx.Err() == nil {
+				c.logger.Warn("in-doubt scan failed; will retry", "rm", name, "error", err)
+			}
+			// Keep this RM's first-seen times: absence of evidence is not evidence.
+			for b := range c.seen {
+				if b.RM == name {
+					stillThere[b] = true
+				}
+			}
+			continue
+		}
+		for _, d := range found {
+			stillThere[d.Branch] = true
+			c.settleInDoubt(d, now)
+		}
+	}
+	c.mu.Lock()
+	for b := range c.seen {
+		if !stillThere[b] {
+			delete(c.seen, b)
+		}
+	}
+	c.mu.Unlock()
+}
+
+func (c *Coordinator) settleInDoubt(d rm.InDoubt, now time.Time) {
+	b := d.Branch
+	c.mu.Lock()
+	t := c.txns[b.GTRID]
+	switch {
+	case t != nil && t.deciding != nil:
+		c.mu.Unlock()
+		return // being decided right now
+	case t != nil:
+		// Decided. Make sure a driver settles this branch.
+		if t.addBranches([]BranchRef{{RM: b.RM}}) || t.ended {
+			t.ended = false
+			t.done = reopen(t.done)
+			for _, bp := range t.branches {
+				if bp.rm == b.RM {
+					bp.state = BranchPending
+				}
+			}
+		}
+		c.startPhase2Locked(t, true)
+		c.mu.Unlock()
+		return
+	}
+	first, ok := c.seen[b]
+	if !ok {
+		c.seen[b] = now
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	if now.Sub(first) < c.opts.OrphanTimeout {
+		return
+	}
+	c.logger.Warn("aborting an orphaned prepared branch", "gtrid", b.GTRID.String(), "rm", b.RM, "undecided_for", now.Sub(first).Round(time.Millisecond))
+	if _, err := c.decide(b.GTRID, Aborted, AbortOrphan, []BranchRef{{RM: b.RM}}); err != nil {
+		c.logger.Error("could not abort orphaned branch", "gtrid", b.GTRID.String(), "rm", b.RM, "error", err)
+	}
+}
+
+// reopen returns an open channel in place of a closed one.
+func reopen(ch chan struct{}) chan struct{} {
+	select {
+	case <-ch:
+		return make(chan struct{})
+	default:
+		return ch
+	}
+}
+
+func (c *Coordinator) forgetExpired() {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for g, t := range c.txns {
+		if c.expired(t, now) {
+			delete(c.txns, g)
+		}
+	}
+}

@@ -1,0 +1,48 @@
+//go:build failpoints
+
+package failpoint
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Enabled reports whether failpoints are compiled in.
+const Enabled = true
+
+var actions = parse(os.Getenv("TANDEM_FAILPOINTS"))
+
+func parse(spec string) map[string]string {
+	m := map[string]string{}
+	for _, part := range strings.Split(spec, ";") {
+		if name, action, ok := strings.Cut(strings.TrimSpace(part), "="); ok {
+			m[name] = action
+		}
+	}
+	return m
+}
+
+// Inject runs the action configured for name, if any.
+func Inject(name string) error {
+	action, ok := actions[name]
+	if !ok {
+		return nil
+	}
+	switch {
+	case action == "kill":
+		fmt.Fprintf(os.Stderr, "failpoint %s: SIGKILL\n", name)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // never returns
+	case action == "error":
+		return fmt.Errorf("failpoint %s: injected error", name)
+	case strings.HasPrefix(action, "sleep(") && strings.HasSuffix(action, ")"):
+		d, err := time.ParseDuration(action[len("sleep(") : len(action)-1])
+		if err == nil {
+			time.Sleep(d)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+// Package server runs a coordinator with its gRPC API on a listener: the
+// daemon (`tandem serve`), the in-process coordinator of examples and
+// benchmarks, and end-to-end tests all start it the same way.
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/config"
+	"github.com/tandem-tx/tandem/internal/coord"
+	"github.com/tandem-tx/tandem/internal/service"
+)
+
+// Server is a running coordinator and its gRPC listener.
+type Server struct {
+	Coord *coord.Coordinator
+	grpc  *grpc.Server
+	lis   net.Listener
+	done  chan error
+}
+
+// Options beyond the configuration file.
+type Options struct {
+	Logger *slog.Logger
+	// NoSync skips fdatasync of the decision log: tests only.
+	NoSync bool
+}
+
+// Start opens the coordinator (replaying its log) and serves its API.
+func Start(cfg config.Config, o Options) (*Server, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rms, err := cfg.RMConfigs()
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
+	}
+	c, err := coord.Open(coord.Options{
+		Dir: cfg.DataDir, RMs: rms, OrphanTimeout: cfg.OrphanTimeout, ScanInterval: cfg.ScanInterval,
+		Phase2Wait: cfg.Phase2Wait, MaxTxnAge: cfg.MaxTxnAge, NoSync: o.NoSync, Logger: o.Logger,
+	})
+	if err != nil {
+		_ = lis.Close()
+		return nil, err
+	}
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(1 << 20))
+	api.RegisterCoordinatorServer(g, service.New(c))
+	s := &Server{Coord: c, grpc: g, lis: lis, done: make(chan error, 1)}
+	go func() { s.done <- g.Serve(lis) }()
+	return s, nil
+}
+
+// Addr is the address the API listens on (useful with port 0).
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Done delivers the serving error, if serving stops by itself.
+func (s *Server) Done() <-chan error { return s.done }
+
+// Stop stops accepting calls, lets calls in flight finish (up to grace), and
+// closes the coordinator. Unfinished phase 2 resumes at the next start.
+func (s *Server) Stop(grace time.Duration) error {
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(grace):
+		s.grpc.Stop()
+	}
+	return s.Coord.Close()
+}

@@ -1,0 +1,125 @@
+// Package service exposes a coordinator over gRPC: it turns requests into
+// calls on package coord and coord's errors into gRPC status codes. It holds
+// no transaction logic of its own.
+//
+// Status codes: INVALID_ARGUMENT for a malformed request (nothing was
+// written); FAILED_PRECONDITION for an Abort after COMMIT; UNAVAILABLE while
+// shutting down (safe to retry); INTERNAL when a decision could not be
+// written (the outcome is unknown until the coordinator restarts).
+package service
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/coord"
+)
+
+// Version is reported by Health.
+var Version = "dev"
+
+// Service implements api.CoordinatorServer on a coordinator.
+type Service struct {
+	api.UnimplementedCoordinatorServer
+	c *coord.Coordinator
+}
+
+// New returns the gRPC face of c.
+func New(c *coord.Coordinator) *Service { return &Service{c: c} }
+
+func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
+	wait := req.GetOptions().GetVisibility() != api.Visibility_ASYNC
+	r, err := s.c.Commit(ctx, req.GetGtrid(), branchRefs(req.GetBranches()), wait)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &api.CommitResponse{Outcome: outcome(r.Outcome), Phase2Pending: r.Phase2Pending, Branches: branches(r), Message: r.Message}, nil
+}
+
+func (s *Service) Abort(ctx context.Context, req *api.AbortRequest) (*api.AbortResponse, error) {
+	r, err := s.c.Abort(ctx, req.GetGtrid(), branchRefs(req.GetBranches()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &api.AbortResponse{Outcome: outcome(r.Outcome), Phase2Pending: r.Phase2Pending, Branches: branches(r), Message: r.Message}, nil
+}
+
+func (s *Service) Status(ctx context.Context, req *api.StatusRequest) (*api.StatusResponse, error) {
+	r, err := s.c.Status(ctx, req.GetGtrid(), req.GetResolve())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &api.StatusResponse{Outcome: outcome(r.Outcome), Phase2Pending: r.Phase2Pending, Branches: branches(r), Message: r.Message}
+	if !r.DecidedAt.IsZero() {
+		resp.DecidedUnixNano = r.DecidedAt.UnixNano()
+	}
+	return resp, nil
+}
+
+func (s *Service) Health(ctx context.Context, _ *api.HealthRequest) (*api.HealthResponse, error) {
+	serving, rms, unfinished := s.c.Health(ctx)
+	resp := &api.HealthResponse{Serving: serving, Version: Version, Unfinished: uint64(unfinished)}
+	for _, h := range rms {
+		rh := &api.RMHealth{Name: h.Name, Driver: h.Driver, Reachable: h.Err == nil}
+		if h.Err != nil {
+			rh.Error = h.Err.Error()
+		}
+		resp.Rms = append(resp.Rms, rh)
+	}
+	if !serving {
+		resp.Message = "the decision log failed a write: restart the coordinator to replay it"
+	}
+	return resp, nil
+}
+
+func branchRefs(bs []*api.Branch) []coord.BranchRef {
+	out := make([]coord.BranchRef, len(bs))
+	for i, b := range bs {
+		out[i] = coord.BranchRef{RM: b.GetRm(), ClientSettles: b.GetClientSettles()}
+	}
+	return out
+}
+
+func outcome(o coord.Outcome) api.Outcome {
+	switch o {
+	case coord.Committed:
+		return api.Outcome_COMMITTED
+	case coord.Aborted:
+		return api.Outcome_ABORTED
+	}
+	return api.Outcome_UNDECIDED
+}
+
+func branches(r coord.Report) []*api.BranchStatus {
+	out := make([]*api.BranchStatus, len(r.Branches))
+	for i, b := range r.Branches {
+		st := api.BranchState_PENDING
+		switch b.State {
+		case coord.BranchDone:
+			st = api.BranchState_DONE
+		case coord.BranchNotFound:
+			st = api.BranchState_NOT_FOUND
+		}
+		out[i] = &api.BranchStatus{Rm: b.RM, State: st, LastError: b.LastError, Attempts: b.Attempts}
+	}
+	return out
+}
+
+func toStatus(err error) error {
+	var in *coord.InputError
+	switch {
+	case errors.As(err, &in):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, coord.ErrAlreadyCommitted):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, coord.ErrClosed):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, coord.ErrOutcomeUnknown):
+		return status.Error(codes.Internal, err.Error())
+	}
+	return status.Error(codes.Unknown, err.Error())
+}

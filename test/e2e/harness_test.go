@@ -1,0 +1,355 @@
+// Package e2e tests Tandem end to end against real PostgreSQL and MariaDB
+// servers (started by scripts/db) and a real coordinator process built from
+// cmd/tandem with failpoints compiled in.
+//
+// Run: eval "$(scripts/db env)" && go test ./test/e2e/
+// Without TANDEM_PG_DSN / TANDEM_MYSQL_DSN the tests skip, unless
+// TANDEM_E2E_REQUIRED=1 (as in scripts/test and CI), where they fail.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/client"
+)
+
+var (
+	tandemBin string // built once by TestMain
+	pgDSN     = os.Getenv("TANDEM_PG_DSN")
+	myDSN     = os.Getenv("TANDEM_MYSQL_DSN")
+	repoRoot  string
+)
+
+func TestMain(m *testing.M) {
+	_, file, _, _ := runtime.Caller(0)
+	repoRoot = filepath.Join(filepath.Dir(file), "..", "..")
+	if pgDSN == "" || myDSN == "" {
+		if os.Getenv("TANDEM_E2E_REQUIRED") == "1" {
+			fmt.Fprintln(os.Stderr, "e2e: TANDEM_PG_DSN and TANDEM_MYSQL_DSN are required: run scripts/db up and eval \"$(scripts/db env)\"")
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, "e2e: skipping: TANDEM_PG_DSN / TANDEM_MYSQL_DSN not set (scripts/db up; eval \"$(scripts/db env)\")")
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "tandem-e2e-bin")
+	if err != nil {
+		panic(err)
+	}
+	tandemBin = filepath.Join(dir, "tandem")
+	build := exec.Command("go", "build", "-tags", "failpoints", "-o", tandemBin, "./cmd/tandem")
+	build.Dir = repoRoot
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building tandem:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// coordinator is a real `tandem serve` process.
+type coordinator struct {
+	t       *testing.T
+	addr    string
+	dataDir string
+	args    []string
+	env     []string
+	cmd     *exec.Cmd
+	out     *syncBuffer
+	exited  chan struct{}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type coordOpts struct {
+	failpoints string   // TANDEM_FAILPOINTS
+	extra      []string // more flags
+	rms        []string // --rm values; default pg and maria
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startCoordinator starts `tandem serve` on a fresh port and data directory
+// and waits until it answers Health.
+func startCoordinator(t *testing.T, o coordOpts) *coordinator {
+	t.Helper()
+	c := &coordinator{t: t, addr: freeAddr(t), dataDir: t.TempDir()}
+	rms := o.rms
+	if rms == nil {
+		rms = []string{"pg=postgres:" + pgDSN, "maria=mysql:" + myDSN}
+	}
+	c.args = []string{"serve", "--listen", c.addr, "--data-dir", c.dataDir, "--scan-interval", "200ms", "--orphan-timeout", "2s"}
+	for _, r := range rms {
+		c.args = append(c.args, "--rm", r)
+	}
+	c.args = append(c.args, o.extra...)
+	if o.failpoints != "" {
+		c.env = []string{"TANDEM_FAILPOINTS=" + o.failpoints}
+	}
+	c.start()
+	t.Cleanup(c.stop)
+	return c
+}
+
+func (c *coordinator) start() {
+	c.t.Helper()
+	c.out = &syncBuffer{}
+	c.cmd = exec.Command(tandemBin, c.args...)
+	c.cmd.Env = append(os.Environ(), c.env...)
+	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
+	if err := c.cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.exited = make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(c.exited) }()
+	c.waitHealthy()
+}
+
+func (c *coordinator) waitHealthy() {
+	c.t.Helper()
+	cli := c.api()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_, err := cli.Health(ctx, &api.HealthRequest{})
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-c.exited:
+			c.t.Fatalf("coordinator exited at start:\n%s", c.out.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	c.t.Fatalf("coordinator did not become healthy:\n%s", c.out.String())
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (c *coordinator) kill() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.exited
+}
+
+// restart starts the process again on the same address and data directory.
+func (c *coordinator) restart(env ...string) {
+	c.t.Helper()
+	c.env = env
+	c.start()
+}
+
+func (c *coordinator) stop() {
+	select {
+	case <-c.exited:
+		return
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(15 * time.Second):
+		c.kill()
+	}
+}
+
+func (c *coordinator) api() api.CoordinatorClient {
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { conn.Close() })
+	return api.NewCoordinatorClient(conn)
+}
+
+func (c *coordinator) client(t *testing.T) *client.Client {
+	return newClient(t, c.addr)
+}
+
+func newClient(t *testing.T, addr string) *client.Client {
+	t.Helper()
+	cli, err := client.New(client.Config{
+		Coordinator: addr,
+		RMs:         []client.RM{{Name: "pg", Driver: "postgres"}, {Name: "maria", Driver: "mysql", MultiStatements: true}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// dbs holds pools to both databases.
+type dbs struct {
+	pg, my *sql.DB
+}
+
+func openDBs(t *testing.T) dbs {
+	t.Helper()
+	pg, err := sql.Open("pgx", pgDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	my, err := sql.Open("mysql", myDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close(); my.Close() })
+	return dbs{pg: pg, my: my}
+}
+
+// table creates a fresh table `name (id int primary key, v text)` on both databases.
+func (d dbs) table(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, db := range []*sql.DB{d.pg, d.my} {
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "CREATE TABLE "+name+" (id int PRIMARY KEY, v varchar(64))"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (d dbs) count(t *testing.T, db *sql.DB, table string, id int) int {
+	t.Helper()
+	var n int
+	q := "SELECT count(*) FROM " + table + " WHERE id = "
+	if db == d.pg {
+		q += "$1"
+	} else {
+		q += "?"
+	}
+	if err := db.QueryRowContext(context.Background(), q, id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// prepared lists Tandem-format prepared branches left on both databases.
+func (d dbs) prepared(t *testing.T) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	rows, err := d.pg.QueryContext(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var g string
+		_ = rows.Scan(&g)
+		out = append(out, "pg "+g)
+	}
+	rows.Close()
+	rows, err = d.my.QueryContext(ctx, "XA RECOVER")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var f int64
+		var a, b int
+		var data []byte
+		_ = rows.Scan(&f, &a, &b, &data)
+		if f == 0x54414E44 {
+			out = append(out, "maria "+string(data))
+		}
+	}
+	rows.Close()
+	return out
+}
+
+// preparedFor lists the branches of one gtrid still prepared.
+func (d dbs) preparedFor(t *testing.T, gtrid string) []string {
+	var out []string
+	for _, p := range d.prepared(t) {
+		if strings.Contains(p, gtrid) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func conns(t *testing.T, d dbs) (*sql.Conn, *sql.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	pc, err := d.pg.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, err := d.my.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close(); mc.Close() })
+	return pc, mc
+}
+
+// runDB runs scripts/db with args (to stop or start a database).
+func runDB(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(repoRoot, "scripts", "db"), args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("scripts/db %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+var errBadConn = driver.ErrBadConn
+
+func itoa(i int) string { return strconv.Itoa(i) }
