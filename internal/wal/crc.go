@@ -1,6 +1,9 @@
 package wal
 
-import "hash/crc32"
+import (
+	"hash/crc32"
+	"sync"
+)
 
 // CRC-32C arithmetic that lets the tail scan check a record's checksum in
 // O(log n) from prefix checksums instead of rereading its payload. The
@@ -10,7 +13,7 @@ import "hash/crc32"
 const castagnoliReflected = 0x82f63b78 // crc32.Castagnoli, bit-reversed
 
 // x2n[k] is x^(2^k) modulo the polynomial, in reflected form.
-var x2n = func() (t [32]uint32) {
+var x2n = func() (t [64]uint32) {
 	p := uint32(1) << 30 // x^1
 	t[0] = p
 	for k := 1; k < len(t); k++ {
@@ -36,13 +39,38 @@ func multModP(a, b uint32) uint32 {
 	return p
 }
 
-// xPow8n returns x^(8n) modulo the polynomial: the factor that shifts a CRC
-// register past n bytes.
-func xPow8n(n int64) uint32 {
+// xPow8nSlow returns x^(8n) modulo the polynomial by squaring; n < 2^60.
+func xPow8nSlow(n uint64) uint32 {
 	p := uint32(1) << 31 // x^0
 	for k := 3; n != 0; n, k = n>>1, k+1 {
 		if n&1 != 0 {
-			p = multModP(x2n[k&31], p)
+			p = multModP(x2n[k], p)
+		}
+	}
+	return p
+}
+
+// x8nTable[k][d] is x^(8 * d * 256^k) modulo the polynomial.
+var x8nTable = sync.OnceValue(func() *[8][256]uint32 {
+	var t [8][256]uint32
+	for k := range t {
+		t[k][0] = 1 << 31
+		step := xPow8nSlow(1 << (8 * k))
+		for d := 1; d < 256; d++ {
+			t[k][d] = multModP(t[k][d-1], step)
+		}
+	}
+	return &t
+})
+
+// xPow8n returns x^(8n) modulo the polynomial: the factor that shifts a CRC
+// register past n bytes. It takes one table look-up per nonzero byte of n.
+func xPow8n(n int64) uint32 {
+	t := x8nTable()
+	p := uint32(1) << 31
+	for k := 0; n != 0; k, n = k+1, n>>8 {
+		if d := byte(n); d != 0 {
+			p = multModP(t[k][d], p)
 		}
 	}
 	return p

@@ -57,12 +57,18 @@ func recordCRC(seq uint64, lenType []byte, payload []byte) uint32 {
 	return crc32.Update(prefixCRC(seq, lenType), castagnoli, payload)
 }
 
-// prefixCRC is the CRC-32C of seq (8 bytes little endian) then lenType.
+// prefixCRC is the CRC-32C of seq (8 bytes little endian) then the 4 bytes
+// of lenType. It runs the table byte by byte: handing a stack buffer to
+// hash/crc32 would move it to the heap, one allocation per record.
 func prefixCRC(seq uint64, lenType []byte) uint32 {
-	var b [12]byte
-	binary.LittleEndian.PutUint64(b[0:8], seq)
-	copy(b[8:12], lenType)
-	return crc32.Checksum(b[:], castagnoli)
+	crc := ^uint32(0)
+	for i := range 8 {
+		crc = castagnoli[byte(crc)^byte(seq>>(8*i))] ^ crc>>8
+	}
+	for _, c := range lenType[:4] {
+		crc = castagnoli[byte(crc)^c] ^ crc>>8
+	}
+	return ^crc
 }
 
 // payloadLen reads the 24-bit payload length of a header.

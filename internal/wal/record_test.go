@@ -168,3 +168,16 @@ func TestZeroEnd(t *testing.T) {
 		}
 	}
 }
+
+func TestXPow8n(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for range 1000 {
+		n := rng.Int64N(1 << 40)
+		if got, want := xPow8n(n), xPow8nSlow(uint64(n)); got != want {
+			t.Fatalf("xPow8n(%d) = %08x, want %08x", n, got, want)
+		}
+	}
+	if prefixCRC(0x0102030405060708, []byte{9, 10, 11, 12}) != crc32Castagnoli([]byte{8, 7, 6, 5, 4, 3, 2, 1, 9, 10, 11, 12}) {
+		t.Fatal("prefixCRC disagrees with hash/crc32")
+	}
+}
