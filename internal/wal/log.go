@@ -57,7 +57,7 @@ func (p Position) String() string { return fmt.Sprintf("%d:%d", p.Segment, p.Off
 
 // Stats are counters since Open, read without stopping the writer.
 type Stats struct {
-	Appends      uint64 // records acknowledged as durable
+	Appends      uint64 // records written (AppendNoWait's too) and, unless NoSync, fdatasynced or pending one
 	Batches      uint64 // group commits: one write of one or more records
 	Fsyncs       uint64 // fdatasync calls on segment files
 	BytesWritten uint64 // record bytes written, headers and padding included
@@ -77,14 +77,15 @@ type Log struct {
 	lock *os.File
 
 	// Owned by the writer goroutine after Open returns.
-	f       File
-	seq     uint64
-	off     int64 // where the next record goes
-	size    int64 // size of the current segment
-	buf     []byte
-	batch   []*request
-	pipe    *pipeline
-	failure *WriteError
+	f        File
+	seq      uint64
+	off      int64 // where the next record goes
+	size     int64 // size of the current segment
+	unsynced bool  // the current segment has records written without fdatasync
+	buf      []byte
+	batch    []*request
+	pipe     *pipeline
+	failure  *WriteError
 
 	failed atomic.Pointer[WriteError] // set once by the writer, read by Append
 
@@ -189,34 +190,51 @@ func (l *Log) maxPayload() int {
 // failure made the log unusable; nothing written). payload is not retained
 // after Append returns.
 func (l *Log) Append(typ Type, payload []byte) (Position, error) {
-	if typ == typeEnd || typ == typeSegmentHeader {
-		return Position{}, fmt.Errorf("%w %d: types 0 and 255 are reserved", ErrInvalidType, typ)
-	}
-	if max := l.maxPayload(); len(payload) > max {
-		return Position{}, fmt.Errorf("%w: %d-byte payload, at most %d with %d-byte segments",
-			ErrRecordTooLarge, len(payload), max, l.opts.SegmentSize)
-	}
-	if werr := l.failed.Load(); werr != nil {
-		return Position{}, &appendError{kind: ErrLogFailed, cause: werr}
+	if err := l.check(typ, payload); err != nil {
+		return Position{}, err
 	}
 	r := requestPool.Get().(*request)
 	r.typ, r.payload = typ, payload
-	l.mu.RLock()
-	if l.closed {
-		l.mu.RUnlock()
+	if err := l.enqueue(r); err != nil {
 		r.reset()
-		return Position{}, ErrClosed
+		return Position{}, err
 	}
-	l.reqs <- r
-	l.mu.RUnlock()
 	<-r.done
 	pos, err := r.pos, r.err
 	r.reset()
 	return pos, err
 }
 
-// Close waits for queued records to be written, stops the writer and the
-// segment pipeline and closes the files. Appends after Close return
+// check returns the error for a record that no log could take, or for any
+// record once the log has failed.
+func (l *Log) check(typ Type, payload []byte) error {
+	if typ == typeEnd || typ == typeSegmentHeader {
+		return fmt.Errorf("%w %d: types 0 and 255 are reserved", ErrInvalidType, typ)
+	}
+	if max := l.maxPayload(); len(payload) > max {
+		return fmt.Errorf("%w: %d-byte payload, at most %d with %d-byte segments",
+			ErrRecordTooLarge, len(payload), max, l.opts.SegmentSize)
+	}
+	if werr := l.failed.Load(); werr != nil {
+		return &appendError{kind: ErrLogFailed, cause: werr}
+	}
+	return nil
+}
+
+// enqueue hands r to the writer, or returns ErrClosed.
+func (l *Log) enqueue(r *request) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return ErrClosed
+	}
+	l.reqs <- r
+	return nil
+}
+
+// Close waits for queued records to be written (AppendNoWait's included,
+// made durable), stops the writer and the segment pipeline and closes the
+// files. Appends after Close return
 // ErrClosed. Calling Close again is safe and returns nil.
 func (l *Log) Close() error {
 	first := false
@@ -226,9 +244,12 @@ func (l *Log) Close() error {
 		l.closed = true
 		close(l.reqs)
 		l.mu.Unlock()
-		<-l.done
+		<-l.done // the writer has exited: its fields are ours now
 		l.pipe.close()
-		if err := l.f.Close(); err != nil {
+		if l.failure == nil && !l.sync(nil) {
+			l.closeErr = fmt.Errorf("wal: close: %w", l.failure)
+		}
+		if err := l.f.Close(); err != nil && l.closeErr == nil {
 			l.closeErr = fmt.Errorf("wal: close segment: %w", err)
 		}
 		l.lock.Close()

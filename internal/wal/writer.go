@@ -2,6 +2,7 @@ package wal
 
 import (
 	"path/filepath"
+	"slices"
 	"sync"
 )
 
@@ -23,6 +24,7 @@ type request struct {
 	payload []byte
 	pos     Position
 	err     error
+	noWait  bool          // AppendNoWait: nobody waits; the writer recycles it
 	done    chan struct{} // capacity 1; the writer sends once per use
 }
 
@@ -36,8 +38,13 @@ func (r *request) reset() {
 	requestPool.Put(r)
 }
 
-// finish hands r its result. The writer must not touch r afterwards.
+// finish hands r its result (or recycles a request nobody waits for). The
+// writer must not touch r afterwards.
 func finish(r *request, pos Position, err error) {
+	if r.noWait {
+		r.reset()
+		return
+	}
 	r.pos, r.err = pos, err
 	r.done <- struct{}{}
 }
@@ -115,8 +122,9 @@ func (l *Log) commit(batch []*request) {
 }
 
 // flush writes buf, the encoding of reqs, at the end of the current segment
-// with one write, fdatasyncs once, and completes reqs. On failure it fails
-// the log, completes reqs with ErrOutcomeUnknown and returns false.
+// with one write, fdatasyncs once (unless nobody waits for any of reqs),
+// and completes reqs. On failure it fails the log, completes reqs with
+// ErrOutcomeUnknown and returns false.
 func (l *Log) flush(buf []byte, reqs []*request) bool {
 	if len(buf) == 0 {
 		return true
@@ -125,13 +133,9 @@ func (l *Log) flush(buf []byte, reqs []*request) bool {
 		l.fail(reqs, "write", l.f.Name(), err)
 		return false
 	}
-	if !l.opts.NoSync {
-		err := l.f.Sync()
-		l.fsyncs.Add(1)
-		if err != nil {
-			l.fail(reqs, "fdatasync", l.f.Name(), err)
-			return false
-		}
+	l.unsynced = true
+	if slices.ContainsFunc(reqs, func(r *request) bool { return !r.noWait }) && !l.sync(reqs) {
+		return false
 	}
 	l.off += int64(len(buf))
 	l.batches.Add(1)
@@ -143,9 +147,30 @@ func (l *Log) flush(buf []byte, reqs []*request) bool {
 	return true
 }
 
-// rotate makes the segment prepared by the pipeline the current one. The
-// current segment is already synced: every flush syncs.
+// sync fdatasyncs the current segment if it has unsynced records. On
+// failure it fails the log, completes reqs with ErrOutcomeUnknown and
+// returns false.
+func (l *Log) sync(reqs []*request) bool {
+	if !l.unsynced || l.opts.NoSync {
+		return true
+	}
+	err := l.f.Sync()
+	l.fsyncs.Add(1)
+	if err != nil {
+		l.fail(reqs, "fdatasync", l.f.Name(), err)
+		return false
+	}
+	l.unsynced = false
+	return true
+}
+
+// rotate makes the segment prepared by the pipeline the current one, after
+// syncing the current one: a segment is complete on disk before any record
+// goes into the next, so only the last segment can have a torn tail.
 func (l *Log) rotate() bool {
+	if !l.sync(nil) {
+		return false
+	}
 	seq := l.seq + 1
 	name := filepath.Join(l.opts.Dir, segmentName(seq))
 	next, err := l.pipe.take(seq)
@@ -159,7 +184,7 @@ func (l *Log) rotate() bool {
 		l.fail(nil, "rotate to", name, err)
 		return false
 	}
-	// The old segment was fdatasynced; an error closing it cannot lose data.
+	// The old segment is synced; an error closing it cannot lose data.
 	l.f.Close()
 	l.f, l.seq, l.off, l.size = next, seq, segmentHeaderSize, l.opts.SegmentSize
 	l.rotations.Add(1)
