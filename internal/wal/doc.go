@@ -7,6 +7,8 @@
 //   - Append returns only once its record is durable: written and
 //     fdatasynced. Records waiting at the same moment share one write and
 //     one fdatasync (group commit); the writer never sleeps to gather them.
+//   - AppendNoWait queues a record without waiting: it is written with the
+//     next batch, and durable once a later Append returns (or after Close).
 //   - Open replays every acknowledged record, in order. A record that was
 //     being written when the process or machine stopped (a torn tail) is
 //     cut; damage anywhere else stops Open with a *CorruptionError naming

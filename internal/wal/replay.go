@@ -167,7 +167,9 @@ func (l *Log) cutTail(f File, b []byte, size int64, seq uint64, s segmentScan) e
 			return fmt.Errorf("wal: cut torn tail of %s: %w", f.Name(), err)
 		}
 	}
-	l.tornAt = Position{Segment: seq, Offset: int64(s.end)}
-	l.tornSize = int64(s.zeroEnd - s.end)
+	if s.zeroEnd > s.end {
+		l.tornAt = Position{Segment: seq, Offset: int64(s.end)}
+		l.tornSize = int64(s.zeroEnd - s.end)
+	}
 	return nil
 }
