@@ -77,12 +77,15 @@ func (e *VersionError) Error() string {
 // and errors.Is reaches its cause (for example syscall.ENOSPC).
 type WriteError struct {
 	Op     string // "write", "fdatasync" or "rotate"
-	File   string
-	Offset int64 // where the failed write started
+	File   string // for "rotate", the segment that could not be started
+	Offset int64  // where the failed write started
 	Err    error
 }
 
 func (e *WriteError) Error() string {
+	if e.Op == "rotate" {
+		return fmt.Sprintf("rotate to %s: %v", e.File, e.Err)
+	}
 	return fmt.Sprintf("%s %s at offset %d: %v", e.Op, e.File, e.Offset, e.Err)
 }
 

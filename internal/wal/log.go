@@ -57,7 +57,7 @@ func (p Position) String() string { return fmt.Sprintf("%d:%d", p.Segment, p.Off
 
 // Stats are counters since Open, read without stopping the writer.
 type Stats struct {
-	Appends      uint64 // records written (AppendNoWait's too) and, unless NoSync, fdatasynced or pending one
+	Appends      uint64 // records written, by Append (acknowledged) or AppendNoWait
 	Batches      uint64 // group commits: one write of one or more records
 	Fsyncs       uint64 // fdatasync calls on segment files
 	BytesWritten uint64 // record bytes written, headers and padding included
@@ -234,8 +234,8 @@ func (l *Log) enqueue(r *request) error {
 
 // Close waits for queued records to be written (AppendNoWait's included,
 // made durable), stops the writer and the segment pipeline and closes the
-// files. Appends after Close return
-// ErrClosed. Calling Close again is safe and returns nil.
+// files. Appends after Close return ErrClosed. Calling Close again is safe
+// and returns nil.
 func (l *Log) Close() error {
 	first := false
 	l.closeOnce.Do(func() {

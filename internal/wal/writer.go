@@ -130,7 +130,7 @@ func (l *Log) flush(buf []byte, reqs []*request) bool {
 		return true
 	}
 	if _, err := l.f.WriteAt(buf, l.off); err != nil {
-		l.fail(reqs, "write", l.f.Name(), err)
+		l.fail(reqs, "write", l.f.Name(), l.off, err)
 		return false
 	}
 	l.unsynced = true
@@ -157,7 +157,7 @@ func (l *Log) sync(reqs []*request) bool {
 	err := l.f.Sync()
 	l.fsyncs.Add(1)
 	if err != nil {
-		l.fail(reqs, "fdatasync", l.f.Name(), err)
+		l.fail(reqs, "fdatasync", l.f.Name(), l.off, err)
 		return false
 	}
 	l.unsynced = false
@@ -181,7 +181,7 @@ func (l *Log) rotate() bool {
 		}
 	}
 	if err != nil {
-		l.fail(nil, "rotate to", name, err)
+		l.fail(nil, "rotate", name, 0, err)
 		return false
 	}
 	// The old segment is synced; an error closing it cannot lose data.
@@ -194,8 +194,8 @@ func (l *Log) rotate() bool {
 
 // fail makes the log failed for good and completes reqs, whose records were
 // handed to the kernel, with ErrOutcomeUnknown.
-func (l *Log) fail(reqs []*request, op, file string, err error) {
-	werr := &WriteError{Op: op, File: file, Offset: l.off, Err: err}
+func (l *Log) fail(reqs []*request, op, file string, off int64, err error) {
+	werr := &WriteError{Op: op, File: file, Offset: off, Err: err}
 	l.failure = werr
 	l.failed.Store(werr)
 	for _, r := range reqs {
