@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -78,9 +79,14 @@ func ParseRMFlag(s string) (name string, r RM, err error) {
 	return name, RM{Driver: driver, DSN: dsn}, nil
 }
 
+// flagHead is what a malformed --rm flag may show: the NAME=DRIVER: part. A
+// DSN can hold its password anywhere (user:pass@, ':' or '@' inside the
+// password, password=... in keyword/value form), so none of it is shown.
+var flagHead = regexp.MustCompile(`^[A-Za-z0-9_-]*(?:=[A-Za-z0-9_-]*)?:?`)
+
 func redactFlag(s string) string {
-	if i := strings.Index(s, "@"); i > 0 {
-		return s[:strings.LastIndex(s[:i], ":")+1] + "xxxxx" + s[i:]
+	if head := flagHead.FindString(s); len(head) < len(s) {
+		return head + "…(DSN hidden)"
 	}
 	return s
 }
