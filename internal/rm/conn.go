@@ -88,7 +88,9 @@ func checkDSN(d Driver, dsn string) (password string, err error) {
 var userinfoPassword = regexp.MustCompile(`^(?:[a-z]+://)?[^:@/]*:([^@]*)@`)
 
 func guessPassword(dsn string) string {
-	if m := userinfoPassword.FindStringSubmatch(dsn); m != nil {
+	// "postgres://u@h" without a password would match as user "postgres",
+	// password "//u": that is a scheme, not a password.
+	if m := userinfoPassword.FindStringSubmatch(dsn); m != nil && !strings.HasPrefix(m[1], "//") {
 		return m[1]
 	}
 	return ""
