@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // faults arms failures of the files a faultyOpen opens. Record writes are
@@ -99,20 +100,23 @@ func checkReplay(t *testing.T, opts Options, acked []rec, unknown map[string]boo
 }
 
 // TestWriteFailure fails a write partway (like ENOSPC) and an fdatasync
-// (like EIO) under a batch of concurrent committers.
+// (like EIO) under a batch of concurrent committers, in both write modes.
 func TestWriteFailure(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		arm   func(*faults)
-		op    string
-		cause error
+		name   string
+		arm    func(*faults)
+		op     string
+		cause  error
+		window time.Duration
 	}{
-		{"write", func(fs *faults) { fs.writeFails.Store(true) }, "write", syscall.ENOSPC},
-		{"fdatasync", func(fs *faults) { fs.syncFails.Store(true) }, "fdatasync", syscall.EIO},
+		{"write", func(fs *faults) { fs.writeFails.Store(true) }, "write", syscall.ENOSPC, 0},
+		{"fdatasync", func(fs *faults) { fs.syncFails.Store(true) }, "fdatasync", syscall.EIO, 0},
+		{"batch/write", func(fs *faults) { fs.writeFails.Store(true) }, "write", syscall.ENOSPC, time.Millisecond},
+		{"batch/fdatasync", func(fs *faults) { fs.syncFails.Store(true) }, "fdatasync", syscall.EIO, time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := &faults{}
-			opts := Options{Dir: t.TempDir(), SegmentSize: 1 << 16, OpenFile: fs.open}
+			opts := Options{Dir: t.TempDir(), SegmentSize: 1 << 16, OpenFile: fs.open, BatchWindow: tc.window}
 			l, _ := openLog(t, opts)
 			var acked []rec
 			for i := range 20 {

@@ -4,17 +4,29 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 )
 
 const (
 	// maxQueued is the capacity of the queue between Append and the writer.
 	maxQueued = 4096
 	// maxBatchBytes stops the drain of the queue into one batch; the rest
-	// goes into the next batch, right after.
+	// goes into the next batch, right after. It is also the largest
+	// Options.BatchMaxBytes.
 	maxBatchBytes = 4 << 20
 	// maxKeptBuffer is the largest encoding buffer the writer keeps
 	// between batches.
 	maxKeptBuffer = 8 << 20
+)
+
+// mode says what a request asks of the writer.
+type mode uint8
+
+const (
+	modeWait   mode = iota // Append: write, fdatasync, wake the caller
+	modeNoWait             // AppendNoWait: write; no fdatasync of its own; nobody waits
+	modeAsync              // AppendAsync: write and fdatasync; nobody waits
+	modeSync               // Sync: no record; fdatasync what is written; wake the caller
 )
 
 // request is one Append waiting for the writer. Requests are pooled so that
@@ -24,9 +36,19 @@ type request struct {
 	payload []byte
 	pos     Position
 	err     error
-	noWait  bool          // AppendNoWait: nobody waits; the writer recycles it
+	mode    mode
+	queued  time.Time     // when it was queued; set in batch mode only
 	done    chan struct{} // capacity 1; the writer sends once per use
 }
+
+// waited reports whether a caller waits on r.done.
+func (r *request) waited() bool { return r.mode == modeWait || r.mode == modeSync }
+
+// durable reports whether r's batch must be fdatasynced.
+func (r *request) durable() bool { return r.mode != modeNoWait }
+
+// isRecord reports whether r carries a record (Sync's request does not).
+func (r *request) isRecord() bool { return r.mode != modeSync }
 
 var requestPool = sync.Pool{New: func() any {
 	return &request{done: make(chan struct{}, 1)}
@@ -41,7 +63,7 @@ func (r *request) reset() {
 // finish hands r its result (or recycles a request nobody waits for). The
 // writer must not touch r afterwards.
 func finish(r *request, pos Position, err error) {
-	if r.noWait {
+	if !r.waited() {
 		r.reset()
 		return
 	}
@@ -51,31 +73,31 @@ func finish(r *request, pos Position, err error) {
 
 // run is the writer goroutine: the group-commit loop. It blocks for one
 // request, then takes every request already queued without waiting for
-// more (it never sleeps or polls to grow a batch), writes them with one
-// write and one fdatasync, and wakes their Appends. Requests that arrive
-// meanwhile form the next batch. It exits when Close has closed the queue
-// and the queue is empty.
+// more, writes them with one write and one fdatasync, and wakes their
+// Appends. Requests that arrive meanwhile form the next batch. It exits
+// when Close has closed the queue and the queue is empty.
+//
+// In immediate mode (BatchWindow 0) nothing else decides when to flush: no
+// sleep, timer or spin. In batch mode the writer then keeps taking requests
+// as they come until BatchWindow has passed since the batch's first
+// request was queued, or the batch holds BatchMaxBytes, or Close.
 func (l *Log) run() {
 	defer close(l.done)
+	var timer *time.Timer
+	if l.opts.BatchWindow > 0 {
+		timer = time.NewTimer(time.Hour)
+		timer.Stop()
+	}
 	for {
 		r, ok := <-l.reqs
 		if !ok {
 			return
 		}
 		batch := append(l.batch[:0], r)
-		bytes := recordSize(len(r.payload))
-	drain:
-		for bytes < maxBatchBytes {
-			select {
-			case r, ok = <-l.reqs:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, r)
-				bytes += recordSize(len(r.payload))
-			default:
-				break drain
-			}
+		bytes := reqSize(r)
+		batch, bytes, ok = l.drain(batch, bytes)
+		if ok && timer != nil {
+			batch, ok = l.gather(batch, bytes, timer)
 		}
 		l.commit(batch)
 		clear(batch)
@@ -84,6 +106,63 @@ func (l *Log) run() {
 			return
 		}
 	}
+}
+
+// reqSize is the number of log bytes r takes.
+func reqSize(r *request) int64 {
+	if !r.isRecord() {
+		return 0
+	}
+	return recordSize(len(r.payload))
+}
+
+// drain adds to batch every request already queued, without waiting, until
+// the batch holds l.batchLimit bytes. ok is false once the queue is closed.
+func (l *Log) drain(batch []*request, bytes int64) (_ []*request, _ int64, ok bool) {
+	for bytes < l.batchLimit {
+		select {
+		case r, ok := <-l.reqs:
+			if !ok {
+				return batch, bytes, false
+			}
+			batch = append(batch, r)
+			bytes += reqSize(r)
+		default:
+			return batch, bytes, true
+		}
+	}
+	return batch, bytes, true
+}
+
+// gather is batch mode's wait: it adds requests to batch as they arrive
+// until BatchWindow has passed since batch[0] was queued, the batch holds
+// l.batchLimit bytes, or the queue is closed (ok false). timer is stopped
+// and unfired; gather leaves it so. The writer blocks in a select on the
+// queue and the timer: a request that fills the batch ends the wait at
+// once, and Close never waits for the window.
+func (l *Log) gather(batch []*request, bytes int64, timer *time.Timer) (_ []*request, ok bool) {
+	if bytes >= l.batchLimit {
+		return batch, true
+	}
+	wait := time.Until(batch[0].queued.Add(l.opts.BatchWindow))
+	if wait <= 0 {
+		return batch, true
+	}
+	timer.Reset(wait)
+	defer timer.Stop() // since Go 1.23, Stop leaves no stale tick in timer.C
+	for bytes < l.batchLimit {
+		select {
+		case r, ok := <-l.reqs:
+			if !ok {
+				return batch, false
+			}
+			batch = append(batch, r)
+			bytes += reqSize(r)
+		case <-timer.C:
+			return batch, true
+		}
+	}
+	return batch, true
 }
 
 // commit writes batch and completes each of its requests. Records go into
@@ -98,7 +177,7 @@ func (l *Log) commit(batch []*request) {
 	buf := l.buf[:0]
 	first := 0 // batch[first:i] are encoded in buf
 	for i, r := range batch {
-		n := recordSize(len(r.payload))
+		n := reqSize(r)
 		if l.off+int64(len(buf))+n > l.size {
 			if !l.flush(buf, batch[first:i]) {
 				l.refuse(batch[i:])
@@ -111,7 +190,9 @@ func (l *Log) commit(batch []*request) {
 			}
 		}
 		r.pos = Position{Segment: l.seq, Offset: l.off + int64(len(buf))}
-		buf = appendRecord(buf, l.seq, r.typ, r.payload)
+		if r.isRecord() {
+			buf = appendRecord(buf, l.seq, r.typ, r.payload)
+		}
 	}
 	l.flush(buf, batch[first:])
 	if cap(buf) <= maxKeptBuffer {
@@ -122,28 +203,37 @@ func (l *Log) commit(batch []*request) {
 }
 
 // flush writes buf, the encoding of reqs, at the end of the current segment
-// with one write, fdatasyncs once (unless nobody waits for any of reqs),
-// and completes reqs. On failure it fails the log, completes reqs with
-// ErrOutcomeUnknown and returns false.
+// with one write, fdatasyncs once (unless every one of reqs is an
+// AppendNoWait), and completes reqs. A Sync request has no bytes in buf:
+// it only asks for the fdatasync. On failure it fails the log, completes
+// reqs with ErrOutcomeUnknown and returns false.
 func (l *Log) flush(buf []byte, reqs []*request) bool {
-	if len(buf) == 0 {
+	if len(reqs) == 0 {
 		return true
 	}
-	if _, err := l.f.WriteAt(buf, l.off); err != nil {
-		l.fail(reqs, "write", l.f.Name(), l.off, err)
+	if len(buf) > 0 {
+		if _, err := l.f.WriteAt(buf, l.off); err != nil {
+			l.fail(reqs, "write", l.f.Name(), l.off, err)
+			return false
+		}
+		l.unsynced = true
+	}
+	if slices.ContainsFunc(reqs, (*request).durable) && !l.sync(reqs) {
 		return false
 	}
-	l.unsynced = true
-	if slices.ContainsFunc(reqs, func(r *request) bool { return !r.noWait }) && !l.sync(reqs) {
-		return false
+	if len(buf) > 0 {
+		l.off += int64(len(buf))
+		l.batches.Add(1)
+		l.bytes.Add(uint64(len(buf)))
 	}
-	l.off += int64(len(buf))
-	l.batches.Add(1)
-	l.bytes.Add(uint64(len(buf)))
-	l.appends.Add(uint64(len(reqs)))
+	records := 0
 	for _, r := range reqs {
+		if r.isRecord() {
+			records++
+		}
 		finish(r, r.pos, nil)
 	}
+	l.appends.Add(uint64(records))
 	return true
 }
 
