@@ -105,8 +105,8 @@ type Log struct {
 	// batchLimit is the record bytes at which the writer stops adding
 	// requests to a batch: BatchMaxBytes in batch mode, else maxBatchBytes.
 	batchLimit int64
-	pipe     *pipeline
-	failure  *WriteError
+	pipe       *pipeline
+	failure    *WriteError
 
 	failed atomic.Pointer[WriteError] // set once by the writer, read by Append
 
