@@ -126,6 +126,21 @@ func Open(opts Options) (*Coordinator, error) {
 		c.closeRMs()
 		return nil, fmt.Errorf("coord: open the decision log in %s: %w", opts.Dir, err)
 	}
+	// Phase 2 needs a connection for every branch of an unfinished decision.
+	for g, t := range c.txns {
+		if t.ended {
+			continue
+		}
+		for _, b := range t.branches {
+			if _, ok := c.rms[b.rm]; !ok {
+				_ = l.Close()
+				c.unlockDir()
+				c.closeRMs()
+				return nil, fmt.Errorf("coord: the decision log in %s holds an unfinished %s of gtrid %s with a branch on resource manager %q, which is not configured: configure it again so that phase 2 can finish",
+					opts.Dir, t.outcome, g, b.rm)
+			}
+		}
+	}
 	c.log = l
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	unfinished := 0
@@ -165,7 +180,9 @@ func (c *Coordinator) apply(typ wal.Type, payload []byte) error {
 		if typ == recAbort {
 			out = Aborted
 		}
-		if prev := c.txns[d.gtrid]; prev != nil && prev.outcome != out {
+		// A finished decision may have been forgotten (EndedRetention) and a
+		// gtrid decided again since: the later record is the live answer.
+		if prev := c.txns[d.gtrid]; prev != nil && prev.outcome != out && !prev.ended {
 			return fmt.Errorf("coord: gtrid %s has both COMMIT and ABORT records: the log is inconsistent", d.gtrid)
 		}
 		c.txns[d.gtrid] = newDecided(d, out)
@@ -186,15 +203,20 @@ func (c *Coordinator) apply(typ wal.Type, payload []byte) error {
 // Close stops phase 2 and the scans, closes the log and the pools. Unfinished
 // phase 2 work resumes at the next Open. Safe to call twice.
 func (c *Coordinator) Close() error {
-	if c.cancel == nil {
+	// Under c.mu: decide and startPhase2Locked read c.cancel, and from here
+	// on no phase-2 driver starts (so none is added to c.wg after Wait).
+	c.mu.Lock()
+	cancel := c.cancel
+	c.cancel = nil
+	c.mu.Unlock()
+	if cancel == nil {
 		return nil
 	}
-	c.cancel()
+	cancel()
 	c.wg.Wait()
 	err := c.log.Close()
 	c.closeRMs()
 	c.unlockDir()
-	c.cancel = nil
 	return err
 }
 

@@ -133,7 +133,11 @@ func (c *Coordinator) decide(g xid.GTRID, outcome Outcome, reason AbortReason, r
 		if t != nil {
 			// Decided before. A late ABORTED answer also rolls back branches the
 			// first decision did not list.
-			if t.outcome == Aborted && t.addBranches(rms) && !t.driving {
+			if t.outcome == Aborted && t.addBranches(rms) {
+				if t.ended { // phase 2 of the first decision finished: drive it again
+					t.ended = false
+					t.done = reopen(t.done)
+				}
 				c.startPhase2Locked(t, false)
 			}
 			c.mu.Unlock()

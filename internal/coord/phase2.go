@@ -30,7 +30,7 @@ func (c *Coordinator) startPhase2(t *txn, recovered bool) {
 }
 
 func (c *Coordinator) startPhase2Locked(t *txn, recovered bool) {
-	if t.driving || t.ended {
+	if t.driving || t.ended || c.cancel == nil { // c.cancel is nil once Close began
 		return
 	}
 	t.driving = true

@@ -64,11 +64,13 @@ func (c *Coordinator) scanOnce() {
 				c.logger.Warn("in-doubt scan failed; will retry", "rm", name, "error", err)
 			}
 			// Keep this RM's first-seen times: absence of evidence is not evidence.
+			c.mu.Lock() // decide deletes from c.seen concurrently
 			for b := range c.seen {
 				if b.RM == name {
 					stillThere[b] = true
 				}
 			}
+			c.mu.Unlock()
 			continue
 		}
 		for _, d := range found {
