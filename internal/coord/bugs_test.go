@@ -123,8 +123,25 @@ func TestReplayOfADecisionTakenAgainAfterItWasForgotten(t *testing.T) {
 		t.Fatalf("Open after COMMIT+END: %v", err)
 	}
 	mustStatus(t, c, g, false, Undecided) // forgotten: ended longer ago than EndedRetention
-	mustStatus(t, c, g, true, Aborted)
+	// Resolving a forgotten gtrid needs evidence that a branch is still
+	// prepared; with every RM unreachable it refuses rather than guess ABORT.
+	if _, err := c.Status(context.Background(), g, true); err == nil || !strings.Contains(err.Error(), "cannot resolve") {
+		t.Fatalf("Status(resolve) of a forgotten gtrid with RMs down = %v, want a refusal", err)
+	}
 	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// An ABORT written again for it (say, a branch re-prepared by a buggy
+	// client was found) must not stop the next replay.
+	l, err = wal.Open(wal.Options{Dir: filepath.Join(dir, "log"), NoSync: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := decision{gtrid: id, decidedAt: time.Now(), reason: AbortResolved}
+	if _, err := l.Append(recAbort, d.encode()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
 

@@ -79,13 +79,44 @@ func (c *Coordinator) Status(ctx context.Context, gtrid string, resolve bool) (R
 		return Report{GTRID: g, Outcome: Undecided, Message: "no decision recorded for this gtrid: it was never committed, or it finished more than " +
 			c.opts.EndedRetention.String() + " ago"}, nil
 	}
-	t, err = c.decide(g, Aborted, AbortResolved, nil)
+	// A COMMIT is forgotten EndedRetention after its phase 2 finished. For a
+	// gtrid older than that, "no record" may mean "committed long ago": abort
+	// it only if a branch is still prepared somewhere (then it cannot have
+	// committed), never on absence of evidence.
+	var inDoubt []BranchRef
+	if time.Since(g.Time()) > c.opts.EndedRetention {
+		var err error
+		if inDoubt, err = c.preparedBranches(ctx, g); err != nil {
+			return Report{}, err
+		}
+		if len(inDoubt) == 0 {
+			return Report{GTRID: g, Outcome: Undecided, Message: "no decision recorded and no branch prepared on any resource manager: nothing is in doubt " +
+				"(it never prepared, or it finished more than " + c.opts.EndedRetention.String() + " ago); nothing was written"}, nil
+		}
+	}
+	t, err = c.decide(g, Aborted, AbortResolved, inDoubt)
 	if err != nil {
 		return Report{}, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return t.report(false), nil
+}
+
+// preparedBranches asks every resource manager whether it holds a branch of g
+// prepared. An RM that cannot answer makes it fail: resolving needs evidence.
+func (c *Coordinator) preparedBranches(ctx context.Context, g xid.GTRID) ([]BranchRef, error) {
+	var out []BranchRef
+	for _, name := range c.rmList {
+		ok, err := c.rms[name].IsPrepared(ctx, xid.Branch{GTRID: g, RM: name}, time.Now())
+		if err != nil {
+			return nil, fmt.Errorf("coord: cannot resolve gtrid %s: %w; try again when it is reachable", g, err)
+		}
+		if ok {
+			out = append(out, BranchRef{RM: name})
+		}
+	}
+	return out, nil
 }
 
 // validate checks a request before anything is written.
