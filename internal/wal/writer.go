@@ -231,9 +231,12 @@ func (l *Log) flush(buf []byte, reqs []*request) bool {
 		if r.isRecord() {
 			records++
 		}
+	}
+	// Count before waking anyone: a returned Append is always in Stats.
+	l.appends.Add(uint64(records))
+	for _, r := range reqs {
 		finish(r, r.pos, nil)
 	}
-	l.appends.Add(uint64(records))
 	return true
 }
 
