@@ -72,9 +72,9 @@ func finish(r *request, pos Position, err error) {
 }
 
 // run is the writer goroutine: the group-commit loop. It blocks for one
-// request, then takes every request already queued without waiting for
-// more, writes them with one write and one fdatasync, and wakes their
-// Appends. Requests that arrive meanwhile form the next batch. It exits
+// request, takes wmu (waiting for a direct write to finish), then takes
+// every request already queued without waiting for more, writes them with
+// one write and one fdatasync, and wakes their Appends. Requests that arrive meanwhile form the next batch. It exits
 // when Close has closed the queue and the queue is empty.
 //
 // In immediate mode (BatchWindow 0) nothing else decides when to flush: no
@@ -93,15 +93,18 @@ func (l *Log) run() {
 		if !ok {
 			return
 		}
+		l.wmu.Lock() // wait for a direct write (Append's writeDirect) to finish
 		batch := append(l.batch[:0], r)
 		bytes := reqSize(r)
 		batch, bytes, ok = l.drain(batch, bytes)
 		if ok && timer != nil {
 			batch, ok = l.gather(batch, bytes, timer)
 		}
+		l.pending.Add(-int64(len(batch)))
 		l.commit(batch)
 		clear(batch)
 		l.batch = batch[:0]
+		l.wmu.Unlock()
 		if !ok {
 			return
 		}
