@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -151,7 +152,9 @@ func (c *LogConfig) validate() error {
 //     and one in batch mode (cfg.BatchWindow), with that many goroutines
 //     each calling Append in a loop and timing every call.
 //
-// Every cell runs for cfg.Duration (or cfg.Records records). Latencies go
+// Every cell runs for cfg.Duration (or cfg.Records records). The raw cell
+// and the 1-committer immediate cell run in alternating slices of 50 ms,
+// so that their latency ratio does not depend on which ran first. Latencies go
 // into a Histogram per goroutine, so the timed loop does not allocate.
 // Log stops early, returning ctx's error, when ctx is done. It removes
 // everything it created.
@@ -201,14 +204,20 @@ func Log(ctx context.Context, cfg LogConfig) (*LogReport, error) {
 				len(rep.Rows), cells, row.Mode, row.Committers, row.DecisionsPerSec, row.P50ms, row.P99ms, row.FsyncsPerSec)
 		}
 	}
-	row, err := runRaw(ctx, cfg, root)
+	single := slices.Contains(cfg.Committers, 1)
+	raw, single1, err := runRawAndSingle(ctx, cfg, root, single)
 	if err != nil {
 		return nil, err
 	}
-	rep.Rows = append(rep.Rows, row)
-	progress(row)
+	rep.Rows = append(rep.Rows, raw)
+	progress(raw)
 	for _, mode := range []string{ModeImmediate, ModeBatch} {
 		for _, n := range cfg.Committers {
+			if mode == ModeImmediate && n == 1 {
+				rep.Rows = append(rep.Rows, single1)
+				progress(single1)
+				continue
+			}
 			row, err := runLogCell(ctx, cfg, root, mode, n)
 			if err != nil {
 				return nil, err
@@ -306,58 +315,147 @@ func fillPayload(p []byte, committer int, i uint64) {
 	}
 }
 
-// runRaw is the baseline: write+fdatasync of one record at a time, at
-// sequential 8-byte-aligned offsets, into files preallocated like the
-// log's segments (a new one when one is full, as the log rotates).
-func runRaw(ctx context.Context, cfg LogConfig, root string) (LogRow, error) {
-	dir := filepath.Join(root, "raw")
+// rawFile is the baseline's writer: records of the log's on-disk size
+// written one at a time at sequential 8-byte-aligned offsets, each followed
+// by fdatasync, into files preallocated like the log's segments (a new one
+// when one is full, as the log rotates).
+type rawFile struct {
+	dir   string
+	size  int64
+	rec   []byte
+	f     *os.File
+	off   int64
+	files int
+	i     uint64
+}
+
+func newRawFile(dir string, recordSize int) (*rawFile, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		return LogRow{}, fmt.Errorf("bench log: raw: %w", err)
+		return nil, err
 	}
 	size := int64(wal.DefaultSegmentSize)
-	rec := make([]byte, onDiskSize(cfg.RecordSize))
-	n := int64(len(rec))
-	var f *os.File
-	defer func() {
-		if f != nil {
-			f.Close()
+	return &rawFile{dir: dir, size: size, off: size, rec: make([]byte, onDiskSize(recordSize))}, nil
+}
+
+// write writes and fdatasyncs one record and returns how long that took;
+// preparing a new file when one is full is not counted.
+func (r *rawFile) write() (time.Duration, error) {
+	n := int64(len(r.rec))
+	if r.off+n > r.size {
+		r.close()
+		r.files++
+		f, err := createPreallocated(filepath.Join(r.dir, fmt.Sprintf("raw-%d", r.files)), r.size)
+		if err != nil {
+			return 0, err
 		}
-	}()
-	off, files := size, 0
-	s, done := newCellStop(ctx, cfg)
-	defer done()
-	var h Histogram
-	var i uint64
-	start := time.Now()
-	for s.next() {
-		if off+n > size {
-			if f != nil {
-				f.Close()
-			}
-			var err error
-			files++
-			if f, err = createPreallocated(filepath.Join(dir, fmt.Sprintf("raw-%d", files)), size); err != nil {
-				return LogRow{}, fmt.Errorf("bench log: raw: %w", err)
-			}
-			off = 0
+		r.f, r.off = f, 0
+	}
+	r.i++
+	fillPayload(r.rec[8:], 0, r.i)
+	t0 := time.Now()
+	if _, err := r.f.WriteAt(r.rec, r.off); err != nil {
+		return 0, fmt.Errorf("write: %w", err)
+	}
+	if err := fdatasync(r.f); err != nil {
+		return 0, err
+	}
+	d := time.Since(t0)
+	r.off += n
+	return d, nil
+}
+
+func (r *rawFile) close() {
+	if r.f != nil {
+		r.f.Close()
+		r.f = nil
+	}
+}
+
+// sliceTime is how long the raw baseline and the 1-committer log cell run
+// before handing over to the other.
+const sliceTime = 50 * time.Millisecond
+
+// runRawAndSingle measures the raw baseline and, if single, the log in
+// immediate mode with one committer, in alternating slices of sliceTime
+// (or of a twentieth of cfg.Records records) until each has had its
+// cfg.Duration (or cfg.Records). The ratio of their latencies is the
+// report's headline: alternating makes a drift of the disk's latency
+// (other tenants of a shared disk, the host's cache) hit both alike,
+// instead of whichever ran second.
+func runRawAndSingle(ctx context.Context, cfg LogConfig, root string, single bool) (raw, log LogRow, err error) {
+	rf, err := newRawFile(filepath.Join(root, "raw"), cfg.RecordSize)
+	if err != nil {
+		return raw, log, fmt.Errorf("bench log: raw: %w", err)
+	}
+	defer rf.close()
+	var l *wal.Log
+	var before wal.Stats
+	if single {
+		if l, err = wal.Open(wal.Options{Dir: filepath.Join(root, "immediate-1")}, nil); err != nil {
+			return raw, log, fmt.Errorf("bench log: immediate, 1 committer: %w", err)
 		}
-		i++
-		fillPayload(rec[8:], 0, i)
+		defer l.Close()
+		before = l.Stats()
+	}
+	p := make([]byte, cfg.RecordSize)
+	var rawH, logH Histogram
+	var rawSpent, logSpent time.Duration
+	enough := func(h *Histogram, spent time.Duration) bool {
+		if cfg.Records > 0 {
+			return h.Count() >= uint64(cfg.Records)
+		}
+		return spent >= cfg.Duration
+	}
+	// slice runs op until the slice is over or its side has enough.
+	slice := func(h *Histogram, spent *time.Duration, op func() (time.Duration, error)) error {
 		t0 := time.Now()
-		if _, err := f.WriteAt(rec, off); err != nil {
-			return LogRow{}, fmt.Errorf("bench log: raw write: %w", err)
+		quota := uint64(max(cfg.Records/20, 1))
+		for n := uint64(0); ; n++ {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			elapsed := time.Since(t0)
+			if cfg.Records > 0 && (n == quota || h.Count() >= uint64(cfg.Records)) ||
+				cfg.Records == 0 && (elapsed >= sliceTime || *spent+elapsed >= cfg.Duration) {
+				*spent += elapsed
+				return nil
+			}
+			d, err := op()
+			if err != nil {
+				return err
+			}
+			h.Record(d)
 		}
-		if err := fdatasync(f); err != nil {
-			return LogRow{}, fmt.Errorf("bench log: raw: %w", err)
+	}
+	var i uint64
+	appendOne := func() (time.Duration, error) {
+		i++
+		fillPayload(p, 0, i)
+		t0 := time.Now()
+		_, err := l.Append(1, p)
+		return time.Since(t0), err
+	}
+	for !enough(&rawH, rawSpent) || single && !enough(&logH, logSpent) {
+		if !enough(&rawH, rawSpent) {
+			if err := slice(&rawH, &rawSpent, rf.write); err != nil {
+				return raw, log, fmt.Errorf("bench log: raw: %w", err)
+			}
 		}
-		h.Record(time.Since(t0))
-		off += n
+		if single && !enough(&logH, logSpent) {
+			if err := slice(&logH, &logSpent, appendOne); err != nil {
+				return raw, log, fmt.Errorf("bench log: immediate, 1 committer: %w", err)
+			}
+		}
 	}
-	elapsed := time.Since(start)
-	if s.err != nil {
-		return LogRow{}, fmt.Errorf("bench log: %w", s.err)
+	raw = makeRow(ModeRaw, 1, &rawH, rawSpent, rawH.Count())
+	if single {
+		after := l.Stats()
+		if err := l.Close(); err != nil {
+			return raw, log, fmt.Errorf("bench log: immediate, 1 committer: %w", err)
+		}
+		log = makeRow(ModeImmediate, 1, &logH, logSpent, after.Fsyncs-before.Fsyncs)
 	}
-	return makeRow(ModeRaw, 1, &h, elapsed, h.Count()), nil
+	return raw, log, nil
 }
 
 // runLogCell runs committers goroutines appending to a fresh wal.Log in
