@@ -13,7 +13,9 @@ import (
 
 // faults arms failures of the files a faultyOpen opens. Record writes are
 // told from the pipeline's segment preparation by offset: records are
-// written past the segment header, the header at offset 0.
+// written past the segment header; the header, and the zeros that fill a
+// segment of at most 1 MiB (zeroChunk), are written at offset 0. Tests
+// that arm write faults therefore use segments of at most 1 MiB.
 type faults struct {
 	writeFails  atomic.Bool // next record write writes half its bytes, then fails with ENOSPC
 	syncFails   atomic.Bool // next Sync after a record write fails with EIO

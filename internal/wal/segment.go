@@ -146,7 +146,7 @@ func createSegment(open OpenFunc, dir string, seq uint64, size int64, noSync boo
 	if err != nil {
 		return nil, fmt.Errorf("wal: create segment: %w", err)
 	}
-	err = preallocate(f, size)
+	err = preallocate(f, size, !noSync)
 	if err == nil {
 		_, err = f.WriteAt(appendSegmentHeader(nil, seq), 0)
 	}
@@ -191,12 +191,30 @@ func syncDir(dir string) error {
 	return nil
 }
 
+// zeroChunk is the size of the writes that zero-fill a segment.
+const zeroChunk = 1 << 20
+
 // preallocate makes f size bytes long, with zeros. It reserves the blocks
-// where the file system can (fallocate), else it only sets the size.
-func preallocate(f File, size int64) error {
+// where the file system can (fallocate), else it only sets the size. With
+// zeroFill it then writes the zeros too, so that the writer only ever
+// overwrites written blocks: on ext4 or XFS, fallocate leaves "unwritten"
+// extents, and the first write into each block makes the next fdatasync
+// commit the file system's journal to record the change. With records of
+// 72 bytes that happens once in 56 records; with a batch of a few KiB it
+// happens on every fdatasync, and `tandem bench log` measured such an
+// fdatasync at about twice the cost of overwriting written blocks (PostgreSQL
+// zero-fills its WAL segments for the same reason). The cost is writing the
+// segment once more, in the background, ahead of use.
+func preallocate(f File, size int64, zeroFill bool) error {
 	err := fallocate(f, size)
 	if errors.Is(err, errNoFallocate) {
 		err = f.Truncate(size)
+	}
+	if err == nil && zeroFill {
+		zeros := make([]byte, min(size, zeroChunk))
+		for off := int64(0); off < size && err == nil; off += int64(len(zeros)) {
+			_, err = f.WriteAt(zeros[:min(int64(len(zeros)), size-off)], off)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("preallocate %d bytes: %w", size, err)
