@@ -317,8 +317,8 @@ func fillPayload(p []byte, committer int, i uint64) {
 
 // rawFile is the baseline's writer: records of the log's on-disk size
 // written one at a time at sequential 8-byte-aligned offsets, each followed
-// by fdatasync, into files preallocated like the log's segments (a new one
-// when one is full, as the log rotates).
+// by fdatasync, into files preallocated and zero-filled like the log's
+// segments (a new one when one is full, as the log rotates).
 type rawFile struct {
 	dir   string
 	size  int64
@@ -334,7 +334,23 @@ func newRawFile(dir string, recordSize int) (*rawFile, error) {
 		return nil, err
 	}
 	size := int64(wal.DefaultSegmentSize)
-	return &rawFile{dir: dir, size: size, off: size, rec: make([]byte, onDiskSize(recordSize))}, nil
+	r := &rawFile{dir: dir, size: size, off: size, rec: make([]byte, onDiskSize(recordSize))}
+	if err := r.next(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// next starts a new preallocated file.
+func (r *rawFile) next() error {
+	r.close()
+	r.files++
+	f, err := createPreallocated(filepath.Join(r.dir, fmt.Sprintf("raw-%d", r.files)), r.size)
+	if err != nil {
+		return err
+	}
+	r.f, r.off = f, 0
+	return nil
 }
 
 // write writes and fdatasyncs one record and returns how long that took;
@@ -342,13 +358,9 @@ func newRawFile(dir string, recordSize int) (*rawFile, error) {
 func (r *rawFile) write() (time.Duration, error) {
 	n := int64(len(r.rec))
 	if r.off+n > r.size {
-		r.close()
-		r.files++
-		f, err := createPreallocated(filepath.Join(r.dir, fmt.Sprintf("raw-%d", r.files)), r.size)
-		if err != nil {
+		if err := r.next(); err != nil {
 			return 0, err
 		}
-		r.f, r.off = f, 0
 	}
 	r.i++
 	fillPayload(r.rec[8:], 0, r.i)

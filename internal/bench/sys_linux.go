@@ -22,7 +22,9 @@ func fdatasync(f *os.File) error {
 }
 
 // createPreallocated creates path and preallocates size bytes the way the
-// log preallocates a segment.
+// log prepares a segment: fallocate (or ftruncate where the file system
+// cannot), then zeros written over the whole file, then fdatasync, so that
+// the records overwrite written blocks.
 func createPreallocated(path string, size int64) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
@@ -33,6 +35,9 @@ func createPreallocated(path string, size int64) (*os.File, error) {
 		err = f.Truncate(size)
 	}
 	if err == nil {
+		err = writeZeros(f, size)
+	}
+	if err == nil {
 		err = fdatasync(f)
 	}
 	if err != nil {
@@ -40,4 +45,14 @@ func createPreallocated(path string, size int64) (*os.File, error) {
 		return nil, fmt.Errorf("preallocate %s: %w", path, err)
 	}
 	return f, nil
+}
+
+func writeZeros(f *os.File, size int64) error {
+	zeros := make([]byte, min(size, 1<<20))
+	for off := int64(0); off < size; off += int64(len(zeros)) {
+		if _, err := f.WriteAt(zeros[:min(int64(len(zeros)), size-off)], off); err != nil {
+			return err
+		}
+	}
+	return nil
 }
