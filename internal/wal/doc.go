@@ -6,9 +6,16 @@
 //
 //   - Append returns only once its record is durable: written and
 //     fdatasynced. Records waiting at the same moment share one write and
-//     one fdatasync (group commit); the writer never sleeps to gather them.
-//   - AppendNoWait queues a record without waiting: it is written with the
-//     next batch, and durable once a later Append returns (or after Close).
+//     one fdatasync (group commit). In immediate mode (the default) the
+//     writer never sleeps, polls or spins to gather them.
+//   - Records are written in the order they were queued: if one call
+//     (Append, AppendAsync, AppendNoWait) returns before another starts,
+//     its record is earlier in the log.
+//   - AppendAsync queues a record without waiting; the writer writes and
+//     fdatasyncs it with the next group commit even if nothing else comes.
+//     AppendNoWait queues a record that gets no fdatasync of its own: it is
+//     durable once a later Append or Sync returns (or after Close). Sync
+//     waits until everything queued before it is durable.
 //   - Open replays every acknowledged record, in order. A record that was
 //     being written when the process or machine stopped (a torn tail) is
 //     cut; damage anywhere else stops Open with a *CorruptionError naming
@@ -18,6 +25,63 @@
 //     is unknown, so the only safe way on is to restart and replay. The
 //     records of the failed batch get ErrOutcomeUnknown. No acknowledged
 //     record is ever overwritten.
+//
+// # Write modes
+//
+// Options.BatchWindow chooses how the writer decides when to flush.
+//
+// Immediate (BatchWindow 0, the default). One writer goroutine takes the
+// first queued request, then every request already queued, and writes and
+// fdatasyncs them at once; requests that arrive meanwhile form the next
+// batch. Nothing but the queue decides when to flush: no sleep, timer or
+// spin (shared/LESSONS.md §3). When the log is idle (nothing queued or
+// being written), Append writes and fdatasyncs its record on its own
+// goroutine instead, which saves two goroutine wake-ups; Stats.Direct
+// counts those. Costs: at one committer, one fdatasync per record, and an
+// Append takes about one write+fdatasync of the disk; under load, batches
+// grow by themselves (everything that queued during one fdatasync goes
+// into the next), so fdatasyncs per second stay near 1/(fdatasync time)
+// while records per fdatasync grow with the committers. Risks: none beyond
+// the guarantees above.
+//
+// Batch (BatchWindow > 0). After taking the first request of a batch, the
+// writer keeps taking requests as they arrive until BatchWindow has passed
+// since that request was queued, or the batch holds BatchMaxBytes of
+// records, or Close; then one write and one fdatasync. It waits on a
+// timer, not in a sleep: a full batch or Close ends the wait at once.
+// Gains: at most about 1/(BatchWindow + fdatasync) fdatasyncs per second
+// whatever the load, which matters where an fdatasync is costly to others
+// (a shared disk, network block storage billed or throttled per
+// operation, flash wear); `tandem bench log` measures how many it saves.
+// Costs: every Append waits up to BatchWindow longer, also when it is
+// alone (the writer cannot know nobody else will come), so one committer
+// gets at most about 1/(BatchWindow + fdatasync) decisions per second, and
+// a loaded log's latency is about BatchWindow + one flush. Risks: none to
+// durability; Append still returns only after its own fdatasync. There is
+// no direct write in batch mode.
+//
+// # Durability of one record
+//
+//   - Append (the coordinator's durability "wait"): durable when it
+//     returns.
+//   - AppendAsync (durability "nowait"): returns at once; the record is
+//     written and fdatasynced with the next group commit: in immediate mode
+//     as soon as the writer is free, in batch mode within about
+//     BatchWindow. Nobody is told when. Risk: a crash of the process or the
+//     machine before that fdatasync loses the record although the caller
+//     may already have acknowledged it; a failed write fails the log (Err)
+//     and the record's fate is unknown. Before anything acts on such a
+//     record where another participant can see it (phase 2 of a COMMIT),
+//     call Sync: a COMMIT that phase 2 applied and the log then lost would
+//     break atomicity.
+//   - AppendNoWait (for END records, whose loss replay repairs): written
+//     with the next batch, never fdatasynced for its own sake. Durable once
+//     a later Append, AppendAsync or Sync has had its fdatasync, at the next
+//     rotation or at Close; on a log with no other traffic, only when the
+//     kernel writes it back (by default within about 30 s), and a machine
+//     crash before that loses it.
+//   - Sync: no record; returns once everything queued before it is
+//     durable, sharing the fdatasync of its batch (none if all is synced).
 //
 // # On-disk format (version 1)
 //
@@ -30,9 +94,12 @@
 // <seq>.wal.tmp, which Open deletes.
 //
 // Each segment is preallocated to its full size (Options.SegmentSize, 64 MiB
-// by default) and zero-filled: fallocate, or ftruncate where the file system
-// cannot. The next segment is prepared in the background: created as
-// <seq>.wal.tmp, preallocated, its header record written and fdatasynced.
+// by default) and zero-filled: fallocate (or ftruncate where the file system
+// cannot), then zeros written over the whole file, so that records only ever
+// overwrite written blocks and an fdatasync needs no journal commit for
+// newly written extents (NoSync logs skip the zeros). The next segment is
+// prepared in the background: created as <seq>.wal.tmp, preallocated,
+// zero-filled, its header record written and fdatasynced.
 // Rotation renames it to <seq>.wal and fsyncs the directory. The previous
 // segment keeps its size; its unused end stays zero.
 //
