@@ -194,6 +194,9 @@ func syncDir(dir string) error {
 // zeroChunk is the size of the writes that zero-fill a segment.
 const zeroChunk = 1 << 20
 
+// zeroBlock is what they write; never modified.
+var zeroBlock [zeroChunk]byte
+
 // preallocate makes f size bytes long, with zeros. It reserves the blocks
 // where the file system can (fallocate), else it only sets the size. With
 // zeroFill it then writes the zeros too, so that the writer only ever
@@ -211,9 +214,8 @@ func preallocate(f File, size int64, zeroFill bool) error {
 		err = f.Truncate(size)
 	}
 	if err == nil && zeroFill {
-		zeros := make([]byte, min(size, zeroChunk))
-		for off := int64(0); off < size && err == nil; off += int64(len(zeros)) {
-			_, err = f.WriteAt(zeros[:min(int64(len(zeros)), size-off)], off)
+		for off := int64(0); off < size && err == nil; off += zeroChunk {
+			_, err = f.WriteAt(zeroBlock[:min(zeroChunk, size-off)], off)
 		}
 	}
 	if err != nil {
