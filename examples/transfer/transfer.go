@@ -210,8 +210,11 @@ func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config,
 		if rng.IntN(2) == 0 {
 			amount = -amount // from MariaDB to PostgreSQL
 		}
+		// The run's end stops new transfers; one in flight gets its own deadline.
+		txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		tx := cli.Begin()
-		res, err := transfer(ctx, tx, pc, mc, a, b, amount)
+		res, err := transfer(txCtx, tx, pc, mc, a, b, amount)
+		cancel()
 		switch {
 		case err == nil:
 			atomic.AddInt64(&rep.Committed, 1)
@@ -222,7 +225,7 @@ func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config,
 		case errors.Is(err, client.ErrOutcomeUnknown):
 			atomic.AddInt64(&rep.Unknown, 1)
 		default:
-			_ = tx.Rollback(ctx)
+			_ = tx.Rollback(context.WithoutCancel(ctx))
 			atomic.AddInt64(&rep.Aborted, 1)
 			if cfg.Transfers > 0 {
 				budget.Add(1) // retry: only committed transfers count
