@@ -37,6 +37,9 @@ var (
 	ErrLocked = errors.New("wal: log directory is locked")
 )
 
+// errStopped ends the preparation of a segment that Close made useless.
+var errStopped = errors.New("wal: segment preparation stopped by Close")
+
 // errPipelineOrder is an internal bug: the pipeline prepared another
 // segment than the writer expected.
 var errPipelineOrder = errors.New("wal: internal error: prepared segment out of order")

@@ -41,7 +41,7 @@ func startPipeline(dir string, size int64, noSync bool, open OpenFunc, seq uint6
 func (p *pipeline) run(seq uint64) {
 	defer close(p.exited)
 	for {
-		f, err := createSegment(p.open, p.dir, seq, p.size, p.noSync)
+		f, err := createSegment(p.open, p.dir, seq, p.size, p.noSync, p.stop)
 		select {
 		case p.next <- prepared{f: f, seq: seq, err: err}:
 			if err != nil {

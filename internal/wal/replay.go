@@ -52,7 +52,7 @@ func (l *Log) load(replay func(Position, Type, []byte) error) error {
 
 // createFirst creates segment 1 of a new log.
 func (l *Log) createFirst() error {
-	f, err := createSegment(l.open, l.opts.Dir, 1, l.opts.SegmentSize, l.opts.NoSync)
+	f, err := createSegment(l.open, l.opts.Dir, 1, l.opts.SegmentSize, l.opts.NoSync, nil)
 	if err != nil {
 		return err
 	}

@@ -138,15 +138,16 @@ func removeTemps(dir string) error {
 }
 
 // createSegment prepares segment seq as <seq>.wal.tmp in dir: created,
-// preallocated to size, header written, and (unless noSync) fdatasynced.
-// On error nothing is left behind.
-func createSegment(open OpenFunc, dir string, seq uint64, size int64, noSync bool) (File, error) {
+// preallocated to size (and zero-filled unless noSync), header written, and
+// (unless noSync) fdatasynced. Closing stop (if not nil) abandons the
+// zero-fill with errStopped. On error nothing is left behind.
+func createSegment(open OpenFunc, dir string, seq uint64, size int64, noSync bool, stop <-chan struct{}) (File, error) {
 	path := filepath.Join(dir, tmpName(seq))
 	f, err := open(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, filePerm)
 	if err != nil {
 		return nil, fmt.Errorf("wal: create segment: %w", err)
 	}
-	err = preallocate(f, size, !noSync)
+	err = preallocate(f, size, !noSync, stop)
 	if err == nil {
 		_, err = f.WriteAt(appendSegmentHeader(nil, seq), 0)
 	}
@@ -208,14 +209,26 @@ var zeroBlock [zeroChunk]byte
 // fdatasync at about twice the cost of overwriting written blocks (PostgreSQL
 // zero-fills its WAL segments for the same reason). The cost is writing the
 // segment once more, in the background, ahead of use.
-func preallocate(f File, size int64, zeroFill bool) error {
+//
+// Closing stop (if not nil) abandons the zero-fill with errStopped.
+func preallocate(f File, size int64, zeroFill bool, stop <-chan struct{}) error {
 	err := fallocate(f, size)
 	if errors.Is(err, errNoFallocate) {
 		err = f.Truncate(size)
 	}
 	if err == nil && zeroFill {
+		// A chunk at a time, each synced: the writer's fdatasyncs then
+		// never wait behind more than one chunk of zeros in the device's
+		// queue and cache.
 		for off := int64(0); off < size && err == nil; off += zeroChunk {
-			_, err = f.WriteAt(zeroBlock[:min(zeroChunk, size-off)], off)
+			select {
+			case <-stop:
+				return errStopped
+			default:
+			}
+			if _, err = f.WriteAt(zeroBlock[:min(zeroChunk, size-off)], off); err == nil {
+				err = f.Sync()
+			}
 		}
 	}
 	if err != nil {
