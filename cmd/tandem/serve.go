@@ -43,6 +43,10 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	scan := fs.Duration("scan-interval", 0, "how often to scan every database for in-doubt branches (default 10s)")
 	p2wait := fs.Duration("phase2-wait", 0, "longest a Commit waits for phase 2 when the caller set no deadline (default 10s)")
 	maxAge := fs.Duration("max-txn-age", 0, "abort a Commit whose transaction began longer ago (default 1h)")
+	durability := fs.String("durability", "", "default for commits: wait (reply once the decision is on disk) or nowait (once queued; a crash can lose it) (default wait)")
+	write := fs.String("write", "", "decision log writes: immediate (flush at once, group commit) or batch (gather up to --batch-window) (default immediate)")
+	batchWindow := fs.Duration("batch-window", 0, "with --write batch: longest a decision waits to share an fdatasync (default 1ms)")
+	visibility := fs.String("visibility", "", "default for commits: sync (reply after phase 2) or async (right after the decision) (default sync)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -75,6 +79,9 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	}
 	set(&cfg.Listen, *listen)
 	set(&cfg.DataDir, *dataDir)
+	set(&cfg.Durability, *durability)
+	set(&cfg.Write, *write)
+	set(&cfg.Visibility, *visibility)
 	setD := func(dst *time.Duration, v time.Duration) {
 		if v != 0 {
 			*dst = v
@@ -84,6 +91,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	setD(&cfg.ScanInterval, *scan)
 	setD(&cfg.Phase2Wait, *p2wait)
 	setD(&cfg.MaxTxnAge, *maxAge)
+	setD(&cfg.BatchWindow, *batchWindow)
 
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -95,7 +103,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg.SetDefaults()
-	logger.Info("tandem coordinator serving", "listen", s.Addr(), "data_dir", cfg.DataDir, "rms", cfg.RMNames(), "pid", os.Getpid())
+	logger.Info("tandem coordinator serving", "listen", s.Addr(), "data_dir", cfg.DataDir, "rms", cfg.RMNames(), "pid", os.Getpid(),
+		"durability", cfg.Durability, "write", cfg.Write, "batch_window", cfg.LogBatchWindow(), "visibility", cfg.Visibility)
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

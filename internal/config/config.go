@@ -45,6 +45,12 @@ type Config struct {
 	ScanInterval  time.Duration `yaml:"scan_interval"`
 	Phase2Wait    time.Duration `yaml:"phase2_wait"`
 	MaxTxnAge     time.Duration `yaml:"max_txn_age"`
+	// Commit modes (README, "Commit modes"): defaults for every Commit that
+	// does not choose its own.
+	Durability  string        `yaml:"durability"`   // wait (default) or nowait
+	Write       string        `yaml:"write"`        // immediate (default) or batch
+	BatchWindow time.Duration `yaml:"batch_window"` // with write: batch (default 1ms)
+	Visibility  string        `yaml:"visibility"`   // sync (default) or async
 	RMs           map[string]RM `yaml:"rms"`
 }
 
@@ -99,6 +105,26 @@ func (c *Config) SetDefaults() {
 	if c.DataDir == "" {
 		c.DataDir = DefaultDataDir
 	}
+	if c.Durability == "" {
+		c.Durability = "wait"
+	}
+	if c.Write == "" {
+		c.Write = "immediate"
+	}
+	if c.Write == "batch" && c.BatchWindow == 0 {
+		c.BatchWindow = time.Millisecond
+	}
+	if c.Visibility == "" {
+		c.Visibility = "sync"
+	}
+}
+
+// LogBatchWindow is the decision log's batch window: 0 in immediate mode.
+func (c *Config) LogBatchWindow() time.Duration {
+	if c.Write == "batch" {
+		return c.BatchWindow
+	}
+	return 0
 }
 
 // Validate checks what can be checked without connecting.
@@ -117,6 +143,16 @@ func (c *Config) Validate() error {
 		if r.DSN == "" {
 			return fmt.Errorf("config: rm %q: dsn is empty", name)
 		}
+	}
+	for _, e := range []struct{ key, val, a, b string }{
+		{"durability", c.Durability, "wait", "nowait"}, {"write", c.Write, "immediate", "batch"}, {"visibility", c.Visibility, "sync", "async"},
+	} {
+		if e.val != "" && e.val != e.a && e.val != e.b {
+			return fmt.Errorf("config: %s %q: use %q or %q", e.key, e.val, e.a, e.b)
+		}
+	}
+	if c.BatchWindow < 0 || c.BatchWindow > time.Second {
+		return fmt.Errorf("config: batch_window %s: use a duration between 0 and 1s (e.g. 1ms)", c.BatchWindow)
 	}
 	for what, d := range map[string]time.Duration{"orphan_timeout": c.OrphanTimeout, "scan_interval": c.ScanInterval, "phase2_wait": c.Phase2Wait, "max_txn_age": c.MaxTxnAge} {
 		if d < 0 {

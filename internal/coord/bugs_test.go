@@ -168,7 +168,7 @@ func TestCloseWhileCommitting(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for {
-					_, err := c.Commit(context.Background(), newGTRID(), both, false)
+					_, err := c.Commit(context.Background(), newGTRID(), both, CommitMode{})
 					if errors.Is(err, ErrClosed) || errors.Is(err, ErrOutcomeUnknown) {
 						return
 					}

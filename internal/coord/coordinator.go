@@ -44,6 +44,16 @@ type Options struct {
 	EndedRetention time.Duration
 	// SegmentSize of the decision log (default: the log's own).
 	SegmentSize int64
+	// NoWait makes durability "nowait" the default for COMMIT decisions:
+	// Commit replies once the record is queued for the log writer, before
+	// it is on disk. A crash can lose a decision the client saw as
+	// committed; the prepared branches are then presumed aborted, so
+	// atomicity still holds. ABORT decisions are always durable.
+	NoWait bool
+	// BatchWindow selects the log's write mode: 0 is immediate (flush at
+	// once, group-committing whatever queued meanwhile); >0 is batch (gather
+	// for up to this long to cut fdatasyncs, adding up to it to latency).
+	BatchWindow time.Duration
 	// NoSync skips fdatasync: tests only, never in production.
 	NoSync bool
 	Logger *slog.Logger
@@ -113,7 +123,7 @@ func Open(opts Options) (*Coordinator, error) {
 	}
 	start := time.Now()
 	var replayed int
-	l, err := wal.Open(wal.Options{Dir: filepath.Join(opts.Dir, "log"), SegmentSize: opts.SegmentSize, NoSync: opts.NoSync},
+	l, err := wal.Open(wal.Options{Dir: filepath.Join(opts.Dir, "log"), SegmentSize: opts.SegmentSize, NoSync: opts.NoSync, BatchWindow: opts.BatchWindow},
 		func(pos wal.Position, typ wal.Type, payload []byte) error {
 			replayed++
 			if err := c.apply(typ, payload); err != nil {

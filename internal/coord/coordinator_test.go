@@ -55,7 +55,7 @@ func short(t *testing.T) context.Context {
 
 func mustCommit(t *testing.T, c *Coordinator, g string, want Outcome) Report {
 	t.Helper()
-	r, err := c.Commit(context.Background(), g, both, false)
+	r, err := c.Commit(context.Background(), g, both, CommitMode{})
 	if err != nil {
 		t.Fatalf("Commit(%s): %v", g, err)
 	}
@@ -153,7 +153,7 @@ func TestCommitRacesResolve(t *testing.T) {
 				<-start
 				var r Report
 				if i%2 == 0 {
-					r, errs[i] = c.Commit(context.Background(), g, both, false)
+					r, errs[i] = c.Commit(context.Background(), g, both, CommitMode{})
 				} else {
 					r, errs[i] = c.Status(context.Background(), g, true)
 				}
@@ -201,7 +201,7 @@ func TestInvalidInput(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var ie *InputError
-			_, err := c.Commit(context.Background(), tc.gtrid, tc.rms, false)
+			_, err := c.Commit(context.Background(), tc.gtrid, tc.rms, CommitMode{})
 			if !errors.As(err, &ie) || ie.Field != tc.field {
 				t.Errorf("Commit: %v, want an InputError on %s", err, tc.field)
 			}
@@ -328,7 +328,7 @@ func TestCommitWaitRepliesBeforeTheDeadline(t *testing.T) {
 	defer cancel()
 	dl, _ := ctx.Deadline()
 	start := time.Now()
-	r, err := c.Commit(ctx, newGTRID(), both, true)
+	r, err := c.Commit(ctx, newGTRID(), both, CommitMode{WaitPhase2: true})
 	took := time.Since(start)
 	if err != nil {
 		t.Fatalf("Commit: %v", err)
@@ -359,7 +359,7 @@ func TestCloseTwiceAndAfterClose(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := c.Commit(context.Background(), newGTRID(), both, false); !errors.Is(err, ErrClosed) {
+	if _, err := c.Commit(context.Background(), newGTRID(), both, CommitMode{}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Commit after Close: %v, want ErrClosed", err)
 	}
 	if _, err := c.Status(context.Background(), newGTRID(), true); !errors.Is(err, ErrClosed) {

@@ -19,7 +19,26 @@ const MaxBranches = 64
 // With waitPhase2, it returns when phase 2 finished, or shortly before ctx's
 // deadline (or after Options.Phase2Wait without a deadline) with
 // Phase2Pending set. The reply is COMMITTED either way once the record is durable.
-func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef, waitPhase2 bool) (Report, error) {
+// CommitMode is a Commit's durability and visibility.
+type CommitMode struct {
+	// Durability: DurabilityDefault takes Options.NoWait.
+	Durability Durability
+	// WaitPhase2 is visibility sync (true) or async (false).
+	WaitPhase2 bool
+}
+
+// Durability of one COMMIT decision.
+type Durability uint8
+
+const (
+	DurabilityDefault Durability = iota
+	DurabilityWait               // reply once the COMMIT record is on disk
+	DurabilityNoWait             // reply once it is queued for the log writer
+)
+
+func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef, mode CommitMode) (Report, error) {
+	waitPhase2 := mode.WaitPhase2
+	durable := mode.Durability == DurabilityWait || (mode.Durability == DurabilityDefault && !c.opts.NoWait)
 	g, err := c.validate(gtrid, names(rms), true)
 	if err != nil {
 		return Report{}, err
@@ -31,7 +50,7 @@ func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef,
 		}
 		return c.finish(ctx, t, false, fmt.Sprintf("gtrid %s began %s ago, more than max-txn-age %s", g, age.Round(time.Second), c.opts.MaxTxnAge))
 	}
-	t, err := c.decide(g, Committed, 0, rms)
+	t, err := c.decideMode(g, Committed, 0, rms, durable)
 	if err != nil {
 		return Report{}, err
 	}
@@ -148,6 +167,14 @@ func (c *Coordinator) validate(gtrid string, rms []string, needBranches bool) (x
 // transaction as decided (by this call or an earlier one). The first decision
 // to reach the log wins: concurrent deciders for one gtrid wait for it.
 func (c *Coordinator) decide(g xid.GTRID, outcome Outcome, reason AbortReason, rms []BranchRef) (*txn, error) {
+	return c.decideMode(g, outcome, reason, rms, true)
+}
+
+// decideMode is decide with a choice of durability for this record. A
+// non-durable (nowait) decision is queued for the log writer; its phase 2
+// waits until it is on disk (a branch committed on a decision the log then
+// lost would break atomicity).
+func (c *Coordinator) decideMode(g xid.GTRID, outcome Outcome, reason AbortReason, rms []BranchRef, durable bool) (*txn, error) {
 	for {
 		c.mu.Lock()
 		if c.cancel == nil || c.ctx.Err() != nil {
@@ -187,7 +214,11 @@ func (c *Coordinator) decide(g xid.GTRID, outcome Outcome, reason AbortReason, r
 		d := decision{gtrid: g, decidedAt: now, reason: reason, rms: names(rms)}
 		err := failpoint.Inject("before-commit-record")
 		if err == nil {
-			_, err = c.log.Append(typ, d.encode())
+			if durable {
+				_, err = c.log.Append(typ, d.encode())
+			} else {
+				_, err = c.log.AppendAsync(typ, d.encode())
+			}
 		}
 		if err == nil {
 			_ = failpoint.Inject("after-commit-record") // kill or sleep; the record is durable
@@ -206,6 +237,7 @@ func (c *Coordinator) decide(g xid.GTRID, outcome Outcome, reason AbortReason, r
 		for _, r := range rms {
 			delete(c.seen, xid.Branch{GTRID: g, RM: r.RM})
 		}
+		t.unsynced = !durable
 		c.startPhase2Locked(t, false)
 		c.mu.Unlock()
 		close(ch)

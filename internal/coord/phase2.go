@@ -44,6 +44,23 @@ func (c *Coordinator) startPhase2Locked(t *txn, recovered bool) {
 func (c *Coordinator) drive(t *txn, recovered bool) {
 	defer c.wg.Done()
 	_ = failpoint.Inject("before-phase2")
+	c.mu.Lock()
+	unsynced := t.unsynced
+	c.mu.Unlock()
+	if unsynced {
+		// A nowait decision: no branch may act on it before it is durable.
+		if err := c.log.Sync(); err != nil {
+			c.logger.Error("a nowait decision could not be made durable; phase 2 not started (restart the coordinator to replay its log)",
+				"gtrid", t.gtrid.String(), "error", err)
+			c.mu.Lock()
+			t.driving = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Lock()
+		t.unsynced = false
+		c.mu.Unlock()
+	}
 	for {
 		c.mu.Lock()
 		var pending []*branchProgress

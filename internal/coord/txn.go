@@ -65,8 +65,11 @@ type txn struct {
 	// (all but client-settled ones) is settled: a sync Commit replies then.
 	replyReady chan struct{}
 	driving    bool // a phase-2 driver is running
-	ended      bool
-	endedAt    time.Time
+	// unsynced: the decision was queued with durability nowait; phase 2
+	// must wait until it is on disk.
+	unsynced bool
+	ended    bool
+	endedAt  time.Time
 }
 
 type branchProgress struct {

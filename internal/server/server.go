@@ -49,13 +49,14 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	c, err := coord.Open(coord.Options{
 		Dir: cfg.DataDir, RMs: rms, OrphanTimeout: cfg.OrphanTimeout, ScanInterval: cfg.ScanInterval,
 		Phase2Wait: cfg.Phase2Wait, MaxTxnAge: cfg.MaxTxnAge, NoSync: o.NoSync, Logger: o.Logger,
+		NoWait: cfg.Durability == "nowait", BatchWindow: cfg.LogBatchWindow(),
 	})
 	if err != nil {
 		_ = lis.Close()
 		return nil, err
 	}
 	g := grpc.NewServer(grpc.MaxRecvMsgSize(1 << 20))
-	api.RegisterCoordinatorServer(g, service.New(c))
+	api.RegisterCoordinatorServer(g, service.New(c, service.Defaults{AsyncVisibility: cfg.Visibility == "async"}))
 	s := &Server{Coord: c, grpc: g, lis: lis, done: make(chan error, 1)}
 	go func() { s.done <- g.Serve(lis) }()
 	return s, nil

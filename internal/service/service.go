@@ -26,14 +26,38 @@ var Version = "dev"
 type Service struct {
 	api.UnimplementedCoordinatorServer
 	c *coord.Coordinator
+	d Defaults
+}
+
+// Defaults are the coordinator's commit modes for requests that leave them unset.
+type Defaults struct {
+	// AsyncVisibility: reply right after the decision, not after phase 2.
+	AsyncVisibility bool
 }
 
 // New returns the gRPC face of c.
-func New(c *coord.Coordinator) *Service { return &Service{c: c} }
+func New(c *coord.Coordinator, d Defaults) *Service { return &Service{c: c, d: d} }
+
+// mode maps a request's options onto the coordinator's, filling in defaults.
+func (s *Service) mode(o *api.CommitOptions) coord.CommitMode {
+	m := coord.CommitMode{WaitPhase2: !s.d.AsyncVisibility}
+	switch o.GetVisibility() {
+	case api.Visibility_SYNC:
+		m.WaitPhase2 = true
+	case api.Visibility_ASYNC:
+		m.WaitPhase2 = false
+	}
+	switch o.GetDurability() {
+	case api.Durability_WAIT:
+		m.Durability = coord.DurabilityWait
+	case api.Durability_NOWAIT:
+		m.Durability = coord.DurabilityNoWait
+	}
+	return m
+}
 
 func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
-	wait := req.GetOptions().GetVisibility() != api.Visibility_ASYNC
-	r, err := s.c.Commit(ctx, req.GetGtrid(), branchRefs(req.GetBranches()), wait)
+	r, err := s.c.Commit(ctx, req.GetGtrid(), branchRefs(req.GetBranches()), s.mode(req.GetOptions()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
