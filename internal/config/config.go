@@ -51,7 +51,7 @@ type Config struct {
 	Write       string        `yaml:"write"`        // immediate (default) or batch
 	BatchWindow time.Duration `yaml:"batch_window"` // with write: batch (default 1ms)
 	Visibility  string        `yaml:"visibility"`   // sync (default) or async
-	RMs           map[string]RM `yaml:"rms"`
+	RMs         map[string]RM `yaml:"rms"`
 }
 
 // Defaults.
