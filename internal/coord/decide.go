@@ -39,6 +39,14 @@ const (
 func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef, mode CommitMode) (Report, error) {
 	waitPhase2 := mode.WaitPhase2
 	durable := mode.Durability == DurabilityWait || (mode.Durability == DurabilityDefault && !c.opts.NoWait)
+	for _, b := range rms {
+		// A client-settled branch (MariaDB) is committed by the client as soon
+		// as it has the reply: the reply must not come before the decision is
+		// on disk, or a crash could lose it with that branch already committed.
+		if b.ClientSettles {
+			durable = true
+		}
+	}
 	g, err := c.validate(gtrid, names(rms), true)
 	if err != nil {
 		return Report{}, err

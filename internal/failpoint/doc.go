@@ -8,7 +8,8 @@
 //	TANDEM_FAILPOINTS='after-commit-record=kill;before-phase2=sleep(500ms)'
 //
 // Actions: kill (SIGKILL to this process: nothing after it runs, as with
-// kill -9), error (Inject returns an error), sleep(DURATION).
+// kill -9), kill-after(DURATION) (carry on, SIGKILL after DURATION), error
+// (Inject returns an error), sleep(DURATION).
 //
 // Names in use: before-commit-record, after-commit-record, before-phase2,
 // after-phase2, before-end, after-end.

@@ -36,6 +36,17 @@ func Inject(name string) error {
 		fmt.Fprintf(os.Stderr, "failpoint %s: SIGKILL\n", name)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // never returns
+	case strings.HasPrefix(action, "kill-after(") && strings.HasSuffix(action, ")"):
+		// Returns at once; SIGKILLs the process after the delay, from another
+		// goroutine (a crash shortly after this step, whatever runs meanwhile).
+		d, err := time.ParseDuration(action[len("kill-after(") : len(action)-1])
+		if err == nil {
+			go func() {
+				time.Sleep(d)
+				fmt.Fprintf(os.Stderr, "failpoint %s: SIGKILL after %s\n", name, d)
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}()
+		}
 	case action == "error":
 		return fmt.Errorf("failpoint %s: injected error", name)
 	case strings.HasPrefix(action, "sleep(") && strings.HasSuffix(action, ")"):
