@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +35,13 @@ type Config struct {
 	PGDSN          string
 	MySQLDSN       string
 	Reset          bool
+	// AckFile, if set, gets one line per transfer acknowledged as committed
+	// (its gtrid), appended as soon as Commit returns: a checker can verify
+	// them even if this process is killed.
+	AckFile string
+	// CheckOnly skips the workers and only checks the invariants, counting
+	// the gtrids in AckFile as acknowledged.
+	CheckOnly bool
 	// Log receives the in-process coordinator's log (default: discarded).
 	Log io.Writer
 }
@@ -54,13 +63,22 @@ type Report struct {
 }
 
 // TPS is committed transfers per second.
-func (r *Report) TPS() float64 { return float64(r.Committed) / r.Elapsed.Seconds() }
+func (r *Report) TPS() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Committed) / r.Elapsed.Seconds()
+}
 
 // Print writes the report for a person.
 func (r *Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "transfer: %d workers, %s, coordinator %s\n", r.Workers, r.Elapsed.Round(time.Millisecond), r.CoordinatorAt)
-	fmt.Fprintf(w, "  committed %d (%.1f TPS), aborted %d, outcome unknown %d, phase 2 pending at reply %d\n",
-		r.Committed, r.TPS(), r.Aborted, r.Unknown, r.Pending)
+	if r.Workers > 0 {
+		fmt.Fprintf(w, "transfer: %d workers, %s, coordinator %s\n", r.Workers, r.Elapsed.Round(time.Millisecond), r.CoordinatorAt)
+		fmt.Fprintf(w, "  committed %d (%.1f TPS), aborted %d, outcome unknown %d, phase 2 pending at reply %d\n",
+			r.Committed, r.TPS(), r.Aborted, r.Unknown, r.Pending)
+	} else {
+		fmt.Fprintln(w, "transfer: check only")
+	}
 	fmt.Fprintf(w, "  total balance %d (want %d); journal rows: postgres %d, mariadb %d; prepared branches left: %d\n",
 		r.Total, r.Want, r.JournalPG, r.JournalMySQL, r.Dangling)
 	if len(r.Violations) == 0 {
@@ -98,12 +116,24 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			return nil, err
 		}
 	}
-	want, err := totalBalance(ctx, pg, my)
-	if err != nil {
-		return nil, err
-	}
-
+	want := 2 * int64(cfg.Accounts) * cfg.InitialBalance
 	rep := &Report{Workers: cfg.Workers, Want: want, CoordinatorAt: cfg.Coordinator}
+	var committedIDs sync.Map
+	if cfg.CheckOnly {
+		if err := loadAcks(cfg.AckFile, &committedIDs); err != nil {
+			return nil, err
+		}
+		rep.Workers, rep.CoordinatorAt = 0, "none (check only)"
+		return rep, check(ctx, pg, my, rep, &committedIDs)
+	}
+	var acks *os.File
+	if cfg.AckFile != "" {
+		var err error
+		if acks, err = os.OpenFile(cfg.AckFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+			return nil, fmt.Errorf("acknowledgement file: %w", err)
+		}
+		defer acks.Close()
+	}
 	if cfg.Coordinator == "" {
 		logw := cfg.Log
 		if logw == nil {
@@ -136,10 +166,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		defer cancel()
 	}
 	var (
-		committedIDs sync.Map
-		budget       atomic.Int64
-		wg           sync.WaitGroup
-		workerErr    = make(chan error, cfg.Workers)
+		budget    atomic.Int64
+		wg        sync.WaitGroup
+		workerErr = make(chan error, cfg.Workers)
 	)
 	budget.Store(int64(cfg.Transfers))
 	start := time.Now()
@@ -148,7 +177,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := worker(runCtx, cli, pg, my, cfg, rep, &committedIDs, &budget); err != nil {
+			if err := worker(runCtx, cli, pg, my, cfg, rep, &committedIDs, &budget, acks); err != nil {
 				workerErr <- err
 			}
 		}()
@@ -188,20 +217,31 @@ func startProgress(w io.Writer, rep *Report, start time.Time) func() {
 	return func() { close(done); wg.Wait() }
 }
 
-// worker runs transfers until ctx ends or the transfer budget is spent.
-func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config, rep *Report, ids *sync.Map, budget *atomic.Int64) error {
-	pc, err := pg.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("postgres connection: %w", err)
-	}
-	defer pc.Close()
-	mc, err := my.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("mariadb connection: %w", err)
-	}
-	defer mc.Close()
+// worker runs transfers until ctx ends or the transfer budget is spent. A
+// connection that breaks (a database restarted) is replaced, and the worker
+// carries on: every failed transfer is counted, none is retried blindly.
+func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config, rep *Report, ids *sync.Map, budget *atomic.Int64, acks *os.File) error {
+	var pc, mc *sql.Conn
+	defer func() {
+		if pc != nil {
+			pc.Close()
+		}
+		if mc != nil {
+			mc.Close()
+		}
+	}()
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	for ctx.Err() == nil {
+		if pc == nil || mc == nil {
+			var err error
+			if pc, mc, err = reconnect(ctx, pg, my, pc, mc); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				time.Sleep(200 * time.Millisecond) // a database is down: try again
+				continue
+			}
+		}
 		if cfg.Transfers > 0 && budget.Add(-1) < 0 {
 			return nil
 		}
@@ -217,6 +257,9 @@ func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config,
 		cancel()
 		switch {
 		case err == nil:
+			if acks != nil {
+				_, _ = acks.WriteString(tx.GTRID().String() + "\n")
+			}
 			atomic.AddInt64(&rep.Committed, 1)
 			if res.Phase2Pending {
 				atomic.AddInt64(&rep.Pending, 1)
@@ -228,11 +271,55 @@ func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config,
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			atomic.AddInt64(&rep.Aborted, 1)
 			if cfg.Transfers > 0 {
-				budget.Add(1) // retry: only committed transfers count
+				budget.Add(1) // only committed transfers count
 			}
-			if ctx.Err() == nil && isConnErr(pc, mc) {
-				return fmt.Errorf("a database connection broke: %w", err)
-			}
+		}
+		if err != nil && isConnErr(pc, mc) {
+			pc.Close()
+			mc.Close()
+			pc, mc = nil, nil
+		}
+	}
+	return nil
+}
+
+// reconnect replaces the worker's connections.
+func reconnect(ctx context.Context, pg, my *sql.DB, pc, mc *sql.Conn) (*sql.Conn, *sql.Conn, error) {
+	if pc != nil {
+		pc.Close()
+	}
+	if mc != nil {
+		mc.Close()
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	p, err := pg.Conn(cctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres connection: %w", err)
+	}
+	m, err := my.Conn(cctx)
+	if err != nil {
+		p.Close()
+		return nil, nil, fmt.Errorf("mariadb connection: %w", err)
+	}
+	return p, m, nil
+}
+
+// loadAcks reads an acknowledgement file written by earlier runs.
+func loadAcks(path string, ids *sync.Map) error {
+	if path == "" {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("acknowledgement file: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if len(line) == 32 {
+			ids.Store(line, true)
 		}
 	}
 	return nil
