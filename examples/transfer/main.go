@@ -39,6 +39,7 @@ func main() {
 	flag.StringVar(&cfg.MySQLDSN, "mysql", os.Getenv("TANDEM_MYSQL_DSN"), "MariaDB/MySQL DSN (default $TANDEM_MYSQL_DSN)")
 	flag.BoolVar(&cfg.Reset, "reset", true, "recreate the tables and balances before running")
 	flag.StringVar(&cfg.AckFile, "acked", "", "append the gtrid of every transfer acknowledged as committed to this file")
+	flag.BoolVar(&cfg.NoCheck, "no-check", false, "skip the checks at the end (when other clients still run, as in the chaos test)")
 	flag.BoolVar(&cfg.CheckOnly, "check-only", false, "run no transfers; check the invariants (with --acked: those transfers must be present)")
 	flag.Int64Var(&cfg.InitialBalance, "initial-balance", cfg.InitialBalance, "balance of every account at reset; the total must stay accounts × 2 × this")
 	flag.Usage = func() {
