@@ -1,0 +1,65 @@
+// Package waits is Tandem's wait-event interface: every place where Tandem
+// blocks is a named, timed event with a count, a total, a maximum and a
+// latency histogram, in the coordinator and in the SDK alike (DESIGN.md,
+// "Wait-event interface"; LESSONS.md: every field report found its problem
+// by reading named waits).
+//
+// # Events
+//
+// An Event is a small integer naming one kind of wait. The built-in ones:
+//
+//	event                     side         what is timed (one wait = one of these)
+//	log file sync             coordinator  a committer waiting for its decision record to be durable (Append returning)
+//	log file parallel write   coordinator  the log writer's write(2) of one batch
+//	log file fdatasync        coordinator  the log writer's fdatasync of one batch
+//	log space throttle        coordinator  a committer held back by admission control (log past 80% full)
+//	standby sync ack          coordinator  a commit waiting for the standby's acknowledgement (SYNC transport)
+//	standby log write         coordinator  the standby writing and syncing a shipped batch
+//	rm roundtrip              client       one statement round trip of a branch (the first carries the begin)
+//	rm prepare                both         phase 1 of one branch (PREPARE TRANSACTION; XA END+XA PREPARE)
+//	rm commit                 client       a one-phase or read-only local commit of one branch
+//	rm rollback               client       a client-side rollback of one branch
+//	rm commit prepared        both         COMMIT PREPARED / XA COMMIT of one prepared branch
+//	rm rollback prepared      both         ROLLBACK PREPARED / XA ROLLBACK of one prepared branch
+//	rm recover scan           coordinator  one in-doubt scan of one RM (pg_prepared_xacts, XA RECOVER)
+//	coordinator commit        client       the Commit RPC, as the client sees it (retries included)
+//
+// The SDK and internal/rm record theirs already. The coordinator's log and
+// standby events are defined here and recorded by internal/wal, internal/coord
+// and internal/standby; Define adds an event of a new name at init time.
+//
+// # Registries and sides
+//
+// A Registry holds one side's totals. Two are process-wide: Coordinator
+// (internal/rm's pooled connections, the decision log, phase 2, recovery) and
+// Client (the SDK), so that a coordinator embedded in an application, or
+// started in-process by `tandem bench`, keeps its table apart from the
+// client's. A client.Config can point at a registry of its own.
+//
+// Recording one wait costs four uncontended atomic adds and no allocation
+// (BenchmarkRecord):
+//
+//	start := time.Now()
+//	err := f.Sync()
+//	waits.Coordinator.Since(waits.LogFileSync, start)
+//
+// or, where the wait belongs to one global transaction and should also go
+// into that transaction's trace when one is open:
+//
+//	waits.Coordinator.SinceTx(waits.RMCommitPrepared, start, gtrid, "pg")
+//
+// # Histograms
+//
+// Each event's histogram has NumBuckets fixed buckets: bucket i counts waits
+// of at most 2^i microseconds (1 µs, 2 µs, 4 µs, … 2^25 µs ≈ 33.6 s), inclusive
+// as Prometheus's "le"; the last bucket counts everything longer.
+//
+// # Traces
+//
+// A Trace is the sequence of waits of one global transaction with their
+// timestamps, like a database's session trace. On the client it is carried by
+// the transaction (client.Tx.SetTrace); on the coordinator a trace is opened
+// per gtrid (Registry.StartTrace) when a client asks for one, and SinceTx
+// appends to it. With no trace open, SinceTx costs one atomic load more than
+// Since; the SDK's check is a nil pointer test.
+package waits
