@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -68,7 +70,9 @@ func (b *Branch) ExecContext(ctx context.Context, query string, args ...any) (sq
 		return res, nil
 	}
 	b.trips++
+	start := time.Now()
 	res, err := b.conn.ExecContext(ctx, query, args...)
+	b.waited(waits.RMRoundtrip, start)
 	if err != nil {
 		return nil, b.fail(fmt.Errorf("rm %q: %w", b.rm.name, err))
 	}
@@ -88,7 +92,9 @@ func (b *Branch) QueryContext(ctx context.Context, query string, args ...any) (*
 		return nil, err
 	}
 	b.trips++
+	start := time.Now()
 	rows, err := b.conn.QueryContext(ctx, query, args...)
+	b.waited(waits.RMRoundtrip, start)
 	if err != nil {
 		return nil, b.fail(fmt.Errorf("rm %q: %w", b.rm.name, err))
 	}
@@ -113,7 +119,10 @@ func (b *Branch) QueryRowContext(ctx context.Context, query string, args ...any)
 		return b.conn.QueryRowContext(canceled, query, args...)
 	}
 	b.trips++
-	return b.conn.QueryRowContext(ctx, query, args...)
+	start := time.Now()
+	row := b.conn.QueryRowContext(ctx, query, args...) // database/sql runs the query here; Scan only reads
+	b.waited(waits.RMRoundtrip, start)
+	return row
 }
 
 func (b *Branch) usable() error {
@@ -139,7 +148,10 @@ func (b *Branch) beginAlone(ctx context.Context) error {
 		return nil
 	}
 	b.trips++
-	if _, err := b.conn.ExecContext(ctx, b.rm.dialect.Begin(b.id)); err != nil {
+	start := time.Now()
+	_, err := b.conn.ExecContext(ctx, b.rm.dialect.Begin(b.id))
+	b.waited(waits.RMRoundtrip, start)
+	if err != nil {
 		return b.fail(fmt.Errorf("rm %q: begin: %w", b.rm.name, err))
 	}
 	b.state = branchActive
@@ -154,6 +166,8 @@ func (b *Branch) beginWithExec(ctx context.Context, query string, args []any) (s
 		var res sql.Result
 		piped, err := withPgx(b.conn, func(c *pgx.Conn) error {
 			b.trips++
+			start := time.Now()
+			defer b.waited(waits.RMRoundtrip, start)
 			var batch pgx.Batch
 			batch.Queue(begin)
 			batch.Queue(query, args...)
@@ -178,13 +192,19 @@ func (b *Branch) beginWithExec(ctx context.Context, query string, args []any) (s
 	case b.rm.multiStatements:
 		b.trips++
 		b.state = branchActive // the begin runs first; if the statement fails the branch is active and rolled back
-		return b.conn.ExecContext(ctx, begin+"; "+query, args...)
+		start := time.Now()
+		res, err := b.conn.ExecContext(ctx, begin+"; "+query, args...)
+		b.waited(waits.RMRoundtrip, start)
+		return res, err
 	}
 	if err := b.beginAlone(ctx); err != nil {
 		return nil, err
 	}
 	b.trips++
-	return b.conn.ExecContext(ctx, query, args...)
+	start := time.Now()
+	res, err := b.conn.ExecContext(ctx, query, args...)
+	b.waited(waits.RMRoundtrip, start)
+	return res, err
 }
 
 // withPgx runs fn on the pgx connection under a database/sql connection.
@@ -214,20 +234,33 @@ func (r tagResult) LastInsertId() (int64, error) {
 func (r tagResult) RowsAffected() (int64, error) { return pgconn.CommandTag(r).RowsAffected(), nil }
 
 // execSteps runs statements in order on the branch's connection, in one round
-// trip when the RM allows several statements at once.
-func (b *Branch) execSteps(ctx context.Context, stmts []string) error {
+// trip when the RM allows several statements at once. Each round trip is
+// recorded as wait event ev.
+func (b *Branch) execSteps(ctx context.Context, ev waits.Event, stmts []string) error {
 	if len(stmts) > 1 && b.rm.multiStatements {
 		b.trips++
+		start := time.Now()
 		_, err := b.conn.ExecContext(ctx, strings.Join(stmts, "; "))
+		b.waited(ev, start)
 		return err
 	}
 	for _, s := range stmts {
 		b.trips++
-		if _, err := b.conn.ExecContext(ctx, s); err != nil {
+		start := time.Now()
+		_, err := b.conn.ExecContext(ctx, s)
+		b.waited(ev, start)
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// waited records one wait of the branch since start, in the client's
+// registry and in the transaction's trace if it has one.
+func (b *Branch) waited(e waits.Event, start time.Time) {
+	d := b.tx.c.waits.Since(e, start)
+	b.tx.trace.Add(waits.SideClient, e, b.rm.name, start, d)
 }
 
 // prepare runs phase 1. On PostgreSQL it checks the command tag: a PREPARE
@@ -238,8 +271,10 @@ func (b *Branch) prepare(ctx context.Context) error {
 		var tag pgconn.CommandTag
 		piped, err := withPgx(b.conn, func(c *pgx.Conn) error {
 			b.trips++
+			start := time.Now()
 			var e error
 			tag, e = c.Exec(ctx, stmts[0])
+			b.waited(waits.RMPrepare, start)
 			return e
 		})
 		if piped {
@@ -252,7 +287,7 @@ func (b *Branch) prepare(ctx context.Context) error {
 			return nil
 		}
 	}
-	return b.execSteps(ctx, stmts)
+	return b.execSteps(ctx, waits.RMPrepare, stmts)
 }
 
 // releaseSession closes the branch's connection (database/sql discards it).
@@ -271,8 +306,11 @@ func (b *Branch) readOnly(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	b.trips++
+	start := time.Now()
 	var ro bool
-	if err := b.conn.QueryRowContext(ctx, q).Scan(&ro); err != nil {
+	err := b.conn.QueryRowContext(ctx, q).Scan(&ro)
+	b.waited(waits.RMRoundtrip, start)
+	if err != nil {
 		return false, err
 	}
 	return ro, nil

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -39,6 +41,9 @@ type Config struct {
 	DialOptions []grpc.DialOption
 	// Defaults apply to every transaction's Commit unless the transaction sets its own.
 	Defaults CommitOptions
+	// Waits is where the client records its wait events (README, "Wait
+	// events"); nil means the process-wide waits.Client.
+	Waits *waits.Registry
 }
 
 // Durability and visibility of a commit (see the README's "Commit modes").
@@ -75,6 +80,7 @@ type Client struct {
 	rms   map[string]*rmInfo
 	conn  *grpc.ClientConn // nil without a coordinator
 	coord api.CoordinatorClient
+	waits *waits.Registry
 
 	coordinatorCalls atomic.Uint64
 	closeOnce        sync.Once
@@ -82,7 +88,10 @@ type Client struct {
 
 // New checks the configuration and returns a client. It makes no network call.
 func New(cfg Config) (*Client, error) {
-	c := &Client{cfg: cfg, rms: make(map[string]*rmInfo, len(cfg.RMs))}
+	c := &Client{cfg: cfg, rms: make(map[string]*rmInfo, len(cfg.RMs)), waits: cfg.Waits}
+	if c.waits == nil {
+		c.waits = waits.Client
+	}
 	if len(cfg.RMs) == 0 {
 		return nil, errors.New("client: Config.RMs is empty: declare every resource manager the application uses")
 	}
@@ -166,6 +175,7 @@ func (c *Client) Status(ctx context.Context, gtrid xid.GTRID, resolve bool) (*ap
 		return nil, ErrNoCoordinator
 	}
 	c.coordinatorCalls.Add(1)
+	defer c.waits.Since(waits.CoordinatorStatus, time.Now())
 	return c.coord.Status(ctx, &api.StatusRequest{Gtrid: gtrid.String(), Resolve: resolve})
 }
 

@@ -9,11 +9,14 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -61,8 +64,16 @@ type Result struct {
 	Phase2Pending bool
 	// RMRoundTrips counts round trips to the databases made for this transaction.
 	RMRoundTrips int
+	// RoundTrips splits RMRoundTrips by resource manager, in enlistment order.
+	RoundTrips []RMRoundTrips
 	// CoordinatorCalls counts RPCs to the coordinator made by this Commit.
 	CoordinatorCalls int
+}
+
+// RMRoundTrips is the number of round trips made to one resource manager.
+type RMRoundTrips struct {
+	RM string
+	N  int
 }
 
 // Tx is one global transaction. Its methods are safe to call from several
@@ -74,6 +85,24 @@ type Tx struct {
 	mu       sync.Mutex
 	state    txState
 	branches []*Branch
+	// trace, when not nil, receives every wait of this transaction;
+	// traceCoord asks the coordinator for its waits too.
+	trace      *waits.Trace
+	traceCoord bool
+}
+
+// SetTrace makes the transaction append each of its waits (every round trip,
+// prepare, commit and RPC, with its start and duration) to tr, which it
+// names after the gtrid. With coordinator, the Commit RPC also asks the
+// coordinator for the waits it spent on this transaction (decision log,
+// phase 2), merged into tr when the reply comes. Call it before the first
+// statement. Without a trace nothing is collected: the cost is a nil test
+// per wait.
+func (t *Tx) SetTrace(tr *waits.Trace, coordinator bool) {
+	tr.SetGTRID(t.gtrid.String())
+	t.mu.Lock()
+	t.trace, t.traceCoord = tr, coordinator && tr != nil
+	t.mu.Unlock()
 }
 
 // GTRID returns the transaction's global id.
@@ -108,9 +137,12 @@ func (t *Tx) Commit(ctx context.Context) (Result, error) {
 
 	res, state, err := t.commit(ctx, branches)
 	res.GTRID = t.gtrid
-	for _, b := range t.branches {
+	res.RoundTrips = make([]RMRoundTrips, len(t.branches))
+	for i, b := range t.branches {
 		res.RMRoundTrips += b.trips
+		res.RoundTrips[i] = RMRoundTrips{RM: b.rm.name, N: b.trips}
 	}
+	t.trace.Finish()
 	t.mu.Lock()
 	t.state = state
 	t.mu.Unlock()
@@ -165,7 +197,7 @@ func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, e
 	commitReaders := func() error {
 		return parallel(len(readers), func(i int) error {
 			b := readers[i]
-			if err := b.execSteps(ctx, b.rm.dialect.CommitOnePhase(b.id)); err != nil {
+			if err := b.execSteps(ctx, waits.RMCommit, b.rm.dialect.CommitOnePhase(b.id)); err != nil {
 				return fmt.Errorf("rm %q: commit read-only branch: %w", b.rm.name, err)
 			}
 			b.state = branchCommitted
@@ -191,7 +223,7 @@ func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, e
 
 func (t *Tx) commitOnePhase(ctx context.Context, w *Branch) (Result, txState, error) {
 	res := Result{Path: PathOnePhase}
-	err := w.execSteps(ctx, w.rm.dialect.CommitOnePhase(w.id))
+	err := w.execSteps(ctx, waits.RMCommit, w.rm.dialect.CommitOnePhase(w.id))
 	if err == nil {
 		w.state = branchCommitted
 		return res, txCommitted, nil
@@ -236,7 +268,7 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	for _, b := range writers {
 		req.Branches = append(req.Branches, &api.Branch{Rm: b.rm.name, ClientSettles: b.rm.dialect.SessionBound()})
 	}
-	resp, calls, err := t.c.commitRPC(ctx, req)
+	resp, calls, err := t.c.commitRPC(ctx, req, t.trace, t.traceCoord)
 	res.CoordinatorCalls = calls
 	switch {
 	case err == nil && resp.Outcome == api.Outcome_COMMITTED:
@@ -283,11 +315,11 @@ func (t *Tx) settleOwn(ctx context.Context, writers []*Branch, commit bool) bool
 	}
 	err := parallel(len(own), func(i int) error {
 		b := own[i]
-		stmt := b.rm.dialect.RollbackPrepared(b.id)
+		stmt, ev := b.rm.dialect.RollbackPrepared(b.id), waits.RMRollbackPrepared
 		if commit {
-			stmt = b.rm.dialect.CommitPrepared(b.id)
+			stmt, ev = b.rm.dialect.CommitPrepared(b.id), waits.RMCommitPrepared
 		}
-		if err := b.execSteps(ctx, []string{stmt}); err != nil && !b.rm.dialect.IsNotFound(err) {
+		if err := b.execSteps(ctx, ev, []string{stmt}); err != nil && !b.rm.dialect.IsNotFound(err) {
 			b.releaseSession()
 			return err
 		}
@@ -312,12 +344,30 @@ func (t *Tx) releaseOwn(writers []*Branch) {
 }
 
 // commitRPC sends Commit, retrying while the coordinator is unreachable and
-// ctx allows: a repeated Commit answers the first one's outcome.
-func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, int, error) {
+// ctx allows: a repeated Commit answers the first one's outcome. Each call is
+// a "coordinator commit" wait; with traceCoord the coordinator's own waits
+// for this gtrid come back in the reply's trailer and join tr.
+func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *waits.Trace, traceCoord bool) (*api.CommitResponse, int, error) {
+	var opts []grpc.CallOption
+	var trailer metadata.MD
+	if traceCoord {
+		ctx = metadata.AppendToOutgoingContext(ctx, waits.TraceRequestKey, "1")
+		opts = append(opts, grpc.Trailer(&trailer))
+	}
 	backoff := 10 * time.Millisecond
 	for calls := 1; ; calls++ {
 		c.coordinatorCalls.Add(1)
-		resp, err := c.coord.Commit(ctx, req)
+		start := time.Now()
+		resp, err := c.coord.Commit(ctx, req, opts...)
+		d := c.waits.Since(waits.CoordinatorCommit, start)
+		tr.Add(waits.SideClient, waits.CoordinatorCommit, "", start, d)
+		if traceCoord {
+			for _, v := range trailer.Get(waits.TraceTrailerKey) {
+				if spans, perr := waits.ParseWireSpans([]byte(v)); perr == nil {
+					tr.Merge(spans)
+				}
+			}
+		}
 		if err == nil || !retryable(err) || ctx.Err() != nil {
 			return resp, calls, err
 		}
@@ -380,7 +430,11 @@ func (t *Tx) rollbackAll(ctx context.Context, branches []*Branch) error {
 		return err // only active branches: the database rolls them back when their connection ends
 	}
 	t.c.coordinatorCalls.Add(1)
-	if _, aerr := t.c.coord.Abort(ctx, req); aerr != nil {
+	start := time.Now()
+	_, aerr := t.c.coord.Abort(ctx, req)
+	d := t.c.waits.Since(waits.CoordinatorAbort, start)
+	t.trace.Add(waits.SideClient, waits.CoordinatorAbort, "", start, d)
+	if aerr != nil {
 		return fmt.Errorf("%w; handing the prepared branches to the coordinator failed too (its orphan scan will roll them back): %v", err, aerr)
 	}
 	return nil
@@ -394,13 +448,13 @@ func (b *Branch) rollback(ctx context.Context) error {
 	case branchIdle, branchCommitted, branchRolledBack, branchHandedOver:
 		return nil
 	case branchActive:
-		err = b.execSteps(ctx, d.RollbackActive(b.id))
+		err = b.execSteps(ctx, waits.RMRollback, d.RollbackActive(b.id))
 		if err != nil && d.Driver() == rm.MySQL {
 			// XA END may fail when the branch already ended (a failed XA PREPARE); try the rollback alone.
-			err = b.execSteps(ctx, []string{d.RollbackPrepared(b.id)})
+			err = b.execSteps(ctx, waits.RMRollback, []string{d.RollbackPrepared(b.id)})
 		}
 	case branchPrepared, branchInDoubt:
-		err = b.execSteps(ctx, []string{d.RollbackPrepared(b.id)})
+		err = b.execSteps(ctx, waits.RMRollbackPrepared, []string{d.RollbackPrepared(b.id)})
 	}
 	if err != nil && d.SessionBound() && (b.state == branchPrepared || b.state == branchInDoubt) {
 		// Only this session can settle the branch, and it cannot: let go of

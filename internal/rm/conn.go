@@ -12,6 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers database/sql driver "pgx"
+	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -119,29 +120,37 @@ func (c *Conn) Ping(ctx context.Context) error {
 }
 
 // CommitPrepared commits a prepared branch. ErrBranchNotFound means the
-// database does not know it: never prepared, or already settled.
+// database does not know it: never prepared, or already settled. The call,
+// waiting for a pooled connection included, is a "rm commit prepared" wait
+// in waits.Coordinator.
 func (c *Conn) CommitPrepared(ctx context.Context, b xid.Branch) error {
-	return c.settle(ctx, "commit prepared", c.dialect.CommitPrepared(b))
+	return c.settle(ctx, waits.RMCommitPrepared, b, c.dialect.CommitPrepared(b))
 }
 
-// RollbackPrepared rolls back a prepared branch; ErrBranchNotFound as for CommitPrepared.
+// RollbackPrepared rolls back a prepared branch; ErrBranchNotFound as for
+// CommitPrepared. It is a "rm rollback prepared" wait.
 func (c *Conn) RollbackPrepared(ctx context.Context, b xid.Branch) error {
-	return c.settle(ctx, "rollback prepared", c.dialect.RollbackPrepared(b))
+	return c.settle(ctx, waits.RMRollbackPrepared, b, c.dialect.RollbackPrepared(b))
 }
 
-func (c *Conn) settle(ctx context.Context, what, stmt string) error {
+func (c *Conn) settle(ctx context.Context, ev waits.Event, b xid.Branch, stmt string) error {
+	start := time.Now()
 	_, err := c.db.ExecContext(ctx, stmt)
+	waits.Coordinator.SinceTx(ev, start, b.GTRID, c.name)
 	if err != nil && c.dialect.IsNotFound(err) {
 		return ErrBranchNotFound
 	}
-	return c.wrap(what, err)
+	return c.wrap(strings.TrimPrefix(ev.String(), "rm "), err) // "commit prepared: ..."
 }
 
 // Recover lists this database's prepared branches in Tandem's format whose
 // bqual is this resource manager's name. (Two names configured for one
-// database each see only their own branches.)
+// database each see only their own branches.) The scan is a "rm recover
+// scan" wait in waits.Coordinator.
 func (c *Conn) Recover(ctx context.Context) ([]InDoubt, error) {
+	start := time.Now()
 	all, err := c.dialect.Recover(ctx, c.db)
+	waits.Coordinator.Since(waits.RMRecoverScan, start)
 	if err != nil {
 		return nil, c.wrap("recover scan", err)
 	}

@@ -22,7 +22,10 @@
 //	rm commit prepared        both         COMMIT PREPARED / XA COMMIT of one prepared branch
 //	rm rollback prepared      both         ROLLBACK PREPARED / XA ROLLBACK of one prepared branch
 //	rm recover scan           coordinator  one in-doubt scan of one RM (pg_prepared_xacts, XA RECOVER)
-//	coordinator commit        client       the Commit RPC, as the client sees it (retries included)
+//	coordinator commit        client       one Commit RPC, as the client sees it
+//	coordinator commit        coordinator  handling one Commit: decision and, with visibility sync, phase 2
+//	coordinator abort         client       one Abort RPC (handing prepared branches over)
+//	coordinator status        client       one Status RPC
 //
 // The SDK and internal/rm record theirs already. The coordinator's log and
 // standby events are defined here and recorded by internal/wal, internal/coord

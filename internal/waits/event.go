@@ -28,7 +28,9 @@ const (
 	RMRollbackPrepared
 	RMRecoverScan
 	CoordinatorCommit
-	lastBuiltin = CoordinatorCommit
+	CoordinatorAbort
+	CoordinatorStatus
+	lastBuiltin = CoordinatorStatus
 )
 
 var (
@@ -53,6 +55,8 @@ func init() {
 		RMRollbackPrepared:   "rm rollback prepared",
 		RMRecoverScan:        "rm recover scan",
 		CoordinatorCommit:    "coordinator commit",
+		CoordinatorAbort:     "coordinator abort",
+		CoordinatorStatus:    "coordinator status",
 	} {
 		names[e] = n
 	}

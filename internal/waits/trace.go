@@ -251,3 +251,11 @@ func (t *Trace) WriteText(w io.Writer) error {
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// gRPC metadata of a traced Commit: the client sends TraceRequestKey ("1")
+// and the coordinator answers with its waits for that gtrid, WireSpans
+// encoded, in the trailer under TraceTrailerKey (binary metadata: "-bin").
+const (
+	TraceRequestKey = "tandem-trace"
+	TraceTrailerKey = "tandem-trace-bin"
+)
