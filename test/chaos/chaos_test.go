@@ -10,7 +10,9 @@
 // by itself.
 //
 // Run: scripts/chaos   (or: go test -tags chaos -run Chaos -v ./test/chaos/)
-// Knobs: CHAOS_ROUNDS (default 3), CHAOS_ROUND (default 8s), CHAOS_CLIENTS (3).
+// Knobs: CHAOS_ROUNDS (default 3), CHAOS_ROUND (default 8s), CHAOS_CLIENTS (3),
+// and events per round: CHAOS_COORD_KILLS (2), CHAOS_CLIENT_KILLS (1),
+// CHAOS_DB_RESTARTS (1), CHAOS_CUTS (1).
 package chaos
 
 import (
@@ -273,42 +275,49 @@ func (h *harness) round(n, clients int, d time.Duration) {
 	for i := 0; i < clients; i++ {
 		startClient()
 	}
-	events := []func(){
-		func() { h.kills.coordSigkill.Add(1); h.killCoordinator() },
-		func() { h.kills.coordSigkill.Add(1); h.killCoordinator() },
-		func() { // kill one client mid-transaction, start another
-			cmu.Lock()
-			for c := range running {
-				_ = c.Process.Signal(syscall.SIGKILL)
-				h.kills.clientKills.Add(1)
-				break
-			}
-			cmu.Unlock()
-			startClient()
-		},
-		func() { // restart one database
-			if h.rng.IntN(2) == 0 {
-				h.kills.pgRestarts.Add(1)
-				h.db("kill", "pg")
-				time.Sleep(time.Duration(300+h.rng.IntN(1500)) * time.Millisecond)
-				h.db("up", "pg")
-			} else {
-				h.kills.myRestarts.Add(1)
-				h.db("kill", "mysql")
-				time.Sleep(time.Duration(300+h.rng.IntN(1500)) * time.Millisecond)
-				h.db("up", "mysql")
-			}
-		},
-		func() { // cut the coordinator from one database for a while
-			p := h.pgProxy
-			if h.rng.IntN(2) == 0 {
-				p = h.myProxy
-			}
-			h.kills.proxyCuts.Add(1)
-			p.Cut()
-			time.Sleep(time.Duration(500+h.rng.IntN(2500)) * time.Millisecond)
-			p.Restore()
-		},
+	coordKill := func() { h.kills.coordSigkill.Add(1); h.killCoordinator() }
+	clientKill := func() { // kill one client mid-transaction, start another
+		cmu.Lock()
+		for c := range running {
+			_ = c.Process.Signal(syscall.SIGKILL)
+			h.kills.clientKills.Add(1)
+			break
+		}
+		cmu.Unlock()
+		startClient()
+	}
+	dbRestart := func() { // restart one database
+		if h.rng.IntN(2) == 0 {
+			h.kills.pgRestarts.Add(1)
+			h.db("kill", "pg")
+			time.Sleep(time.Duration(300+h.rng.IntN(1500)) * time.Millisecond)
+			h.db("up", "pg")
+		} else {
+			h.kills.myRestarts.Add(1)
+			h.db("kill", "mysql")
+			time.Sleep(time.Duration(300+h.rng.IntN(1500)) * time.Millisecond)
+			h.db("up", "mysql")
+		}
+	}
+	cut := func() { // cut the coordinator from one database for a while
+		p := h.pgProxy
+		if h.rng.IntN(2) == 0 {
+			p = h.myProxy
+		}
+		h.kills.proxyCuts.Add(1)
+		p.Cut()
+		time.Sleep(time.Duration(500+h.rng.IntN(2500)) * time.Millisecond)
+		p.Restore()
+	}
+	var events []func()
+	for kind, e := range map[string]func(){"CHAOS_COORD_KILLS": coordKill, "CHAOS_CLIENT_KILLS": clientKill, "CHAOS_DB_RESTARTS": dbRestart, "CHAOS_CUTS": cut} {
+		def := 1
+		if kind == "CHAOS_COORD_KILLS" {
+			def = 2
+		}
+		for i := 0; i < env(kind, def); i++ {
+			events = append(events, e)
+		}
 	}
 	var ev sync.WaitGroup
 	for _, e := range events {
