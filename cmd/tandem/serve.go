@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,7 +18,7 @@ func init() {
 	register(&command{
 		name:    "serve",
 		summary: "run the coordinator daemon (gRPC API, decision log, phase 2, recovery)",
-		usage: `[--config FILE] [--listen ADDR] [--data-dir DIR] --rm NAME=DRIVER:DSN ...
+		usage: `[--config FILE] [--listen ADDR] [--admin ADDR] [--data-dir DIR] --rm NAME=DRIVER:DSN ...
 
 Examples:
   tandem serve --rm pg=postgres:"$TANDEM_PG_DSN" --rm maria=mysql:"$TANDEM_MYSQL_DSN"
@@ -26,10 +27,16 @@ Examples:
 Flags override the config file. On start the decision log is replayed, every
 decided transaction whose phase 2 is unfinished is driven again, and every
 resource manager is scanned for prepared branches in Tandem's format.
-SIGINT or SIGTERM stops it cleanly; unfinished phase 2 resumes at the next start.`,
+SIGINT or SIGTERM stops it cleanly; unfinished phase 2 resumes at the next start.
+
+The admin listener (--admin, plain HTTP: keep it on loopback) serves /waits
+(wait events as JSON, read by "tandem waits") and /metrics (Prometheus).`,
 		run: runServe,
 	})
 }
+
+// defaultAdmin is the admin listener's default address.
+const defaultAdmin = "127.0.0.1:7071"
 
 func runServe(args []string, stdout, stderr io.Writer) error {
 	c := commands["serve"]
@@ -37,6 +44,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	file := fs.String("config", "", "YAML configuration file (see the README's configuration reference)")
 	listen := fs.String("listen", "", "gRPC listen address (default "+config.DefaultListen+")")
 	dataDir := fs.String("data-dir", "", "directory of the decision log (default "+config.DefaultDataDir+")")
+	admin := fs.String("admin", defaultAdmin, "admin HTTP address for /waits and /metrics (plain HTTP, no authentication: keep it on loopback); \"\" for none. If the default is taken, the coordinator starts without it")
 	var rms multiFlag
 	fs.Var(&rms, "rm", "resource manager NAME=DRIVER:DSN, DRIVER postgres or mysql (repeatable)")
 	orphan := fs.Duration("orphan-timeout", 0, "abort a prepared branch with no decision after this long (default 60s)")
@@ -98,12 +106,14 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--log-level %q: use debug, info, warn or error", *logLevel)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	s, err := server.Start(cfg, server.Options{Logger: logger})
+	adminSet := false
+	fs.Visit(func(f *flag.Flag) { adminSet = adminSet || f.Name == "admin" })
+	s, err := server.Start(cfg, server.Options{Logger: logger, Admin: *admin, AdminBestEffort: !adminSet})
 	if err != nil {
 		return err
 	}
 	cfg.SetDefaults()
-	logger.Info("tandem coordinator serving", "listen", s.Addr(), "data_dir", cfg.DataDir, "rms", cfg.RMNames(), "pid", os.Getpid(),
+	logger.Info("tandem coordinator serving", "listen", s.Addr(), "admin", s.AdminAddr(), "data_dir", cfg.DataDir, "rms", cfg.RMNames(), "pid", os.Getpid(),
 		"durability", cfg.Durability, "write", cfg.Write, "batch_window", cfg.LogBatchWindow(), "visibility", cfg.Visibility)
 
 	sig := make(chan os.Signal, 1)

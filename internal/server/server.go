@@ -4,9 +4,12 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"time"
 
 	"google.golang.org/grpc"
@@ -23,6 +26,10 @@ type Server struct {
 	grpc  *grpc.Server
 	lis   net.Listener
 	done  chan error
+
+	admin      *http.Server // nil without Options.Admin
+	adminLis   net.Listener
+	unregister func()
 }
 
 // Options beyond the configuration file.
@@ -30,6 +37,13 @@ type Options struct {
 	Logger *slog.Logger
 	// NoSync skips fdatasync of the decision log: tests only.
 	NoSync bool
+	// Admin is the admin HTTP listener's address (/waits, /metrics; see
+	// AdminHandler), e.g. 127.0.0.1:7071; "" for none. It serves plain HTTP
+	// without authentication: keep it on loopback or a trusted network.
+	Admin string
+	// AdminBestEffort: when Admin cannot be listened on (a default address
+	// already taken), log a warning and serve without it instead of failing.
+	AdminBestEffort bool
 }
 
 // Start opens the coordinator (replaying its log) and serves its API.
@@ -46,6 +60,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
 	}
+
 	c, err := coord.Open(coord.Options{
 		Dir: cfg.DataDir, RMs: rms, OrphanTimeout: cfg.OrphanTimeout, ScanInterval: cfg.ScanInterval,
 		Phase2Wait: cfg.Phase2Wait, MaxTxnAge: cfg.MaxTxnAge, NoSync: o.NoSync, Logger: o.Logger,
@@ -55,11 +70,43 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		_ = lis.Close()
 		return nil, err
 	}
+	var adminLis net.Listener
+	if o.Admin != "" {
+		if adminLis, err = net.Listen("tcp", o.Admin); err != nil {
+			if !o.AdminBestEffort {
+				_ = lis.Close()
+				_ = c.Close()
+				return nil, fmt.Errorf("server: admin listener on %s: %w (choose another address, or none)", o.Admin, err)
+			}
+			if o.Logger != nil {
+				o.Logger.Warn("admin listener not started: /waits and /metrics are not served (set --admin to another address)", "admin", o.Admin, "error", err)
+			}
+			adminLis = nil
+		}
+	}
 	g := grpc.NewServer(grpc.MaxRecvMsgSize(1 << 20))
 	api.RegisterCoordinatorServer(g, service.New(c, service.Defaults{AsyncVisibility: cfg.Visibility == "async"}))
 	s := &Server{Coord: c, grpc: g, lis: lis, done: make(chan error, 1)}
+	s.unregister = s.registerGauges()
 	go func() { s.done <- g.Serve(lis) }()
+	if adminLis != nil {
+		s.admin = &http.Server{Handler: AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		s.adminLis = adminLis
+		go func() {
+			if err := s.admin.Serve(adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) && o.Logger != nil {
+				o.Logger.Error("admin listener stopped", "error", err)
+			}
+		}()
+	}
 	return s, nil
+}
+
+// AdminAddr is the admin listener's address, "" without one.
+func (s *Server) AdminAddr() string {
+	if s.adminLis == nil {
+		return ""
+	}
+	return s.adminLis.Addr().String()
 }
 
 // Addr is the address the API listens on (useful with port 0).
@@ -81,5 +128,11 @@ func (s *Server) Stop(grace time.Duration) error {
 	case <-time.After(grace):
 		s.grpc.Stop()
 	}
+	if s.admin != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.admin.Shutdown(ctx)
+		cancel()
+	}
+	s.unregister()
 	return s.Coord.Close()
 }

@@ -11,12 +11,18 @@ package service
 import (
 	"context"
 	"errors"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/coord"
+	"github.com/tandem-tx/tandem/internal/metrics"
+	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/xid"
 )
 
 // Version is reported by Health.
@@ -56,10 +62,55 @@ func (s *Service) mode(o *api.CommitOptions) coord.CommitMode {
 	return m
 }
 
+// Commit outcomes, as counted in /metrics (tandem_commit_outcomes_total).
+var (
+	commitsCommitted = metrics.Counter(metricCommitOutcomes, helpCommitOutcomes, "outcome", "committed")
+	commitsPending   = metrics.Counter(metricCommitOutcomes, helpCommitOutcomes, "outcome", "committed_phase2_pending")
+	commitsAborted   = metrics.Counter(metricCommitOutcomes, helpCommitOutcomes, "outcome", "aborted")
+	commitsRefused   = metrics.Counter(metricCommitOutcomes, helpCommitOutcomes, "outcome", "refused")
+	commitsUnknown   = metrics.Counter(metricCommitOutcomes, helpCommitOutcomes, "outcome", "unknown")
+)
+
+const (
+	metricCommitOutcomes = "tandem_commit_outcomes_total"
+	helpCommitOutcomes   = "Commit requests by outcome: committed (phase 2 done at the reply), committed_phase2_pending, aborted (ABORT was decided first), refused (bad request, shutting down), unknown (the decision could not be written)."
+)
+
+// Commit decides. Its handling is a "coordinator commit" wait on the
+// coordinator's side. A request carrying waits.TraceRequestKey gets the
+// coordinator's waits for its gtrid back in the trailer (waits.TraceTrailerKey).
 func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
+	start := time.Now()
+	var tr *waits.Trace
+	var g xid.GTRID
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(waits.TraceRequestKey)) > 0 {
+		if parsed, err := xid.Parse(req.GetGtrid()); err == nil {
+			g = parsed
+			tr = waits.Coordinator.StartTrace(g)
+		}
+	}
 	r, err := s.c.Commit(ctx, req.GetGtrid(), branchRefs(req.GetBranches()), s.mode(req.GetOptions()))
+	d := waits.Coordinator.Since(waits.CoordinatorCommit, start)
+	if tr != nil {
+		waits.Coordinator.EndTrace(g)
+		tr.Add(waits.SideCoordinator, waits.CoordinatorCommit, "", start, d)
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(waits.TraceTrailerKey, string(waits.WireSpans(tr.Spans()))))
+	}
 	if err != nil {
+		if status.Code(toStatus(err)) == codes.Internal {
+			commitsUnknown.Inc()
+		} else {
+			commitsRefused.Inc()
+		}
 		return nil, toStatus(err)
+	}
+	switch {
+	case r.Outcome == coord.Committed && r.Phase2Pending:
+		commitsPending.Inc()
+	case r.Outcome == coord.Committed:
+		commitsCommitted.Inc()
+	default:
+		commitsAborted.Inc()
 	}
 	return &api.CommitResponse{Outcome: outcome(r.Outcome), Phase2Pending: r.Phase2Pending, Branches: branches(r), Message: r.Message}, nil
 }
