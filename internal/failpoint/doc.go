@@ -11,6 +11,22 @@
 // kill -9), kill-after(DURATION) (carry on, SIGKILL after DURATION), error
 // (Inject returns an error), sleep(DURATION).
 //
-// Names in use: before-commit-record, after-commit-record, before-phase2,
-// after-phase2, before-end, after-end.
+// Set and SetHook arm failpoints from a test (or a test's child process)
+// instead of the environment; a hook runs a function at the step, such as
+// copying the data directory to see what a crash there would leave.
+//
+// Names in use:
+//
+//   - commit path (internal/coord): before-commit-record, after-commit-record,
+//     before-phase2, after-phase2, before-end, after-end;
+//   - decision log writes (internal/wal): wal-before-write, wal-after-write
+//     (around the write of every batch, by the writer or by a direct
+//     Append; an error fails the log as a failed write does);
+//   - segment rotation and reuse (internal/wal): wal-rotate-before-rename,
+//     wal-rotate-after-rename (around the rename of the next segment into
+//     place), wal-recycle-after-rename (a released file renamed to the next
+//     segment's temporary name, before its header is written),
+//     wal-release-before-rename, wal-release-after-rename (Release: before
+//     the first rename of a released segment, after the last one and before
+//     the directory fsync).
 package failpoint

@@ -284,10 +284,10 @@ func TestSegmentHeaderErrors(t *testing.T) {
 		setHeader(t, opts.Dir, 2, segmentMagic, formatVersion+1, 2)
 		_, err := Open(opts, nil)
 		var ve *VersionError
-		if !errors.As(err, &ve) || ve.File != segPath(opts.Dir, 2) || ve.Version != 2 {
-			t.Fatalf("Open = %v, want *VersionError for segment 2 version 2", err)
+		if !errors.As(err, &ve) || ve.File != segPath(opts.Dir, 2) || ve.Version != formatVersion+1 {
+			t.Fatalf("Open = %v, want *VersionError for segment 2 version %d", err, formatVersion+1)
 		}
-		for _, s := range []string{"newer Tandem", segPath(opts.Dir, 2), "version 2"} {
+		for _, s := range []string{"newer Tandem", segPath(opts.Dir, 2), fmt.Sprintf("version %d", formatVersion+1)} {
 			if !strings.Contains(err.Error(), s) {
 				t.Fatalf("error %q does not say %q", err, s)
 			}

@@ -16,7 +16,8 @@
 //     AppendNoWait queues a record that gets no fdatasync of its own: it is
 //     durable once a later Append or Sync returns (or after Close). Sync
 //     waits until everything queued before it is durable.
-//   - Open replays every acknowledged record, in order. A record that was
+//   - Open replays every acknowledged record of the live segments (those
+//     the owner has not released with Release), in order. A record that was
 //     being written when the process or machine stopped (a torn tail) is
 //     cut; damage anywhere else stops Open with a *CorruptionError naming
 //     the file and offset, and the files are left untouched.
@@ -83,25 +84,29 @@
 //   - Sync: no record; returns once everything queued before it is
 //     durable, sharing the fdatasync of its batch (none if all is synced).
 //
-// # On-disk format (version 1)
+// # On-disk format (version 2)
 //
 // A log is a directory of segment files named by their sequence number, 16
 // lower-case hexadecimal digits and ".wal": 0000000000000001.wal,
-// 0000000000000002.wal, ... Sequence numbers start at 1 and have no gaps (a
-// future checkpoint may remove the oldest segments, so the first may be
-// greater than 1). The directory also holds LOCK, locked (flock) by the
-// process that has the log open, and, while a segment is being prepared,
-// <seq>.wal.tmp, which Open deletes.
+// 0000000000000002.wal, ... Sequence numbers start at 1 and the live
+// segments have no gaps; the first live one is greater than 1 once the
+// owner has released older ones (see "Circular use"). The directory also
+// holds LOCK, locked (flock) by the process that has the log open;
+// released segment files, <seq>.free, kept for reuse; and, while a segment
+// is being prepared, <seq>.wal.tmp, which Open deletes.
 //
 // Each segment is preallocated to its full size (Options.SegmentSize, 64 MiB
-// by default) and zero-filled: fallocate (or ftruncate where the file system
-// cannot), then zeros written over the whole file, so that records only ever
-// overwrite written blocks and an fdatasync needs no journal commit for
-// newly written extents (NoSync logs skip the zeros). The next segment is
-// prepared in the background: created as <seq>.wal.tmp, preallocated,
-// zero-filled, its header record written and fdatasynced.
-// Rotation renames it to <seq>.wal and fsyncs the directory. The previous
-// segment keeps its size; its unused end stays zero.
+// by default). A new one is zero-filled: fallocate (or ftruncate where the
+// file system cannot), then zeros written over the whole file, so that
+// records only ever overwrite written blocks and an fdatasync needs no
+// journal commit for newly written extents (NoSync logs skip the zeros).
+// The next segment is prepared in the background: made from the oldest
+// released file if there is one (renamed <seq>.wal.tmp, its header
+// rewritten, nothing else: it is already allocated and written), else
+// created as <seq>.wal.tmp, preallocated and zero-filled; then its header
+// record is written and fdatasynced. Rotation fdatasyncs the current
+// segment, renames the next one to <seq>.wal and fsyncs the directory. The
+// previous segment keeps its size; its unused end keeps what it held.
 //
 // A segment is a sequence of records, each starting at a multiple of 8:
 //
@@ -125,30 +130,86 @@
 //
 //	offset  size  field
 //	0       8     magic "TANDEMWL"
-//	8       2     format version, little endian (1)
-//	10      2     reserved, zero
+//	8       2     format version, little endian (2; 1 is still read)
+//	10      2     flags, little endian (version 1: reserved, zero)
 //	12      8     segment sequence number, little endian
 //
 // This record is framed the same way in every format version. Open refuses
 // a segment of a newer version with a *VersionError naming the file.
 //
+// Flag 1, recycled: the segment was made from a released file. The bytes
+// after its records are not zeros but whatever the file held, records of
+// older segments among them, so the writer ends each batch with a zero
+// header (written with the batch, overwritten by the next one) and replay
+// reads a recycled segment with the rules below. Version 2 added the flags
+// and recycling; a log in version 1 opens as it is and new segments are
+// written in version 2, which older builds refuse clearly.
+//
+// # Circular use: Release and recycling
+//
+// The owner (the coordinator's checkpoint) calls Release(before) once it no
+// longer needs the records of the segments before before: it has carried
+// what it still needs forward into later segments, durably. Release renames
+// each of those segments <seq>.wal to <seq>.free, oldest first, then fsyncs
+// the directory once; the current segment is never released. Released files
+// are then reused, oldest first, as new segments, so under a steady load
+// the directory holds a steady number of files; those that do not fit in
+// Options.MaxSize beside the live segments are deleted.
+//
+// Usage reports what the owner needs for admission control: the live
+// segments (First..Current) and the bytes from the start of First to the
+// write position. Append returns each record's Position; AppendAsync and
+// AppendNoWait return a lower bound of its segment (the current segment
+// when it was queued), and Segment the current one.
+//
+// Crash safety, step by step:
+//
+//   - Release, between renames or before its directory fsync: some released
+//     segments may be back under their .wal name after the crash. Open
+//     treats every <seq>.wal numbered at or below the newest <seq>.free as
+//     released (renames it, syncs the directory) and replays from the next
+//     segment. So Open may replay some records of segments the owner had
+//     released, just before the first live one, never a gap: the owner must
+//     accept records it has seen again (the coordinator's are: a decision
+//     record again is the same decision). A released file is reused only
+//     after the directory fsync, so a lost rename can never sit below a
+//     reused one.
+//   - Recycling, after the rename of <old>.free to <seq>.wal.tmp: the file is
+//     either still released or a temporary file Open deletes.
+//   - Rotation, before or after the rename to <seq>.wal: as for a new
+//     segment; a segment with a header and no record is an empty last
+//     segment.
+//   - A batch write: a torn tail, cut at the next Open (below).
+//
+// Replay starts at the first segment that exists after the released ones;
+// segments below it (released, deleted or reused) are not missing.
+//
 // # Replay and damage
 //
-// Open decodes every segment in order. A record is bad when its type is 0
-// in a nonzero header, its length runs past the end of the segment, its
-// padding is not zero, or its checksum does not match. When the records of
-// a segment end (a zero header or a bad record), Open looks for a valid
+// Open decodes every live segment in order. A record is bad when its type
+// is 0 in a nonzero header, its length runs past the end of the segment,
+// its padding is not zero, or its checksum does not match. When the records
+// of a segment end (a zero header or a bad record), Open looks for a valid
 // record at every later 8-byte-aligned offset of that segment:
 //
 //   - in the last segment, with none found: a torn tail. Open zeroes the
-//     segment from that offset to its end, fdatasyncs it, and writing
-//     resumes there. Stats reports where and how much it cut.
+//     segment from that offset to its end (in a recycled segment: writes a
+//     zero header there), fdatasyncs it, and writing resumes there. Stats
+//     reports where and how much it cut.
 //   - with one found, or in any other segment (which must be all zero after
-//     its last record): corruption. Open returns a *CorruptionError; do not
+//     its last record; a recycled one must end at a zero header or the end
+//     of the file): corruption. Open returns a *CorruptionError; do not
 //     delete or truncate the log, restore it from the standby or a backup.
 //
-// A gap in the sequence numbers is also a *CorruptionError, naming the
-// missing segment.
+// In a recycled segment a valid record found after the end counts only if
+// it is followed by another valid record, a zero header or the end of the
+// file. An old record there fails its checksum, but one in 2^32 would
+// pass; this second test makes a false alarm about as likely as 2^-64 per
+// old record, where real records (the writer ends each batch with a zero
+// header) always pass it.
+//
+// A gap in the sequence numbers of the live segments is also a
+// *CorruptionError, naming the missing segment.
 //
 // # Use
 //

@@ -12,7 +12,7 @@ func FuzzDecode(f *testing.F) {
 	for i, n := range []int{0, 1, 5, 8, 13, 100, 700} {
 		f.Add(uint64(1+i), appendRecord(nil, uint64(1+i), Type(1+i*40), payloadFor(i, n)))
 	}
-	f.Add(uint64(9), appendSegmentHeader(nil, 9))
+	f.Add(uint64(9), appendSegmentHeader(nil, 9, 0))
 	two := appendRecord(nil, 3, 4, []byte("commit gtrid-1"))
 	f.Add(uint64(3), appendRecord(two, 3, 5, []byte("end gtrid-1")))
 	f.Add(uint64(1), make([]byte, 16))
@@ -53,7 +53,7 @@ func FuzzFindValidRecord(f *testing.F) {
 		}
 		want := naiveFindValid(b, seq, start)
 		for _, direct := range []int{0, 4096} {
-			if got := findValidRecordN(b, seq, start, zeroEnd(b), direct); got != want {
+			if got := findValidRecordN(b, seq, start, zeroEnd(b), direct, nil); got != want {
 				t.Fatalf("direct=%d: found %d, want %d", direct, got, want)
 			}
 		}
@@ -65,18 +65,18 @@ func FuzzFindValidRecord(f *testing.F) {
 // valid where it says; the end and the valid record after it (if any) are
 // consistent.
 func FuzzScanSegment(f *testing.F) {
-	seg := appendSegmentHeader(nil, 4)
+	seg := appendSegmentHeader(nil, 4, 0)
 	seg = appendRecord(seg, 4, 1, []byte("commit"))
 	seg = appendRecord(seg, 4, 2, payloadFor(3, 40))
 	f.Add(seg[segmentHeaderSize:])
 	f.Add(append(append([]byte(nil), seg[segmentHeaderSize:40]...), seg[segmentHeaderSize:]...))
 	f.Add(append(make([]byte, 8), seg[segmentHeaderSize:]...))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		b := appendSegmentHeader(nil, 4)
+		b := appendSegmentHeader(nil, 4, 0)
 		b = append(b, data...)
 		b = append(b, make([]byte, align(len(b))-len(b))...)
 		next := segmentHeaderSize
-		s, err := scanSegment(b, 4, func(off int, typ Type, payload []byte) error {
+		s, err := scanSegment(b, 4, false, func(off int, typ Type, payload []byte) error {
 			if off != next {
 				t.Fatalf("record at %d, expected %d", off, next)
 			}

@@ -46,6 +46,13 @@ type Options struct {
 	// the largest value; negative is an error. Immediate mode ignores it.
 	BatchMaxBytes int
 
+	// MaxSize is the log size its owner budgets, in bytes; 0 means no
+	// budget. The log never refuses a record because of it (admission is
+	// the owner's job, see Usage), but it keeps released segment files for
+	// reuse only while they and the live segments fit in MaxSize; Release
+	// deletes the others.
+	MaxSize int64
+
 	// NoSync skips every fdatasync and directory fsync. For tests only:
 	// Append then acknowledges records that a power loss can erase.
 	NoSync bool
@@ -81,6 +88,8 @@ type Stats struct {
 	Fsyncs       uint64 // fdatasync calls on segment files
 	BytesWritten uint64 // record bytes written, headers and padding included
 	Rotations    uint64 // segments started by the writer
+	Recycled     uint64 // of which made from a released segment file
+	Released     uint64 // segments released by Release
 	Segment      uint64 // sequence number of the segment being written
 
 	Replayed     uint64   // records passed to the replay callback by Open
@@ -104,6 +113,9 @@ type Log struct {
 	off      int64 // where the next record goes
 	size     int64 // size of the current segment
 	unsynced bool  // the current segment has records written without fdatasync
+	// recycled: the current segment was made from a released file, so the
+	// writer ends each batch with a zero header (flagRecycled).
+	recycled bool
 	buf      []byte
 	batch    []*request
 	// batchLimit is the record bytes at which the writer stops adding
@@ -127,14 +139,28 @@ type Log struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	appends, direct, batches, fsyncs, bytes, rotations, segment atomic.Uint64
-	replayed                                                    uint64
-	tornAt                                                      Position
-	tornSize                                                    int64
+	// smu guards the bookkeeping of segment files: the live range, their
+	// sizes and the released files waiting for reuse. The writer takes it
+	// to rotate, Release and the pipeline to change the free list.
+	smu     sync.Mutex
+	first   uint64   // oldest live segment
+	sizes   []int64  // sizes of the live segments first..current-1
+	sealed  int64    // their sum
+	curSize int64    // size of the current segment
+	free    []uint64 // released segment files (<seq>.free), oldest first
+	relMu   sync.Mutex
+	offset  atomic.Int64 // l.off, for Usage
+
+	appends, direct, batches, fsyncs, bytes, rotations, recycledN, released, segment atomic.Uint64
+	replayed                                                                         uint64
+	tornAt                                                                           Position
+	tornSize                                                                         int64
 }
 
 // Open opens the log in opts.Dir, creating it if needed, and replays it:
-// replay (if not nil) is called for every record, in log order, before Open
+// replay (if not nil) is called for every record of the live segments (not
+// released; after a crash in Release, possibly some released ones too: see
+// the package documentation, "Circular use"), in log order, before Open
 // returns. The payload passed to replay is valid only during the call. An
 // error from replay stops Open and is returned wrapped.
 //
@@ -170,7 +196,9 @@ func Open(opts Options, replay func(pos Position, typ Type, payload []byte) erro
 		return nil, err
 	}
 	l.segment.Store(l.seq)
-	l.pipe = startPipeline(opts.Dir, opts.SegmentSize, opts.NoSync, l.open, l.seq+1)
+	l.offset.Store(l.off)
+	l.curSize = l.size
+	l.pipe = startPipeline(opts.Dir, opts.SegmentSize, opts.NoSync, l.open, l.takeFree, l.seq+1)
 	go l.run()
 	return l, nil
 }
@@ -185,6 +213,9 @@ func (o *Options) normalize() error {
 	if o.SegmentSize < minSegmentSize || o.SegmentSize%alignment != 0 {
 		return fmt.Errorf("wal: Options.SegmentSize %d must be a multiple of %d and at least %d",
 			o.SegmentSize, alignment, minSegmentSize)
+	}
+	if o.MaxSize < 0 {
+		return fmt.Errorf("wal: Options.MaxSize %d is negative", o.MaxSize)
 	}
 	if o.BatchWindow < 0 {
 		return fmt.Errorf("wal: Options.BatchWindow %v is negative", o.BatchWindow)
@@ -348,6 +379,8 @@ func (l *Log) Stats() Stats {
 		Fsyncs:       l.fsyncs.Load(),
 		BytesWritten: l.bytes.Load(),
 		Rotations:    l.rotations.Load(),
+		Recycled:     l.recycledN.Load(),
+		Released:     l.released.Load(),
 		Segment:      l.segment.Load(),
 		Replayed:     l.replayed,
 		TornTailAt:   l.tornAt,

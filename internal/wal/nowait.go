@@ -4,8 +4,9 @@ package wal
 // to be written. The record goes out with the next group commit, so it is
 // durable once any later Append or Sync returns (or after Close). Use it for
 // records whose loss a restart repairs by itself (the coordinator's END
-// records). payload must not be modified after the call. Errors are those of
-// Append that need no write.
+// records). payload must not be modified after the call. The returned
+// Position is a lower bound, as for AppendAsync. Errors are those of Append
+// that need no write.
 //
 // A batch made only of such records is written without fdatasync: the next
 // Append's, AppendAsync's or Sync's fdatasync, the next rotation or Close
@@ -31,8 +32,10 @@ func (l *Log) AppendNoWait(typ Type, payload []byte) (Position, error) {
 // before it is durable: call Sync before phase 2 tells any participant about
 // a COMMIT written this way.
 //
-// payload must not be modified after the call. The returned Position is
-// always zero: the writer places the record later. Errors are those of
+// payload must not be modified after the call. The writer places the
+// record later, so the returned Position is only a lower bound: its Segment
+// is the segment being written when the record was queued (the record goes
+// there or into a later one) and its Offset is 0. Errors are those of
 // Append that need no write.
 func (l *Log) AppendAsync(typ Type, payload []byte) (Position, error) {
 	return l.appendUnwaited(modeAsync, typ, payload)
@@ -44,11 +47,12 @@ func (l *Log) appendUnwaited(m mode, typ Type, payload []byte) (Position, error)
 	}
 	r := requestPool.Get().(*request) // the writer puts it back
 	r.typ, r.payload, r.mode = typ, payload, m
+	seg := l.segment.Load() // before the record is queued: a lower bound
 	if err := l.enqueue(r); err != nil {
 		r.reset()
 		return Position{}, err
 	}
-	return Position{}, nil
+	return Position{Segment: seg}, nil
 }
 
 // Sync returns once every record queued before it was called is durable:

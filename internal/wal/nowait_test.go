@@ -23,7 +23,7 @@ func TestAppendNoWait(t *testing.T) {
 	var want []rec
 	for i := range 5 {
 		p := payloadFor(i, 30)
-		if pos, err := l.AppendNoWait(3, p); err != nil || pos != (Position{}) {
+		if pos, err := l.AppendNoWait(3, p); err != nil || pos.Offset != 0 || pos.Segment == 0 || pos.Segment > l.Segment() {
 			t.Fatalf("AppendNoWait = %v, %v", pos, err)
 		}
 		want = append(want, rec{typ: 3, payload: p})

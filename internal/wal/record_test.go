@@ -74,16 +74,20 @@ func TestDecodeRecordBad(t *testing.T) {
 }
 
 func TestSegmentHeader(t *testing.T) {
-	b := appendSegmentHeader(nil, 42)
+	b := appendSegmentHeader(nil, 42, 0)
 	if len(b) != segmentHeaderSize {
 		t.Fatalf("segment header is %d bytes, want %d", len(b), segmentHeaderSize)
 	}
-	if err := checkSegmentHeader(b, 42, "x"); err != nil {
+	if _, err := checkSegmentHeader(b, 42, "x"); err != nil {
 		t.Fatal(err)
 	}
-	if string(b[8:16]) != "TANDEMWL" || binary.LittleEndian.Uint16(b[16:18]) != 1 ||
-		binary.LittleEndian.Uint64(b[20:28]) != 42 || b[7] != 255 {
+	if string(b[8:16]) != "TANDEMWL" || binary.LittleEndian.Uint16(b[16:18]) != 2 ||
+		binary.LittleEndian.Uint16(b[18:20]) != 0 || binary.LittleEndian.Uint64(b[20:28]) != 42 || b[7] != 255 {
 		t.Fatalf("segment header layout: %x", b)
+	}
+	r := appendSegmentHeader(nil, 42, flagRecycled)
+	if flags, err := checkSegmentHeader(r, 42, "x"); err != nil || flags != flagRecycled || binary.LittleEndian.Uint16(r[18:20]) != 1 {
+		t.Fatalf("recycled segment header: flags %d, %v (%x)", flags, err, r)
 	}
 }
 
@@ -148,7 +152,7 @@ func TestFindValidRecord(t *testing.T) {
 		from := 8 * rng.IntN(len(b)/8)
 		want := naiveFindValid(b, seq, from)
 		for _, direct := range []int{0, 4096, 1 << 30} {
-			if got := findValidRecordN(b, seq, from, zeroEnd(b), direct); got != want {
+			if got := findValidRecordN(b, seq, from, zeroEnd(b), direct, nil); got != want {
 				t.Fatalf("iter %d direct=%d: found %d, want %d", iter, direct, got, want)
 			}
 		}

@@ -6,26 +6,43 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // load finds the segments, replays them and leaves the last one open for
 // writing, with its torn tail (if any) cut. With no segments it creates
 // segment 1.
+//
+// Released segment files (<seq>.free) are not replayed; neither is a
+// segment file numbered at or below the newest of them, whose rename a
+// crash in Release lost (it is released now). Replay starts at the first
+// segment after those, and the segments from there on must have no gap.
 func (l *Log) load(replay func(Position, Type, []byte) error) error {
 	dir := l.opts.Dir
 	if err := removeTemps(dir); err != nil {
 		return err
 	}
-	seqs, err := listSegments(dir)
+	seqs, frees, err := listFiles(dir)
 	if err != nil {
+		return err
+	}
+	if seqs, frees, err = l.finishRelease(seqs, frees); err != nil {
 		return err
 	}
 	if err := checkContiguous(dir, seqs); err != nil {
 		return err
 	}
+	l.free = frees
 	if len(seqs) == 0 {
+		if len(frees) > 0 {
+			return &CorruptionError{File: filepath.Join(dir, segmentName(frees[len(frees)-1]+1)), Offset: 0,
+				Reason: fmt.Sprintf("no live segment after the %d released ones (*%s): the live segments were removed", len(frees), freeExt)}
+		}
+		l.first = 1
+		l.segment.Store(1)
 		return l.createFirst()
 	}
+	l.first = seqs[0]
 	var buf []byte
 	for i, seq := range seqs {
 		last := i == len(seqs)-1
@@ -45,9 +62,49 @@ func (l *Log) load(replay func(Position, Type, []byte) error) error {
 		}
 		if last {
 			l.f, l.seq, l.size = f, seq, int64(len(buf))
+			l.segment.Store(seq)
+		} else {
+			l.sizes = append(l.sizes, size)
+			l.sealed += size
+		}
+	}
+	if victims := l.trimLocked(); len(victims) > 0 {
+		for _, s := range victims {
+			if err := os.Remove(filepath.Join(dir, freeName(s))); err != nil {
+				return fmt.Errorf("wal: delete released segment: %w", err)
+			}
 		}
 	}
 	return nil
+}
+
+// finishRelease completes a Release that a crash interrupted: every
+// segment numbered at or below the newest released one was released, so
+// it is renamed too (and the directory synced), and joins the free list.
+func (l *Log) finishRelease(seqs, frees []uint64) (live, free []uint64, err error) {
+	if len(frees) == 0 {
+		return seqs, frees, nil
+	}
+	newest := frees[len(frees)-1]
+	i := 0
+	for i < len(seqs) && seqs[i] <= newest {
+		s := seqs[i]
+		if err := os.Rename(filepath.Join(l.opts.Dir, segmentName(s)), filepath.Join(l.opts.Dir, freeName(s))); err != nil {
+			return nil, nil, fmt.Errorf("wal: finish the release of segment %d: %w", s, err)
+		}
+		frees = append(frees, s)
+		i++
+	}
+	if i == 0 {
+		return seqs, frees, nil
+	}
+	if !l.opts.NoSync {
+		if err := syncDir(l.opts.Dir); err != nil {
+			return nil, nil, err
+		}
+	}
+	slices.Sort(frees)
+	return seqs[i:], frees, nil
 }
 
 // createFirst creates segment 1 of a new log.
@@ -105,9 +162,11 @@ func (l *Log) readSegment(seq uint64, last bool, buf []byte) (File, []byte, int6
 // corruption.
 func (l *Log) replaySegment(f File, b []byte, size int64, seq uint64, last bool, replay func(Position, Type, []byte) error) error {
 	path := f.Name()
-	if err := checkSegmentHeader(b, seq, path); err != nil {
+	flags, err := checkSegmentHeader(b, seq, path)
+	if err != nil {
 		return err
 	}
+	recycled := flags&flagRecycled != 0
 	var fn func(int, Type, []byte) error
 	if replay != nil {
 		fn = func(off int, typ Type, payload []byte) error {
@@ -121,9 +180,12 @@ func (l *Log) replaySegment(f File, b []byte, size int64, seq uint64, last bool,
 	} else {
 		fn = func(int, Type, []byte) error { l.replayed++; return nil }
 	}
-	s, err := scanSegment(b, seq, fn)
+	s, err := scanSegment(b, seq, recycled, fn)
 	if err != nil {
 		return err
+	}
+	if recycled {
+		return l.endRecycled(f, b, seq, last, s)
 	}
 	switch {
 	case s.validAt >= 0:
@@ -143,6 +205,41 @@ func (l *Log) replaySegment(f File, b []byte, size int64, seq uint64, last bool,
 		return nil
 	}
 	return l.cutTail(f, b, size, seq, s)
+}
+
+// endRecycled decides what the end of the records of a recycled segment
+// means. Its records end at a zero header (the writer ends every batch
+// with one) or at the end of the file; what follows is the file's earlier
+// content. A bad record instead is a torn write in the last segment (cut by
+// writing the zero header that the torn batch did not get to), corruption
+// in any other. A valid record after the end is corruption in both.
+func (l *Log) endRecycled(f File, b []byte, seq uint64, last bool, s segmentScan) error {
+	path := f.Name()
+	switch {
+	case s.validAt >= 0:
+		return &CorruptionError{File: path, Offset: int64(s.end), Reason: s.describe()}
+	case !last && s.bad != "":
+		return &CorruptionError{File: path, Offset: int64(s.end), Reason: s.bad + " in a segment that is not the last"}
+	case !last:
+		return nil
+	}
+	l.off, l.recycled = int64(s.end), true
+	if s.bad == "" {
+		return nil
+	}
+	if s.end+headerSize <= len(b) {
+		if _, err := f.WriteAt(zeroHeader[:], int64(s.end)); err != nil {
+			return fmt.Errorf("wal: cut torn tail of %s at offset %d: %w", path, s.end, err)
+		}
+		if !l.opts.NoSync {
+			if err := f.Sync(); err != nil {
+				return fmt.Errorf("wal: cut torn tail of %s: %w", path, err)
+			}
+		}
+	}
+	l.tornAt = Position{Segment: seq, Offset: int64(s.end)}
+	l.tornSize = headerSize
+	return nil
 }
 
 // cutTail zeroes the torn tail of the last segment from s.end on and syncs

@@ -22,7 +22,16 @@ func (s segmentScan) dirty() bool { return s.zeroEnd > s.end }
 // is not valid or a zero header. It then looks for a valid record at every
 // later 8-byte-aligned offset, which tells a torn tail from damage in the
 // middle. An error from fn stops the scan and is returned as is.
-func scanSegment(b []byte, seq uint64, fn func(off int, typ Type, payload []byte) error) (segmentScan, error) {
+//
+// In a recycled segment the bytes after the records are the file's earlier
+// content, full of records of other segments. Each of them fails its
+// checksum here, but with a 32-bit checksum one in 2^32 would pass, and a
+// recycled file holds many; so there a record found after the end counts
+// only if the next 8-byte word after it starts a valid record too, or is a
+// zero header, or is the end of the file: what real records look like
+// (the writer ends every batch with a zero header), and what a stale one
+// matches with a chance of about 2^-64.
+func scanSegment(b []byte, seq uint64, recycled bool, fn func(off int, typ Type, payload []byte) error) (segmentScan, error) {
 	off := segmentHeaderSize
 	var s segmentScan
 	for {
@@ -42,8 +51,24 @@ func scanSegment(b []byte, seq uint64, fn func(off int, typ Type, payload []byte
 		off += n
 	}
 	s.zeroEnd = zeroEnd(b)
-	s.validAt = findValidRecord(b, seq, s.end+headerSize, s.zeroEnd)
+	var confirm func(int) bool
+	if recycled {
+		confirm = func(off int) bool { return followedByRecord(b, seq, off) }
+	}
+	s.validAt = findValidRecordN(b, seq, s.end+headerSize, s.zeroEnd, 4096, confirm)
 	return s, nil
+}
+
+// followedByRecord reports whether the valid record at off in b is followed
+// by the end of b, a zero header, or another valid record.
+func followedByRecord(b []byte, seq uint64, off int) bool {
+	_, _, n, _ := decodeRecord(b[off:], seq)
+	next := off + n
+	if n == 0 || next >= len(b) {
+		return n > 0
+	}
+	typ, _, m, bad := decodeRecord(b[next:], seq)
+	return (m == 0 && bad == "") || (m > 0 && typ != typeSegmentHeader)
 }
 
 // findValidRecord returns the first offset at or after from, a multiple of
@@ -55,13 +80,15 @@ func scanSegment(b []byte, seq uint64, fn func(off int, typ Type, payload []byte
 // garbage whose headers claim multi-megabyte payloads is scanned in time
 // linear in its size rather than quadratic.
 func findValidRecord(b []byte, seq uint64, from, end int) int {
-	return findValidRecordN(b, seq, from, end, 4096)
+	return findValidRecordN(b, seq, from, end, 4096, nil)
 }
 
 // findValidRecordN is findValidRecord that checksums payloads of up to
-// directMax bytes directly and longer ones through prefix CRCs. Tests set
-// directMax to 0 to check the prefix path against decodeRecord.
-func findValidRecordN(b []byte, seq uint64, from, end, directMax int) int {
+// directMax bytes directly and longer ones through prefix CRCs, and, if
+// confirm is not nil, skips a valid record for which confirm(offset) is
+// false. Tests set directMax to 0 to check the prefix path against
+// decodeRecord.
+func findValidRecordN(b []byte, seq uint64, from, end, directMax int, confirm func(int) bool) int {
 	var ranges *rangeCRC
 	for off := from; off+headerSize <= end; off += alignment {
 		hdr := b[off : off+headerSize]
@@ -88,7 +115,7 @@ func findValidRecordN(b []byte, seq uint64, from, end, directMax int) int {
 			payloadCRC = ranges.crc(p0, p1)
 		}
 		want := crcCombine(prefixCRC(seq, hdr[4:8]), payloadCRC, int64(n))
-		if binary.LittleEndian.Uint32(hdr[0:4]) == want {
+		if binary.LittleEndian.Uint32(hdr[0:4]) == want && (confirm == nil || confirm(off)) {
 			return off
 		}
 	}

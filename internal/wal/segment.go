@@ -9,12 +9,20 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/tandem-tx/tandem/internal/failpoint"
 )
 
 const (
 	segmentMagic         = "TANDEMWL"
-	formatVersion        = 1
-	segmentHeaderPayload = 20 // magic (8) + version (2) + reserved (2) + seq (8)
+	formatVersion        = 2  // version 2 added the flags, recycled segments and terminators
+	segmentHeaderPayload = 20 // magic (8) + version (2) + flags (2) + seq (8)
+
+	// flagRecycled marks a segment written over a released segment file:
+	// the bytes after its last record may be records of older segments
+	// (invalid here: their checksums are seeded with another sequence
+	// number), and the writer ends every batch with a zero header.
+	flagRecycled uint16 = 1
 
 	// segmentHeaderSize is the size of the segment header record, the
 	// offset of a segment's first caller record.
@@ -22,6 +30,7 @@ const (
 
 	segmentExt = ".wal"
 	tmpExt     = ".wal.tmp"
+	freeExt    = ".free"
 
 	filePerm = 0o600
 	dirPerm  = 0o700
@@ -29,10 +38,16 @@ const (
 
 func segmentName(seq uint64) string { return fmt.Sprintf("%016x%s", seq, segmentExt) }
 func tmpName(seq uint64) string     { return fmt.Sprintf("%016x%s", seq, tmpExt) }
+func freeName(seq uint64) string    { return fmt.Sprintf("%016x%s", seq, freeExt) }
 
 // parseSegmentName returns the sequence number of a segment file name.
-func parseSegmentName(name string) (uint64, bool) {
-	hex, ok := strings.CutSuffix(name, segmentExt)
+func parseSegmentName(name string) (uint64, bool) { return parseName(name, segmentExt) }
+
+// parseFreeName returns the sequence number of a released segment file.
+func parseFreeName(name string) (uint64, bool) { return parseName(name, freeExt) }
+
+func parseName(name, ext string) (uint64, bool) {
+	hex, ok := strings.CutSuffix(name, ext)
 	if !ok || len(hex) != 16 {
 		return 0, false
 	}
@@ -44,23 +59,25 @@ func parseSegmentName(name string) (uint64, bool) {
 }
 
 // appendSegmentHeader appends the header record of segment seq to buf.
-func appendSegmentHeader(buf []byte, seq uint64) []byte {
+func appendSegmentHeader(buf []byte, seq uint64, flags uint16) []byte {
 	var p [segmentHeaderPayload]byte
 	copy(p[0:8], segmentMagic)
 	binary.LittleEndian.PutUint16(p[8:10], formatVersion)
+	binary.LittleEndian.PutUint16(p[10:12], flags)
 	binary.LittleEndian.PutUint64(p[12:20], seq)
 	return appendRecord(buf, seq, typeSegmentHeader, p[:])
 }
 
 // checkSegmentHeader validates the header record at the start of b, the
-// contents of segment file path with sequence number seq.
+// contents of segment file path with sequence number seq, and returns its
+// flags (always 0 in a version 1 segment, whose flags field was reserved).
 //
 // The header record is framed the same way in every format version, so its
 // checksum is verified before its version is trusted: a damaged header is
 // corruption, a well-formed header with a newer version is a VersionError.
-func checkSegmentHeader(b []byte, seq uint64, path string) error {
-	corrupt := func(reason string) error {
-		return &CorruptionError{File: path, Offset: 0, Reason: "segment header: " + reason}
+func checkSegmentHeader(b []byte, seq uint64, path string) (uint16, error) {
+	corrupt := func(reason string) (uint16, error) {
+		return 0, &CorruptionError{File: path, Offset: 0, Reason: "segment header: " + reason}
 	}
 	if len(b) < segmentHeaderSize {
 		return corrupt(fmt.Sprintf("file is %d bytes, shorter than a segment header", len(b)))
@@ -78,30 +95,50 @@ func checkSegmentHeader(b []byte, seq uint64, path string) error {
 	case typ != typeSegmentHeader || len(p) != segmentHeaderPayload:
 		return corrupt("first record is not a segment header")
 	}
-	switch v := binary.LittleEndian.Uint16(p[8:10]); {
+	v := binary.LittleEndian.Uint16(p[8:10])
+	switch {
 	case v > formatVersion:
-		return &VersionError{File: path, Version: v}
+		return 0, &VersionError{File: path, Version: v}
 	case v == 0:
 		return corrupt("format version 0")
+	case v == 1:
+		return 0, nil // the field was reserved
 	}
-	return nil
+	flags := binary.LittleEndian.Uint16(p[10:12])
+	if flags&^flagRecycled != 0 {
+		return corrupt(fmt.Sprintf("unknown flags %#x", flags))
+	}
+	return flags, nil
 }
 
 // listSegments returns the sequence numbers of the segment files in dir,
 // in increasing order.
 func listSegments(dir string) ([]uint64, error) {
+	seqs, _, err := listFiles(dir)
+	return seqs, err
+}
+
+// listFiles returns the sequence numbers of the segment files (<seq>.wal)
+// and of the released segment files (<seq>.free) in dir, each in
+// increasing order.
+func listFiles(dir string) (segs, frees []uint64, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("wal: list segments: %w", err)
+		return nil, nil, fmt.Errorf("wal: list segments: %w", err)
 	}
-	var seqs []uint64
 	for _, e := range entries {
-		if seq, ok := parseSegmentName(e.Name()); ok && e.Type().IsRegular() {
-			seqs = append(seqs, seq)
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if seq, ok := parseSegmentName(e.Name()); ok {
+			segs = append(segs, seq)
+		} else if seq, ok := parseFreeName(e.Name()); ok {
+			frees = append(frees, seq)
 		}
 	}
-	slices.Sort(seqs)
-	return seqs, nil
+	slices.Sort(segs)
+	slices.Sort(frees)
+	return segs, frees, nil
 }
 
 // checkContiguous returns a CorruptionError naming the first missing
@@ -149,7 +186,7 @@ func createSegment(open OpenFunc, dir string, seq uint64, size int64, noSync boo
 	}
 	err = preallocate(f, size, !noSync, stop)
 	if err == nil {
-		_, err = f.WriteAt(appendSegmentHeader(nil, seq), 0)
+		_, err = f.WriteAt(appendSegmentHeader(nil, seq, 0), 0)
 	}
 	if err == nil && !noSync {
 		err = f.Sync()
@@ -158,6 +195,58 @@ func createSegment(open OpenFunc, dir string, seq uint64, size int64, noSync boo
 		f.Close()
 		os.Remove(path)
 		return nil, fmt.Errorf("wal: prepare segment %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// errWrongSize: a released segment file has another size than new
+// segments; it is deleted rather than reused.
+var errWrongSize = errors.New("wal: released segment has another size")
+
+// recycleSegment prepares segment seq as <seq>.wal.tmp from the released
+// segment file <from>.free instead of creating one: renamed, its header
+// rewritten (flagged recycled) and followed by a zero header, fdatasynced
+// (unless noSync). Nothing else is written: the file is already allocated
+// and written over its whole size, and what it held stays behind the zero
+// header, invalid in segment seq because every record's checksum is seeded
+// with its segment's sequence number.
+//
+// A crash at any step is harmless: the file is either still <from>.free
+// (released: Open reuses it later) or <seq>.wal.tmp (deleted by Open).
+// On error the file is deleted; the caller creates a new segment instead.
+func recycleSegment(open OpenFunc, dir string, from, seq uint64, size int64, noSync bool) (File, error) {
+	src, path := filepath.Join(dir, freeName(from)), filepath.Join(dir, tmpName(seq))
+	fi, err := os.Stat(src)
+	if err != nil {
+		return nil, fmt.Errorf("wal: recycle segment: %w", err)
+	}
+	if fi.Size() != size {
+		os.Remove(src)
+		return nil, errWrongSize
+	}
+	if err := os.Rename(src, path); err != nil {
+		os.Remove(src)
+		return nil, fmt.Errorf("wal: recycle segment: %w", err)
+	}
+	if err := failpoint.Inject("wal-recycle-after-rename"); err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	f, err := open(path, os.O_RDWR, 0)
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("wal: recycle segment: %w", err)
+	}
+	hdr := appendSegmentHeader(make([]byte, 0, segmentHeaderSize+headerSize), seq, flagRecycled)
+	hdr = append(hdr, make([]byte, headerSize)...) // a zero header: no records yet
+	_, err = f.WriteAt(hdr, 0)
+	if err == nil && !noSync {
+		err = f.Sync()
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("wal: recycle %s as segment %d: %w", src, seq, err)
 	}
 	return f, nil
 }

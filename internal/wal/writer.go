@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/tandem-tx/tandem/internal/failpoint"
 )
 
 const (
@@ -210,22 +212,40 @@ func (l *Log) commit(batch []*request) {
 // AppendNoWait), and completes reqs. A Sync request has no bytes in buf:
 // it only asks for the fdatasync. On failure it fails the log, completes
 // reqs with ErrOutcomeUnknown and returns false.
+//
+// In a recycled segment the write also carries a zero header after the
+// records (when it fits), so that replay finds where they end: the bytes
+// after them are what the file held before, not zeros. The next batch
+// overwrites it.
 func (l *Log) flush(buf []byte, reqs []*request) bool {
 	if len(reqs) == 0 {
 		return true
 	}
 	if len(buf) > 0 {
-		if _, err := l.f.WriteAt(buf, l.off); err != nil {
+		if err := failpoint.Inject("wal-before-write"); err != nil {
+			l.fail(reqs, "write", l.f.Name(), l.off, err)
+			return false
+		}
+		out := buf
+		if l.recycled && l.off+int64(len(buf))+headerSize <= l.size {
+			out = append(buf, zeroHeader[:]...)
+		}
+		if _, err := l.f.WriteAt(out, l.off); err != nil {
 			l.fail(reqs, "write", l.f.Name(), l.off, err)
 			return false
 		}
 		l.unsynced = true
+		if err := failpoint.Inject("wal-after-write"); err != nil {
+			l.fail(reqs, "write", l.f.Name(), l.off, err)
+			return false
+		}
 	}
 	if slices.ContainsFunc(reqs, (*request).durable) && !l.sync(reqs) {
 		return false
 	}
 	if len(buf) > 0 {
 		l.off += int64(len(buf))
+		l.offset.Store(l.off)
 		l.batches.Add(1)
 		l.bytes.Add(uint64(len(buf)))
 	}
@@ -242,6 +262,9 @@ func (l *Log) flush(buf []byte, reqs []*request) bool {
 	}
 	return true
 }
+
+// zeroHeader ends the records of a recycled segment.
+var zeroHeader [headerSize]byte
 
 // sync fdatasyncs the current segment if it has unsynced records. On
 // failure it fails the log, completes reqs with ErrOutcomeUnknown and
@@ -269,9 +292,15 @@ func (l *Log) rotate() bool {
 	}
 	seq := l.seq + 1
 	name := filepath.Join(l.opts.Dir, segmentName(seq))
-	next, err := l.pipe.take(seq)
+	next, recycled, err := l.pipe.take(seq)
 	if err == nil {
-		err = installSegment(l.opts.Dir, seq, l.opts.NoSync)
+		err = failpoint.Inject("wal-rotate-before-rename")
+		if err == nil {
+			err = installSegment(l.opts.Dir, seq, l.opts.NoSync)
+		}
+		if err == nil {
+			err = failpoint.Inject("wal-rotate-after-rename")
+		}
 		if err != nil {
 			next.Close()
 		}
@@ -282,9 +311,18 @@ func (l *Log) rotate() bool {
 	}
 	// The old segment is synced; an error closing it cannot lose data.
 	l.f.Close()
-	l.f, l.seq, l.off, l.size = next, seq, segmentHeaderSize, l.opts.SegmentSize
-	l.rotations.Add(1)
+	l.smu.Lock()
+	l.sizes = append(l.sizes, l.size)
+	l.sealed += l.size
+	l.f, l.seq, l.off, l.size, l.recycled = next, seq, segmentHeaderSize, l.opts.SegmentSize, recycled
+	l.curSize = l.size
+	l.offset.Store(l.off)
 	l.segment.Store(seq)
+	l.smu.Unlock()
+	l.rotations.Add(1)
+	if recycled {
+		l.recycledN.Add(1)
+	}
 	return true
 }
 
