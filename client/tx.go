@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -268,12 +269,27 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	for _, b := range writers {
 		req.Branches = append(req.Branches, &api.Branch{Rm: b.rm.name, ClientSettles: b.rm.dialect.SessionBound()})
 	}
-	resp, calls, err := t.c.commitRPC(ctx, req, t.trace, t.traceCoord)
+	// Session-bound branches (MariaDB) can only be committed here, on the
+	// session that prepared them. The coordinator sends the durable decision
+	// in the response headers before its own phase 2 (api.MetadataEarlyDecision),
+	// so they commit while it commits the others.
+	var settled chan bool
+	onCommitted := func() {
+		settled = make(chan bool, 1)
+		go func() { settled <- t.settleOwn(ctx, writers, true) }()
+	}
+	if !hasSessionBound(writers) {
+		onCommitted = nil
+	}
+	resp, calls, err := t.c.commitRPC(ctx, req, t.trace, t.traceCoord, onCommitted)
 	res.CoordinatorCalls = calls
+	if settled != nil {
+		// The durable decision was COMMIT (commitRPC then never fails).
+		res.Phase2Pending = resp.GetPhase2Pending() || !<-settled
+		return res, txCommitted, nil
+	}
 	switch {
 	case err == nil && resp.Outcome == api.Outcome_COMMITTED:
-		// The coordinator commits the other branches; session-bound ones
-		// (MariaDB) can only be committed here, on the session that prepared them.
 		res.Phase2Pending = resp.Phase2Pending
 		if !t.settleOwn(ctx, writers, true) {
 			res.Phase2Pending = true
@@ -343,22 +359,51 @@ func (t *Tx) releaseOwn(writers []*Branch) {
 	}
 }
 
+func hasSessionBound(bs []*Branch) bool {
+	for _, b := range bs {
+		if b.rm.dialect.SessionBound() {
+			return true
+		}
+	}
+	return false
+}
+
 // commitRPC sends Commit, retrying while the coordinator is unreachable and
 // ctx allows: a repeated Commit answers the first one's outcome. Each call is
 // a "coordinator commit" wait; with traceCoord the coordinator's own waits
 // for this gtrid come back in the reply's trailer and join tr.
-func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *waits.Trace, traceCoord bool) (*api.CommitResponse, int, error) {
-	var opts []grpc.CallOption
-	var trailer metadata.MD
+//
+// With onCommitted, the call asks for the early decision: onCommitted runs
+// (once) as soon as the response headers say COMMITTED, which the
+// coordinator sends only once the decision is durable. From then on the
+// outcome is known: an error on the rest of the call is reported as
+// COMMITTED with phase 2 pending, not as an unknown outcome.
+func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *waits.Trace, traceCoord bool, onCommitted func()) (*api.CommitResponse, int, error) {
 	if traceCoord {
 		ctx = metadata.AppendToOutgoingContext(ctx, waits.TraceRequestKey, "1")
-		opts = append(opts, grpc.Trailer(&trailer))
+	}
+	if onCommitted != nil {
+		ctx = metadata.AppendToOutgoingContext(ctx, api.MetadataEarlyDecision, "1")
+	}
+	committed := false
+	onHeader := func(md metadata.MD) {
+		if v := md.Get(api.MetadataDecision); !committed && len(v) > 0 && v[0] == api.Outcome_COMMITTED.String() {
+			committed = true
+			onCommitted()
+		}
 	}
 	backoff := 10 * time.Millisecond
 	for calls := 1; ; calls++ {
 		c.coordinatorCalls.Add(1)
 		start := time.Now()
-		resp, err := c.coord.Commit(ctx, req, opts...)
+		var resp *api.CommitResponse
+		var trailer metadata.MD
+		var err error
+		if onCommitted != nil {
+			resp, trailer, err = c.commitStream(ctx, req, onHeader)
+		} else {
+			resp, err = c.coord.Commit(ctx, req, grpc.Trailer(&trailer))
+		}
 		d := c.waits.Since(waits.CoordinatorCommit, start)
 		tr.Add(waits.SideClient, waits.CoordinatorCommit, "", start, d)
 		if traceCoord {
@@ -367,6 +412,10 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 					tr.Merge(spans)
 				}
 			}
+		}
+		if err != nil && committed {
+			return &api.CommitResponse{Outcome: api.Outcome_COMMITTED, Phase2Pending: true,
+				Message: "the coordinator decided COMMIT (durable); its reply after phase 2 was lost: " + err.Error()}, calls, nil
 		}
 		if err == nil || !retryable(err) || ctx.Err() != nil {
 			return resp, calls, err
@@ -378,6 +427,31 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// commitStream makes one Commit call through the stream API, so that the
+// response headers (the early decision) can be read before the reply, which
+// the unary API does not allow. On the wire it is the same unary call.
+func (c *Client) commitStream(ctx context.Context, req *api.CommitRequest, onHeader func(metadata.MD)) (*api.CommitResponse, metadata.MD, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.conn.NewStream(ctx, &grpc.StreamDesc{StreamName: "Commit"}, api.Coordinator_Commit_FullMethodName)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp := new(api.CommitResponse)
+	if err := stream.SendMsg(req); err != nil && !errors.Is(err, io.EOF) {
+		return nil, nil, err
+	}
+	// io.EOF from SendMsg: the call already ended; RecvMsg returns its status.
+	_ = stream.CloseSend()
+	if md, err := stream.Header(); err == nil {
+		onHeader(md)
+	}
+	if err := stream.RecvMsg(resp); err != nil {
+		return nil, stream.Trailer(), err
+	}
+	return resp, stream.Trailer(), nil
 }
 
 // Rollback rolls back every branch that has not committed. It is safe to

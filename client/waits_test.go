@@ -3,11 +3,14 @@ package client
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/waits"
@@ -129,4 +132,55 @@ func listenLoopback(t *testing.T) net.Listener {
 		t.Fatal(err)
 	}
 	return lis
+}
+
+// earlyCoordinator sends the decision in the response headers, then holds
+// its reply until the client has committed MariaDB's branch: the reply can
+// only come if the SDK settles its own branch on the early decision.
+type earlyCoordinator struct {
+	api.UnimplementedCoordinatorServer
+	maria *fakeDB
+	x     string
+}
+
+func (f *earlyCoordinator) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if len(md.Get(api.MetadataEarlyDecision)) == 0 {
+		return nil, status.Error(codes.FailedPrecondition, "the client did not ask for the early decision")
+	}
+	if err := grpc.SendHeader(ctx, metadata.Pairs(api.MetadataDecision, "COMMITTED")); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if slices.Contains(f.maria.log(), "XA COMMIT "+f.x) {
+			return &api.CommitResponse{Outcome: api.Outcome_COMMITTED}, nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil, status.Error(codes.DeadlineExceeded, "the client did not commit its MariaDB branch before the reply")
+}
+
+func TestEarlyDecisionOverlapsTheClientsCommit(t *testing.T) {
+	f := &earlyCoordinator{}
+	c := newClient(t, Config{Coordinator: startCoordinatorServer(t, f)})
+	ctx := context.Background()
+	tx := c.Begin()
+	pgConn, _ := fakeConnTo(t)
+	myConn, maria := fakeConnTo(t)
+	f.maria, f.x = maria, xaID(tx.GTRID())
+	bp, _ := tx.Branch(ctx, "pg", pgConn)
+	bm, _ := tx.Branch(ctx, "maria", myConn)
+	if _, err := bp.ExecContext(ctx, "UPDATE a SET v = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bm.ExecContext(ctx, "UPDATE b SET v = 2"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tx.Commit(ctx)
+	if err != nil || res.Phase2Pending || res.CoordinatorCalls != 1 {
+		t.Fatalf("Commit: %+v, %v", res, err)
+	}
+	x := f.x
+	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA COMMIT "+x)
 }

@@ -79,17 +79,27 @@ const (
 // Commit decides. Its handling is a "coordinator commit" wait on the
 // coordinator's side. A request carrying waits.TraceRequestKey gets the
 // coordinator's waits for its gtrid back in the trailer (waits.TraceTrailerKey).
+// A request with api.MetadataEarlyDecision and a client-settled branch gets
+// the durable decision in the response headers before phase 2 (commitEarly).
 func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
 	start := time.Now()
 	var tr *waits.Trace
 	var g xid.GTRID
-	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(waits.TraceRequestKey)) > 0 {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if len(md.Get(waits.TraceRequestKey)) > 0 {
 		if parsed, err := xid.Parse(req.GetGtrid()); err == nil {
 			g = parsed
 			tr = waits.Coordinator.StartTrace(g)
 		}
 	}
-	r, err := s.c.Commit(ctx, req.GetGtrid(), branchRefs(req.GetBranches()), s.mode(req.GetOptions()))
+	early := len(md.Get(api.MetadataEarlyDecision)) > 0
+	var r coord.Report
+	var err error
+	if early && clientSettles(req.GetBranches()) {
+		r, err = s.commitEarly(ctx, req)
+	} else {
+		r, err = s.c.Commit(ctx, req.GetGtrid(), branchRefs(req.GetBranches()), s.mode(req.GetOptions()))
+	}
 	d := waits.Coordinator.Since(waits.CoordinatorCommit, start)
 	if tr != nil {
 		waits.Coordinator.EndTrace(g)
@@ -149,6 +159,37 @@ func (s *Service) Health(ctx context.Context, _ *api.HealthRequest) (*api.Health
 		resp.Message = "the decision log failed a write: restart the coordinator to replay it"
 	}
 	return resp, nil
+}
+
+// commitEarly decides without waiting for phase 2, sends the decision in the
+// response headers (it is durable: a transaction with a client-settled
+// branch is always decided durably), then waits for phase 2 as the request's
+// visibility asks, by repeating the Commit: a repeated Commit answers the
+// first one's outcome and waits for the same phase 2. The client settles its
+// own branches meanwhile, in parallel with the coordinator's.
+func (s *Service) commitEarly(ctx context.Context, req *api.CommitRequest) (coord.Report, error) {
+	refs := branchRefs(req.GetBranches())
+	mode := s.mode(req.GetOptions())
+	decideOnly := mode
+	decideOnly.WaitPhase2 = false
+	r, err := s.c.Commit(ctx, req.GetGtrid(), refs, decideOnly)
+	if err != nil {
+		return r, err
+	}
+	_ = grpc.SendHeader(ctx, metadata.Pairs(api.MetadataDecision, outcome(r.Outcome).String()))
+	if !mode.WaitPhase2 {
+		return r, nil
+	}
+	return s.c.Commit(ctx, req.GetGtrid(), refs, mode)
+}
+
+func clientSettles(bs []*api.Branch) bool {
+	for _, b := range bs {
+		if b.GetClientSettles() {
+			return true
+		}
+	}
+	return false
 }
 
 func branchRefs(bs []*api.Branch) []coord.BranchRef {

@@ -1,0 +1,18 @@
+package api
+
+// gRPC metadata of the Commit call, part of the contract with clients in
+// other languages (README, "gRPC API"). Both are optional: a client that
+// sends nothing gets the plain unary behaviour.
+const (
+	// MetadataEarlyDecision, sent by the client with value "1" on a Commit
+	// that lists a branch with client_settles, asks the coordinator to send
+	// the decision in the response headers as soon as it is durable, before
+	// phase 2 of its own branches: the client can then settle its
+	// session-bound branches while the coordinator settles the others. The
+	// response message still comes after phase 2, as visibility asks.
+	MetadataEarlyDecision = "tandem-early-decision"
+	// MetadataDecision is the response header that carries the early
+	// decision: "COMMITTED" or "ABORTED". It is sent only once the decision
+	// record is durable.
+	MetadataDecision = "tandem-decision"
+)
