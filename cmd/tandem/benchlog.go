@@ -33,8 +33,8 @@ func registerBench(b *subBenchmark) { benchmarks[b.name] = b }
 func init() {
 	register(&command{
 		name:    "bench",
-		summary: "measure Tandem on this machine (tandem bench log: the decision log's disk)",
-		usage:   "<benchmark> [flags]",
+		summary: "measure Tandem on this machine: transactions against the databases (--workload, --compare), or the decision log's disk (log)",
+		usage:   "[<benchmark>] [flags]",
 		run:     runBench,
 	})
 	registerBench(&subBenchmark{
@@ -79,6 +79,10 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		printBenchList(stderr)
 		return flag.ErrHelp
 	}
+	if strings.HasPrefix(args[0], "-") {
+		// tandem bench --workload xa ...: the database benchmark.
+		return benchmarks["db"].run(args, stdout, stderr)
+	}
 	b, ok := benchmarks[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "tandem bench: unknown benchmark %q\n\n", args[0])
@@ -98,7 +102,8 @@ func printBenchList(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, benchmarks[n].summary)
 	}
-	fmt.Fprint(w, "\nRun \"tandem bench <benchmark> --help\" for a benchmark's flags.\n")
+	fmt.Fprint(w, "\nRun \"tandem bench <benchmark> --help\" for a benchmark's flags.\n"+
+		"\"tandem bench --workload W\" and \"tandem bench --compare A,B\" are short for \"tandem bench db ...\".\n")
 }
 
 // benchFlags is newFlags for a sub-benchmark: its --help prints

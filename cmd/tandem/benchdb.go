@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/tandem-tx/tandem/internal/bench"
+	"github.com/tandem-tx/tandem/internal/config"
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/internal/waits"
+)
+
+func init() {
+	var list strings.Builder
+	for _, w := range bench.Workloads {
+		fmt.Fprintf(&list, "  %-7s %s\n", w.Name, w.Summary)
+	}
+	registerBench(&subBenchmark{
+		name:    "db",
+		summary: "transactions against the real databases: sql, raw2pc, xa, 1pc, plain, oltp (also: tandem bench --workload W)",
+		usage:   "[--workload W | --compare A,B] [--threads N] [--duration D | --txns N] [--coordinator ADDR] [--json] [--trace N]",
+		help: `The unit of work of the Oracle XA report (LESSONS.md §1): one insert on each of
+two resource managers, PostgreSQL and MariaDB by default. Workloads:
+` + list.String() + `
+Each thread has its own connection to each database. --compare runs two
+workloads in one run, interleaved in slices (so that drift hits both alike),
+and reports ratio = TPS(B) / TPS(A). Without --coordinator a coordinator is
+started in this process (decision log under --dir) and the clients reach it
+over gRPC on loopback, so the RPC cost is real.
+
+Report: elapsed, TPS, latency p50/p95/p99 of a whole transaction, round trips
+per transaction (to each RM and to the coordinator), the client's wait table
+and the coordinator's, and the unaccounted share: the part of the latency
+spent in no named wait (CPU, scheduling, the SDK's own work).
+
+Tables tandem_bench and tandem_bench_oltp are created on both databases;
+tandem_bench is emptied at the start.
+
+Examples:
+  tandem bench --compare sql,xa --duration 10s
+  tandem bench --compare raw2pc,xa --threads 32 --json
+  tandem bench --workload oltp --threads 256 --duration 30s
+  tandem bench --workload xa --txns 200 --trace 3`,
+		run: runBenchDB,
+	})
+}
+
+func runBenchDB(args []string, stdout, stderr io.Writer) error {
+	cfg := bench.DefaultDBConfig()
+	fs := benchFlags(benchmarks["db"], stderr)
+	workload := fs.String("workload", "", "one workload: sql, raw2pc, xa, 1pc, plain or oltp")
+	compare := fs.String("compare", "", "two workloads A,B to run interleaved; the ratio is TPS(B)/TPS(A)")
+	fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "concurrent clients")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured time per workload")
+	fs.IntVar(&cfg.Txns, "txns", 0, "run this many transactions per workload instead of --duration")
+	fs.DurationVar(&cfg.Slice, "slice", 0, "length of one interleaved slice (default 1s, or a quarter of --duration if shorter)")
+	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured transactions per thread and workload before the run")
+	fs.StringVar(&cfg.Coordinator, "coordinator", "", "an external coordinator's gRPC address (default: start one in this process)")
+	fs.StringVar(&cfg.Admin, "admin", "", "with --coordinator: its admin address, to report its waits; without: serve /waits and /metrics here during the run")
+	fs.StringVar(&cfg.Dir, "dir", ".", "directory under which the in-process coordinator's decision log is made (and removed): put it on the disk to measure")
+	var rms multiFlag
+	fs.Var(&rms, "rm", "a resource manager NAME=DRIVER:DSN; give two (default pg=postgres:$TANDEM_PG_DSN and maria=mysql:$TANDEM_MYSQL_DSN)")
+	fs.StringVar(&cfg.OneRM, "one", "", "the RM of 1pc and plain (default the first)")
+	fs.IntVar(&cfg.OLTPRows, "oltp-rows", cfg.OLTPRows, "rows of the oltp table on each RM")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
+	fs.IntVar(&cfg.Trace, "trace", 0, "keep the full wait trace (client and coordinator) of this many transactions per workload")
+	traceFile := fs.String("trace-file", "-", "where --trace writes (JSON lines, one transaction each); - is stdout, after the report (with --json, the traces are in the report instead)")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tandem bench: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	switch {
+	case *workload != "" && *compare != "":
+		fmt.Fprintln(stderr, "tandem bench: give --workload or --compare, not both")
+		return errUsage
+	case *compare != "":
+		cfg.Workloads = strings.Split(*compare, ",")
+		if len(cfg.Workloads) != 2 {
+			fmt.Fprintf(stderr, "tandem bench: --compare %q: want two workloads, A,B\n", *compare)
+			return errUsage
+		}
+	case *workload != "":
+		cfg.Workloads = []string{*workload}
+	default:
+		cfg.Workloads = []string{bench.WorkloadXA}
+	}
+	if len(rms) == 0 {
+		rms = multiFlag{"pg=postgres:" + os.Getenv("TANDEM_PG_DSN"), "maria=mysql:" + os.Getenv("TANDEM_MYSQL_DSN")}
+		if os.Getenv("TANDEM_PG_DSN") == "" || os.Getenv("TANDEM_MYSQL_DSN") == "" {
+			return errors.New("no databases: set TANDEM_PG_DSN and TANDEM_MYSQL_DSN (scripts/db up; eval \"$(scripts/db env)\") or pass --rm twice")
+		}
+	}
+	for _, f := range rms {
+		name, r, err := config.ParseRMFlag(f)
+		if err != nil {
+			return err
+		}
+		d, err := rm.ParseDriver(r.Driver)
+		if err != nil {
+			return fmt.Errorf("--rm %s: %w", name, err)
+		}
+		cfg.RMs = append(cfg.RMs, bench.DBRM{Name: name, Driver: d, DSN: r.DSN})
+	}
+	if !*quiet {
+		cfg.Progress = stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rep, err := bench.DB(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return errors.New("interrupted")
+		}
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	return writeTraces(rep, *traceFile, stdout)
+}
+
+// writeTraces writes the kept traces as JSON lines (and, on stdout, as text first).
+func writeTraces(rep *bench.DBReport, path string, stdout io.Writer) error {
+	var traces []waits.JSONTrace
+	for _, r := range rep.Results {
+		traces = append(traces, r.Traces...)
+	}
+	if len(traces) == 0 {
+		return nil
+	}
+	out := stdout
+	if path != "-" {
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("--trace-file: %w", err)
+		}
+		defer f.Close()
+		out = f
+	} else {
+		fmt.Fprintf(stdout, "\n== traces (%d)\n", len(traces))
+	}
+	enc := json.NewEncoder(out)
+	for _, t := range traces {
+		if err := enc.Encode(t); err != nil {
+			return err
+		}
+	}
+	if path != "-" {
+		fmt.Fprintf(stdout, "\n%d traces written to %s\n", len(traces), path)
+	}
+	return nil
+}

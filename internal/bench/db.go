@@ -1,0 +1,713 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
+	"github.com/tandem-tx/tandem/client"
+	"github.com/tandem-tx/tandem/internal/config"
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/internal/server"
+	"github.com/tandem-tx/tandem/internal/waits"
+)
+
+// DBRM is one resource manager the database benchmark uses.
+type DBRM struct {
+	Name   string
+	Driver rm.Driver
+	DSN    string
+}
+
+// DBConfig configures DB, the workloads of `tandem bench` against real
+// databases (LESSONS.md §1's unit of work: one insert on each of two RMs).
+type DBConfig struct {
+	// Workloads: one, or two to compare (run interleaved in slices; the
+	// report's Ratio is TPS of the second ÷ TPS of the first).
+	Workloads []string
+	// RMs: exactly two. 1pc and plain use OneRM (default the first).
+	RMs   []DBRM
+	OneRM string
+	// Threads is the number of concurrent clients, each with its own
+	// connection to each RM.
+	Threads int
+	// Duration of measured time per workload, unless Txns > 0: then each
+	// workload runs that many transactions.
+	Duration time.Duration
+	Txns     int
+	// Slice is how long one interleaved slice runs (default: 1s, or a
+	// quarter of Duration if shorter; with Txns, a tenth of them).
+	Slice time.Duration
+	// Warmup transactions per thread and workload before measuring.
+	Warmup int
+	// Coordinator is an external coordinator's gRPC address; "" starts one
+	// in this process (with its decision log in a temporary directory under
+	// Dir) that the clients reach over gRPC on loopback.
+	Coordinator string
+	// Admin: with an external Coordinator, its admin address, to read its
+	// wait events; for the in-process one, an address to serve /waits and
+	// /metrics on during the run ("" for none).
+	Admin string
+	// Dir: where the in-process coordinator's log goes (default ".").
+	Dir string
+	// OLTPRows is the size of the oltp table on each RM.
+	OLTPRows int
+	// Trace: keep the full trace (client and coordinator waits) of this
+	// many transactions per workload, in Report.Traces.
+	Trace int
+	// Progress, if not nil, gets a line every few seconds.
+	Progress io.Writer
+	// Logger receives the in-process coordinator's log (default: errors to stderr).
+	Logger *slog.Logger
+}
+
+// The workloads.
+const (
+	WorkloadSQL    = "sql"    // one insert on each RM, two independent local commits (not atomic)
+	WorkloadRaw2PC = "raw2pc" // the same, with the databases' own 2PC driven by the benchmark: no coordinator, no log
+	WorkloadXA     = "xa"     // the same as one global transaction through the SDK and the coordinator
+	WorkloadOnePC  = "1pc"    // one insert on one RM through the SDK (one-phase commit)
+	WorkloadPlain  = "plain"  // the same insert as a plain local commit, without the SDK
+	WorkloadOLTP   = "oltp"   // sysbench-like: 4 point reads, an update, a delete and an insert on each RM, as a global transaction
+)
+
+// Workloads lists them with a line each, for --help.
+var Workloads = []struct{ Name, Summary string }{
+	{WorkloadSQL, "one insert on each of two RMs, two independent local commits in parallel (not atomic): the Oracle report's baseline"},
+	{WorkloadRaw2PC, "the same inserts with the databases' own 2PC driven directly (prepare both, commit both; MariaDB's on its own session): no coordinator, no log — the floor of any XA transaction manager"},
+	{WorkloadXA, "the same inserts as one global transaction through the SDK and the coordinator"},
+	{WorkloadOnePC, "one insert on one RM through the SDK (one-phase commit, no coordinator)"},
+	{WorkloadPlain, "the same single insert as a plain local commit without the SDK: the baseline of 1pc"},
+	{WorkloadOLTP, "sysbench-like: an update, 4 point reads, a delete and an insert on each RM, as one global transaction"},
+}
+
+// DefaultDBConfig returns the defaults of `tandem bench`.
+func DefaultDBConfig() DBConfig {
+	return DBConfig{Threads: 2, Duration: 10 * time.Second, Warmup: 5, OLTPRows: 10000}
+}
+
+func (c *DBConfig) validate() error {
+	switch {
+	case len(c.Workloads) == 0 || len(c.Workloads) > 2:
+		return errors.New("give one workload, or two to compare")
+	case len(c.Workloads) == 2 && c.Workloads[0] == c.Workloads[1]:
+		return fmt.Errorf("--compare %s,%s compares a workload with itself", c.Workloads[0], c.Workloads[1])
+	case len(c.RMs) != 2:
+		return fmt.Errorf("need exactly two resource managers, got %d", len(c.RMs))
+	case c.RMs[0].Name == c.RMs[1].Name:
+		return fmt.Errorf("the two resource managers are both named %q", c.RMs[0].Name)
+	case c.Threads < 1 || c.Threads > 4096:
+		return fmt.Errorf("threads %d must be between 1 and 4096", c.Threads)
+	case c.Txns < 0:
+		return fmt.Errorf("txns %d is negative", c.Txns)
+	case c.Txns == 0 && c.Duration <= 0:
+		return errors.New("give a positive duration or a number of transactions")
+	case c.OLTPRows < 100:
+		return fmt.Errorf("oltp rows %d: need at least 100", c.OLTPRows)
+	}
+	for _, w := range c.Workloads {
+		if !slices.ContainsFunc(Workloads, func(x struct{ Name, Summary string }) bool { return x.Name == w }) {
+			return fmt.Errorf("unknown workload %q: use sql, raw2pc, xa, 1pc, plain or oltp", w)
+		}
+	}
+	for _, r := range c.RMs {
+		if r.DSN == "" {
+			return fmt.Errorf("rm %q has no DSN (set TANDEM_PG_DSN and TANDEM_MYSQL_DSN: eval \"$(scripts/db env)\", or pass --rm)", r.Name)
+		}
+	}
+	if c.OneRM == "" {
+		c.OneRM = c.RMs[0].Name
+	}
+	if c.OneRM != c.RMs[0].Name && c.OneRM != c.RMs[1].Name {
+		return fmt.Errorf("--one %q is not one of the two resource managers", c.OneRM)
+	}
+	return nil
+}
+
+// DB runs the workloads and reports. It creates its tables (tandem_bench,
+// tandem_bench_oltp) on both RMs if needed and empties tandem_bench.
+func DB(ctx context.Context, cfg DBConfig) (*DBReport, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	env, err := openEnv(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+	return env.run(ctx)
+}
+
+// env is one run's shared state.
+type env struct {
+	cfg      *DBConfig
+	rms      [2]*benchRM
+	one      int // index of the RM of 1pc and plain
+	srv      *server.Server
+	coordAt  string
+	logDir   string
+	fs       FSInfo
+	nextID   atomic.Int64
+	workers  []*worker
+	inProc   bool
+	warnings []string
+}
+
+// benchRM is one RM: its pool and its SQL.
+type benchRM struct {
+	DBRM
+	db      *sql.DB
+	dialect rm.Dialect
+}
+
+func (r *benchRM) ph(i int) string { // placeholder of the i-th argument
+	if r.Driver == rm.Postgres {
+		return fmt.Sprintf("$%d", i)
+	}
+	return "?"
+}
+
+func openEnv(ctx context.Context, cfg *DBConfig) (_ *env, err error) {
+	e := &env{cfg: cfg}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	for i, r := range cfg.RMs {
+		d, derr := rm.DialectFor(r.Driver)
+		if derr != nil {
+			return nil, fmt.Errorf("bench: rm %q: %w", r.Name, derr)
+		}
+		dsn := r.DSN
+		if r.Driver == rm.MySQL {
+			// One round trip for XA START + statement and XA END + XA PREPARE.
+			mc, perr := mysql.ParseDSN(dsn)
+			if perr != nil {
+				return nil, fmt.Errorf("bench: rm %q: bad DSN: %s", r.Name, rm.Redact(perr.Error(), ""))
+			}
+			mc.MultiStatements, mc.InterpolateParams = true, true
+			dsn = mc.FormatDSN()
+		}
+		db, oerr := sql.Open(d.SQLDriverName(), dsn)
+		if oerr != nil {
+			return nil, fmt.Errorf("bench: rm %q: %w", r.Name, oerr)
+		}
+		db.SetMaxOpenConns(cfg.Threads + 8)
+		db.SetMaxIdleConns(cfg.Threads + 8)
+		e.rms[i] = &benchRM{DBRM: r, db: db, dialect: d}
+		e.rms[i].DSN = dsn
+		if r.Name == cfg.OneRM {
+			e.one = i
+		}
+	}
+	if err := e.setup(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.startCoordinator(); err != nil {
+		return nil, err
+	}
+	for i := range cfg.Threads {
+		w, werr := e.newWorker(ctx, i)
+		if werr != nil {
+			return nil, werr
+		}
+		e.workers = append(e.workers, w)
+	}
+	return e, nil
+}
+
+func (e *env) close() {
+	for _, w := range e.workers {
+		w.close()
+	}
+	if e.srv != nil {
+		_ = e.srv.Stop(5 * time.Second)
+	}
+	if e.logDir != "" {
+		_ = os.RemoveAll(e.logDir)
+	}
+	for _, r := range e.rms {
+		if r != nil {
+			_ = r.db.Close()
+		}
+	}
+}
+
+func (e *env) needs(ws ...string) bool {
+	return slices.ContainsFunc(e.cfg.Workloads, func(w string) bool { return slices.Contains(ws, w) })
+}
+
+// startCoordinator starts the in-process coordinator when the run needs
+// one and no external one is given.
+func (e *env) startCoordinator() error {
+	if !e.needs(WorkloadXA, WorkloadOLTP) {
+		return nil
+	}
+	if e.cfg.Coordinator != "" {
+		e.coordAt = e.cfg.Coordinator
+		return nil
+	}
+	parent := e.cfg.Dir
+	if parent == "" {
+		parent = "."
+	}
+	dir, err := os.MkdirTemp(parent, ".tandem-bench-coordinator-")
+	if err != nil {
+		return fmt.Errorf("bench: a directory for the in-process coordinator's log under %s: %w", parent, err)
+	}
+	if abs, aerr := filepath.Abs(dir); aerr == nil {
+		dir = abs
+	}
+	e.logDir = dir
+	if e.fs, err = fsInfo(dir); err == nil && noDurableSync(e.fs.Type) {
+		e.warnings = append(e.warnings, fmt.Sprintf("the in-process coordinator's log is on %s, where fdatasync makes nothing durable: use --dir on a real disk", e.fs.Type))
+	}
+	logger := e.cfg.Logger
+	if logger == nil {
+		// Errors only: phase-2 retries cut short when the run stops are expected.
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	}
+	rms := map[string]config.RM{}
+	for _, r := range e.rms {
+		rms[r.Name] = config.RM{Driver: string(r.Driver), DSN: r.DSN}
+	}
+	srv, err := server.Start(config.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "data"), RMs: rms},
+		server.Options{Logger: logger, Admin: e.cfg.Admin})
+	if err != nil {
+		return fmt.Errorf("bench: start the in-process coordinator: %w", err)
+	}
+	e.srv, e.coordAt, e.inProc = srv, srv.Addr(), true
+	return nil
+}
+
+// setup creates the tables, empties tandem_bench, fills tandem_bench_oltp,
+// and rolls back prepared branches a crashed earlier run left behind.
+func (e *env) setup(ctx context.Context) error {
+	for _, r := range e.rms {
+		stmts := []string{
+			"CREATE TABLE IF NOT EXISTS tandem_bench (id bigint PRIMARY KEY, v varchar(64) NOT NULL)",
+			"CREATE TABLE IF NOT EXISTS tandem_bench_oltp (id int PRIMARY KEY, k int NOT NULL, c varchar(120) NOT NULL, pad varchar(60) NOT NULL)",
+		}
+		if err := e.cleanupPrepared(ctx, r); err != nil {
+			return err
+		}
+		stmts = append(stmts, "DELETE FROM tandem_bench")
+		for _, s := range stmts {
+			if _, err := r.db.ExecContext(ctx, s); err != nil {
+				return fmt.Errorf("bench: rm %q: %s: %w", r.Name, s, err)
+			}
+		}
+		if !e.needs(WorkloadOLTP) {
+			continue
+		}
+		var n, maxID int
+		if err := r.db.QueryRowContext(ctx, "SELECT count(*), coalesce(max(id), 0) FROM tandem_bench_oltp").Scan(&n, &maxID); err != nil {
+			return fmt.Errorf("bench: rm %q: count tandem_bench_oltp: %w", r.Name, err)
+		}
+		if n == e.cfg.OLTPRows && maxID == e.cfg.OLTPRows {
+			continue
+		}
+		if _, err := r.db.ExecContext(ctx, "DELETE FROM tandem_bench_oltp"); err != nil {
+			return fmt.Errorf("bench: rm %q: %w", r.Name, err)
+		}
+		for lo := 1; lo <= e.cfg.OLTPRows; lo += 1000 {
+			var b strings.Builder
+			b.WriteString("INSERT INTO tandem_bench_oltp (id, k, c, pad) VALUES ")
+			for id := lo; id < lo+1000 && id <= e.cfg.OLTPRows; id++ {
+				if id > lo {
+					b.WriteByte(',')
+				}
+				fmt.Fprintf(&b, "(%d, %d, '%s', '%s')", id, rand.IntN(e.cfg.OLTPRows)+1, filler(id, 119), filler(id*7, 59))
+			}
+			if _, err := r.db.ExecContext(ctx, b.String()); err != nil {
+				return fmt.Errorf("bench: rm %q: fill tandem_bench_oltp: %w", r.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// cleanupPrepared rolls back the benchmark's own raw2pc branches (format
+// rawFormatID / prefix "bench:") left prepared by a run that died.
+func (e *env) cleanupPrepared(ctx context.Context, r *benchRM) error {
+	var ids []string
+	if r.Driver == rm.Postgres {
+		rows, err := r.db.QueryContext(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'bench:%'")
+		if err != nil {
+			return fmt.Errorf("bench: rm %q: %w", r.Name, err)
+		}
+		for rows.Next() {
+			var g string
+			if rows.Scan(&g) == nil {
+				ids = append(ids, "ROLLBACK PREPARED '"+g+"'")
+			}
+		}
+		rows.Close()
+	} else {
+		rows, err := r.db.QueryContext(ctx, "XA RECOVER")
+		if err != nil {
+			return fmt.Errorf("bench: rm %q: XA RECOVER: %w", r.Name, err)
+		}
+		for rows.Next() {
+			var f int64
+			var gl, bl int
+			var data []byte
+			if rows.Scan(&f, &gl, &bl, &data) == nil && f == rawFormatID && gl+bl <= len(data) {
+				ids = append(ids, fmt.Sprintf("XA ROLLBACK '%s','%s',%d", data[:gl], data[gl:gl+bl], rawFormatID))
+			}
+		}
+		rows.Close()
+	}
+	for _, s := range ids {
+		_, _ = r.db.ExecContext(ctx, s) // a branch still bound to a live session refuses: leave it
+	}
+	return nil
+}
+
+func filler(seed, n int) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	x := uint32(seed)*2654435761 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = alphabet[x%uint32(len(alphabet))]
+	}
+	return string(b)
+}
+
+// worker is one client thread: its own connection to each RM, kept for the
+// whole run and used by every workload in turn.
+type worker struct {
+	e     *env
+	id    int
+	conns [2]*sql.Conn
+	rng   *rand.Rand
+	acct  *waits.Trace // reused for every transaction: the unaccounted share
+	// per-transaction counters, set by the workload
+	trips [2]int
+	calls int
+	reg   *waits.Registry // the running workload's client registry
+}
+
+func (e *env) newWorker(ctx context.Context, id int) (*worker, error) {
+	w := &worker{e: e, id: id, rng: rand.New(rand.NewPCG(uint64(id)+1, uint64(time.Now().UnixNano()))), acct: waits.NewTrace("")}
+	if err := w.reconnect(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// reconnect (re)opens the worker's connections, with lock timeouts so that a
+// lock wait can never hang the run.
+func (w *worker) reconnect(ctx context.Context) error {
+	w.close()
+	for i, r := range w.e.rms {
+		c, err := r.db.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("bench: rm %q: connect: %w", r.Name, err)
+		}
+		set := "SET lock_timeout = '10s'"
+		if r.Driver == rm.MySQL {
+			set = "SET SESSION innodb_lock_wait_timeout = 10"
+		}
+		if _, err := c.ExecContext(ctx, set); err != nil {
+			c.Close()
+			return fmt.Errorf("bench: rm %q: %s: %w", r.Name, set, err)
+		}
+		w.conns[i] = c
+	}
+	return nil
+}
+
+func (w *worker) close() {
+	for i, c := range w.conns {
+		if c != nil {
+			_ = c.Close()
+			w.conns[i] = nil
+		}
+	}
+}
+
+// wlState is one workload's accumulated results over its slices.
+type wlState struct {
+	name    string
+	run     txnFunc
+	cli     *client.Client // SDK workloads
+	reg     *waits.Registry
+	coord   waits.Snapshot // coordinator waits during this workload's slices
+	hist    Histogram
+	txns    uint64
+	errs    uint64
+	lastErr error
+	elapsed time.Duration
+	trips   [2]uint64
+	calls   uint64
+	latency time.Duration // sum over committed transactions
+	uncov   time.Duration // sum of latency not covered by a named client wait
+	traced  atomic.Int64
+	mu      sync.Mutex
+	traces  []waits.JSONTrace
+}
+
+// txnFunc runs one transaction on w; tr gets its waits.
+type txnFunc func(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, traceCoord bool) error
+
+func (e *env) newState(ctx context.Context, name string) (*wlState, error) {
+	st := &wlState{name: name, reg: waits.NewRegistry(waits.SideClient)}
+	switch name {
+	case WorkloadSQL:
+		st.run = txnSQL
+	case WorkloadRaw2PC:
+		st.run = txnRaw2PC
+	case WorkloadPlain:
+		st.run = txnPlain
+	case WorkloadXA:
+		st.run = txnXA
+	case WorkloadOnePC:
+		st.run = txnOnePC
+	case WorkloadOLTP:
+		st.run = txnOLTP
+	}
+	if name == WorkloadXA || name == WorkloadOnePC || name == WorkloadOLTP {
+		cfg := client.Config{Coordinator: e.coordAt, Waits: st.reg}
+		for _, r := range e.rms {
+			cfg.RMs = append(cfg.RMs, client.RM{Name: r.Name, Driver: string(r.Driver), MultiStatements: r.Driver == rm.MySQL})
+		}
+		cli, err := client.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		st.cli = cli
+	}
+	return st, nil
+}
+
+// coordWaits reads the coordinator's wait totals: in-process directly, or
+// from an external coordinator's admin listener (ok false without one).
+func (e *env) coordWaits(ctx context.Context) (waits.Snapshot, bool) {
+	if e.inProc {
+		return waits.Coordinator.Snapshot(), true
+	}
+	if e.cfg.Admin == "" || e.coordAt == "" {
+		return waits.Snapshot{}, false
+	}
+	s, err := fetchAdminWaits(ctx, e.cfg.Admin)
+	if err != nil {
+		e.warnings = append(e.warnings, err.Error())
+		e.cfg.Admin = "" // do not try again
+		return waits.Snapshot{}, false
+	}
+	return s, true
+}
+
+// run warms up, then runs the workloads in interleaved slices.
+func (e *env) run(ctx context.Context) (*DBReport, error) {
+	cfg := e.cfg
+	var states []*wlState
+	for _, name := range cfg.Workloads {
+		st, err := e.newState(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if st.cli != nil {
+			defer st.cli.Close()
+		}
+		states = append(states, st)
+	}
+	// Warm-up: connections, plans, the coordinator's pools; then forget it.
+	for _, st := range states {
+		if cfg.Warmup > 0 {
+			var budget atomic.Int64
+			budget.Store(int64(cfg.Warmup * cfg.Threads))
+			if err := e.slice(ctx, st, time.Time{}, &budget, false); err != nil {
+				return nil, err
+			}
+		}
+		*st = wlState{name: st.name, run: st.run, cli: st.cli, reg: st.reg}
+		st.reg.Reset()
+	}
+
+	slice := cfg.Slice
+	if slice <= 0 {
+		slice = min(time.Second, cfg.Duration/4)
+	}
+	perSliceTxns := int64(0)
+	if cfg.Txns > 0 {
+		perSliceTxns = int64(max(cfg.Txns/10, cfg.Threads, 1))
+		if len(states) == 1 {
+			perSliceTxns = int64(cfg.Txns)
+		}
+	}
+	before := sampleMachine()
+	start := time.Now()
+	lastProgress := start
+	for {
+		active := 0
+		for _, st := range states {
+			var budget *atomic.Int64
+			var stopAt time.Time
+			if cfg.Txns > 0 {
+				left := int64(cfg.Txns) - int64(st.txns+st.errs)
+				if left <= 0 {
+					continue
+				}
+				budget = new(atomic.Int64)
+				budget.Store(min(left, perSliceTxns))
+			} else {
+				left := cfg.Duration - st.elapsed
+				if left <= slice/10 {
+					continue
+				}
+				stopAt = time.Now().Add(min(left, slice))
+			}
+			active++
+			c0, haveCoord := e.coordWaits(ctx)
+			t0 := time.Now()
+			if err := e.slice(ctx, st, stopAt, budget, true); err != nil {
+				return nil, err
+			}
+			st.elapsed += time.Since(t0)
+			if c1, ok := e.coordWaits(ctx); ok && haveCoord {
+				st.coord = st.coord.Add(c1.Sub(c0))
+			}
+			if cfg.Progress != nil && time.Since(lastProgress) >= 2*time.Second {
+				lastProgress = time.Now()
+				var parts []string
+				for _, s := range states {
+					parts = append(parts, fmt.Sprintf("%s %d txns %.0f TPS", s.name, s.txns, float64(s.txns)/max(s.elapsed.Seconds(), 1e-9)))
+				}
+				fmt.Fprintf(cfg.Progress, "bench: %5.1fs  %s\n", time.Since(start).Seconds(), strings.Join(parts, " | "))
+			}
+		}
+		if active == 0 {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	machine := machineUse(before, sampleMachine())
+	return e.report(states, machine), nil
+}
+
+// slice runs st on every worker until stopAt or until the budget is spent.
+func (e *env) slice(ctx context.Context, st *wlState, stopAt time.Time, budget *atomic.Int64, measure bool) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var fatal error
+	for _, w := range e.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var h Histogram
+			var txns, errs uint64
+			var trips [2]uint64
+			var calls uint64
+			var lat, uncov time.Duration
+			var lastErr error
+			for ctx.Err() == nil {
+				if budget != nil {
+					if budget.Add(-1) < 0 {
+						break
+					}
+				} else if !time.Now().Before(stopAt) {
+					break
+				}
+				tr, keep := w.acct, false
+				if measure && st.traced.Load() < int64(e.cfg.Trace) && st.traced.Add(1) <= int64(e.cfg.Trace) {
+					tr, keep = waits.NewTrace(""), true
+				}
+				tr.Reset("")
+				w.trips, w.calls, w.reg = [2]int{}, 0, st.reg
+				t0 := time.Now()
+				err := st.run(ctx, w, st, tr, keep)
+				t1 := time.Now()
+				tr.Finish()
+				if err != nil {
+					if ctx.Err() != nil {
+						break
+					}
+					errs++
+					lastErr = err
+					if rerr := w.reconnect(ctx); rerr != nil {
+						mu.Lock()
+						fatal = rerr
+						mu.Unlock()
+						return
+					}
+					continue
+				}
+				d := t1.Sub(t0)
+				h.Record(d)
+				txns++
+				trips[0] += uint64(w.trips[0])
+				trips[1] += uint64(w.trips[1])
+				calls += uint64(w.calls)
+				lat += d
+				uncov += d - tr.Covered(waits.SideClient, t0, t1)
+				if keep {
+					st.mu.Lock()
+					st.traces = append(st.traces, tr.JSON())
+					st.mu.Unlock()
+				}
+			}
+			st.mu.Lock()
+			st.hist.Merge(&h)
+			st.txns += txns
+			st.errs += errs
+			if lastErr != nil {
+				st.lastErr = lastErr
+			}
+			st.trips[0] += trips[0]
+			st.trips[1] += trips[1]
+			st.calls += calls
+			st.latency += lat
+			st.uncov += uncov
+			st.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if fatal != nil {
+		return fatal
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if st.txns == 0 && st.errs > 0 {
+		return fmt.Errorf("bench: workload %s: every transaction failed; the last: %w", st.name, st.lastErr)
+	}
+	return nil
+}
+
+// machineUse is the CPU used during the run: by this process, and by every
+// other (the databases included), in percent of all CPUs.
+type machineUseT struct{ own, others float64 }
+
+func machineUse(a, b machineSample) machineUseT {
+	others := othersCPU(a, b, runtime.NumCPU())
+	own := -1.0
+	if a.ok && b.ok {
+		if wall := b.at.Sub(a.at).Seconds(); wall > 0 {
+			own = (b.ownCPU - a.ownCPU).Seconds() / (wall * float64(runtime.NumCPU())) * 100
+		}
+	}
+	return machineUseT{own: own, others: others}
+}

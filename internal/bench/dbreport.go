@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/waits"
+)
+
+// DBResult is one workload's figures.
+type DBResult struct {
+	Workload string  `json:"workload"`
+	Threads  int     `json:"threads"`
+	Txns     uint64  `json:"txns"`   // committed
+	Errors   uint64  `json:"errors"` // failed (rolled back); not in txns nor in the latencies
+	ElapsedS float64 `json:"elapsed_s"`
+	TPS      float64 `json:"tps"`
+	// Latency of one whole transaction as its client sees it: from the
+	// first statement to the end of the commit.
+	P50ms float64 `json:"p50_ms"`
+	P95ms float64 `json:"p95_ms"`
+	P99ms float64 `json:"p99_ms"`
+	MaxMs float64 `json:"max_ms"`
+	// RoundtripsPerTxn counts every round trip the client made per committed
+	// transaction: to each RM and to the coordinator.
+	RoundtripsPerTxn       float64            `json:"roundtrips_per_txn"`
+	RMRoundtripsPerTxn     map[string]float64 `json:"rm_roundtrips_per_txn"`
+	CoordinatorCallsPerTxn float64            `json:"coordinator_calls_per_txn"`
+	// UnaccountedShare is the share of the transactions' latency during
+	// which the client was in no named wait (CPU, scheduling, the SDK's own
+	// work): Σ(latency − union of the client's waits) ÷ Σ latency.
+	UnaccountedShare float64 `json:"unaccounted_share"`
+	// Waits is the client's wait table; CoordinatorWaits the coordinator's
+	// during this workload's slices (absent without a view of it).
+	Waits            []waits.JSONEvent `json:"waits"`
+	CoordinatorWaits []waits.JSONEvent `json:"coordinator_waits,omitempty"`
+	LastError        string            `json:"last_error,omitempty"`
+	Traces           []waits.JSONTrace `json:"traces,omitempty"`
+
+	client, coord waits.Snapshot
+}
+
+// DBReport is the result of DB.
+type DBReport struct {
+	Results []DBResult `json:"results"`
+	// Ratio is TPS of the second workload ÷ TPS of the first, with two.
+	Ratio       *float64 `json:"ratio,omitempty"`
+	Coordinator string   `json:"coordinator,omitempty"`
+	LogFS       string   `json:"coordinator_log_fs,omitempty"`
+	RMs         []string `json:"rms"`
+	CPUs        int      `json:"cpus"`
+	// CPU used during the run, percent of all CPUs: by this process (clients,
+	// and the in-process coordinator), and by every other (the databases).
+	OwnCPUPercent    float64  `json:"own_cpu_percent"`
+	OthersCPUPercent float64  `json:"others_cpu_percent"`
+	SliceS           float64  `json:"slice_s,omitempty"`
+	Warnings         []string `json:"warnings,omitempty"`
+}
+
+func (e *env) report(states []*wlState, m machineUseT) *DBReport {
+	rep := &DBReport{Coordinator: e.coordAt, CPUs: runtime.NumCPU(),
+		OwnCPUPercent: round(m.own, 1), OthersCPUPercent: round(m.others, 1), Warnings: e.warnings}
+	if e.inProc {
+		rep.Coordinator += " (in-process)"
+		rep.LogFS = e.fs.String()
+	}
+	for _, r := range e.rms {
+		rep.RMs = append(rep.RMs, r.Name+" ("+string(r.Driver)+")")
+	}
+	if e.cfg.Txns == 0 {
+		rep.SliceS = e.cfg.Slice.Seconds()
+		if e.cfg.Slice <= 0 {
+			rep.SliceS = min(time.Second, e.cfg.Duration/4).Seconds()
+		}
+	}
+	for _, st := range states {
+		r := DBResult{Workload: st.name, Threads: e.cfg.Threads, Txns: st.txns, Errors: st.errs,
+			ElapsedS: round(st.elapsed.Seconds(), 3), RMRoundtripsPerTxn: map[string]float64{}, Traces: st.traces}
+		if st.elapsed > 0 {
+			r.TPS = round(float64(st.txns)/st.elapsed.Seconds(), 1)
+		}
+		r.P50ms, r.P95ms, r.P99ms, r.MaxMs = ms(st.hist.Quantile(0.50)), ms(st.hist.Quantile(0.95)), ms(st.hist.Quantile(0.99)), ms(st.hist.Max())
+		if st.txns > 0 {
+			n := float64(st.txns)
+			for i, rmx := range e.rms {
+				r.RMRoundtripsPerTxn[rmx.Name] = round(float64(st.trips[i])/n, 3)
+			}
+			r.CoordinatorCallsPerTxn = round(float64(st.calls)/n, 3)
+			r.RoundtripsPerTxn = round(float64(st.trips[0]+st.trips[1]+st.calls)/n, 3)
+		}
+		if st.latency > 0 {
+			r.UnaccountedShare = round(float64(st.uncov)/float64(st.latency), 4)
+		}
+		r.client = st.reg.Snapshot()
+		r.Waits = r.client.JSON(false, false).Events
+		if len(st.coord.Events) > 0 {
+			r.coord = st.coord
+			r.CoordinatorWaits = st.coord.JSON(false, false).Events
+		}
+		if st.lastErr != nil {
+			r.LastError = st.lastErr.Error()
+		}
+		rep.Results = append(rep.Results, r)
+	}
+	if len(rep.Results) == 2 && rep.Results[0].TPS > 0 {
+		v := round(rep.Results[1].TPS/rep.Results[0].TPS, 3)
+		rep.Ratio = &v
+	}
+	return rep
+}
+
+// WriteTable prints the report for a person: one line per workload, the
+// ratio, then each workload's wait tables.
+func (r *DBReport) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "tandem bench: %s; RMs %s; %d CPUs (during the run: this process %.0f%%, others — the databases — %.0f%%)\n",
+		r.describe(), strings.Join(r.RMs, ", "), r.CPUs, r.OwnCPUPercent, r.OthersCPUPercent)
+	if r.Coordinator != "" {
+		line := "coordinator " + r.Coordinator
+		if r.LogFS != "" {
+			line += ", decision log on " + r.LogFS
+		}
+		fmt.Fprintln(w, line)
+	}
+	for _, warn := range r.Warnings {
+		fmt.Fprintln(w, "WARNING:", warn)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "workload\tthreads\ttxns\terrors\telapsed s\tTPS\tp50 ms\tp95 ms\tp99 ms\tround trips/txn\tunaccounted\t\n")
+	for _, x := range r.Results {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%.1f\t%.3f\t%.3f\t%.3f\t%s\t%.1f%%\t\n", x.Workload, x.Threads, x.Txns, x.Errors, x.ElapsedS, x.TPS,
+			x.P50ms, x.P95ms, x.P99ms, x.tripsText(), 100*x.UnaccountedShare)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.Ratio != nil {
+		fmt.Fprintf(w, "\nratio %s/%s (TPS): %.3f\n", r.Results[1].Workload, r.Results[0].Workload, *r.Ratio)
+	}
+	for _, x := range r.Results {
+		fmt.Fprintf(w, "\n== %s: client waits (%d transactions)\n", x.Workload, x.Txns)
+		if err := x.client.WriteTable(w); err != nil {
+			return err
+		}
+		if len(x.coord.Events) > 0 {
+			fmt.Fprintf(w, "\n== %s: coordinator waits\n", x.Workload)
+			if err := x.coord.WriteTable(w); err != nil {
+				return err
+			}
+		}
+		if x.LastError != "" {
+			fmt.Fprintf(w, "last error: %s\n", x.LastError)
+		}
+	}
+	return nil
+}
+
+func (r *DBReport) describe() string {
+	var names []string
+	for _, x := range r.Results {
+		names = append(names, x.Workload)
+	}
+	s := strings.Join(names, " vs ")
+	if len(r.Results) > 0 {
+		s += fmt.Sprintf(", %d threads", r.Results[0].Threads)
+	}
+	if len(names) > 1 && r.SliceS > 0 {
+		s += fmt.Sprintf(", interleaved in %.1fs slices", r.SliceS)
+	}
+	return s
+}
+
+// tripsText is "6.00 (pg 2.00 + maria 3.00 + coord 1.00)".
+func (x DBResult) tripsText() string {
+	var parts []string
+	for name, v := range x.RMRoundtripsPerTxn {
+		if v > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", name, v))
+		}
+	}
+	slices.Sort(parts) // map order is random
+	if x.CoordinatorCallsPerTxn > 0 {
+		parts = append(parts, fmt.Sprintf("coord %.2f", x.CoordinatorCallsPerTxn))
+	}
+	return fmt.Sprintf("%.2f (%s)", x.RoundtripsPerTxn, strings.Join(parts, " + "))
+}
+
+// fetchAdminWaits reads an external coordinator's waits from its admin listener.
+func fetchAdminWaits(ctx context.Context, addr string) (waits.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/waits?buckets=1", nil)
+	if err != nil {
+		return waits.Snapshot{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return waits.Snapshot{}, fmt.Errorf("the coordinator's waits are not in this report: cannot read http://%s/waits: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Coordinator waits.JSONSnapshot `json:"coordinator"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return waits.Snapshot{}, fmt.Errorf("the coordinator's waits are not in this report: http://%s/waits: %s", addr, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return waits.Snapshot{}, fmt.Errorf("the coordinator's waits are not in this report: http://%s/waits: %w", addr, err)
+	}
+	return waits.FromJSON(body.Coordinator), nil
+}
