@@ -1,0 +1,319 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/tandem-tx/tandem/internal/waits"
+)
+
+// runBench runs `tandem bench ARGS --json` and decodes the report both
+// loosely (to check that every documented field is present) and strictly.
+func runBench(t *testing.T, args ...string) (map[string]any, benchReport) {
+	t.Helper()
+	cmd := exec.Command(tandemBin, append(append([]string{"bench"}, args...), "--json", "--quiet", "--dir", t.TempDir())...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tandem bench %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	var loose map[string]any
+	if err := json.Unmarshal(out, &loose); err != nil {
+		t.Fatalf("bench --json is not JSON: %v\n%s", err, out)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return loose, rep
+}
+
+type benchWait struct {
+	Event  string  `json:"event"`
+	Count  uint64  `json:"count"`
+	TotalS float64 `json:"total_s"`
+	MaxS   float64 `json:"max_s"`
+}
+
+type benchResult struct {
+	Workload               string             `json:"workload"`
+	Threads                int                `json:"threads"`
+	Txns                   uint64             `json:"txns"`
+	Errors                 uint64             `json:"errors"`
+	ElapsedS               float64            `json:"elapsed_s"`
+	TPS                    float64            `json:"tps"`
+	P50ms                  float64            `json:"p50_ms"`
+	P95ms                  float64            `json:"p95_ms"`
+	P99ms                  float64            `json:"p99_ms"`
+	RoundtripsPerTxn       float64            `json:"roundtrips_per_txn"`
+	RMRoundtripsPerTxn     map[string]float64 `json:"rm_roundtrips_per_txn"`
+	CoordinatorCallsPerTxn float64            `json:"coordinator_calls_per_txn"`
+	UnaccountedShare       float64            `json:"unaccounted_share"`
+	Waits                  []benchWait        `json:"waits"`
+	CoordinatorWaits       []benchWait        `json:"coordinator_waits"`
+	Traces                 []waits.JSONTrace  `json:"traces"`
+}
+
+type benchReport struct {
+	Results []benchResult `json:"results"`
+	Ratio   *float64      `json:"ratio"`
+}
+
+func (r benchResult) wait(event string) benchWait {
+	for _, w := range r.Waits {
+		if w.Event == event {
+			return w
+		}
+	}
+	return benchWait{Event: event}
+}
+
+func (r benchResult) coordWait(event string) benchWait {
+	for _, w := range r.CoordinatorWaits {
+		if w.Event == event {
+			return w
+		}
+	}
+	return benchWait{Event: event}
+}
+
+// checkFields fails unless every field the issue names is in each result.
+func checkFields(t *testing.T, loose map[string]any, compare bool) {
+	t.Helper()
+	results, _ := loose["results"].([]any)
+	if len(results) == 0 {
+		t.Fatalf("no results: %v", loose)
+	}
+	for _, r := range results {
+		m := r.(map[string]any)
+		for _, k := range []string{"workload", "threads", "txns", "elapsed_s", "tps", "p50_ms", "p95_ms", "p99_ms", "roundtrips_per_txn", "unaccounted_share", "waits"} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("result %v has no %q", m["workload"], k)
+			}
+		}
+		ws, _ := m["waits"].([]any)
+		for _, w := range ws {
+			for _, k := range []string{"event", "count", "total_s", "max_s"} {
+				if _, ok := w.(map[string]any)[k]; !ok {
+					t.Errorf("a wait of %v has no %q: %v", m["workload"], k, w)
+				}
+			}
+		}
+	}
+	if _, ok := loose["ratio"]; ok != compare {
+		t.Errorf("ratio present = %v, want %v", ok, compare)
+	}
+}
+
+func checkSane(t *testing.T, r benchResult, threads int) {
+	t.Helper()
+	if r.Txns == 0 || r.Errors != 0 || r.TPS <= 0 || r.ElapsedS <= 0 || r.Threads != threads {
+		t.Errorf("%s: txns %d errors %d tps %v elapsed %v threads %d", r.Workload, r.Txns, r.Errors, r.TPS, r.ElapsedS, r.Threads)
+	}
+	if !(0 < r.P50ms && r.P50ms <= r.P95ms && r.P95ms <= r.P99ms) {
+		t.Errorf("%s: latency quantiles p50 %v p95 %v p99 %v", r.Workload, r.P50ms, r.P95ms, r.P99ms)
+	}
+	if r.UnaccountedShare < 0 || r.UnaccountedShare >= 1 {
+		t.Errorf("%s: unaccounted share %v", r.Workload, r.UnaccountedShare)
+	}
+}
+
+// The xa workload against raw2pc: every field, the waits each must hit, and
+// the round trips the protocol says (README, "How a commit works"):
+// PostgreSQL 2 (BEGIN+INSERT, PREPARE), MariaDB 3 (XA START+INSERT,
+// XA END+XA PREPARE, XA COMMIT), one Commit RPC.
+func TestBenchXAAgainstRaw2PC(t *testing.T) {
+	loose, rep := runBench(t, "--compare", "raw2pc,xa", "--txns", "300", "--threads", "2", "--trace", "2")
+	checkFields(t, loose, true)
+	if len(rep.Results) != 2 || rep.Results[0].Workload != "raw2pc" || rep.Results[1].Workload != "xa" || rep.Ratio == nil || *rep.Ratio <= 0 {
+		t.Fatalf("report: %+v", rep)
+	}
+	raw, xa := rep.Results[0], rep.Results[1]
+	checkSane(t, raw, 2)
+	checkSane(t, xa, 2)
+	if xa.Txns != 300 || raw.Txns != 300 {
+		t.Errorf("txns: raw2pc %d, xa %d; want 300 each", raw.Txns, xa.Txns)
+	}
+	if xa.RoundtripsPerTxn != 6 || xa.RMRoundtripsPerTxn["pg"] != 2 || xa.RMRoundtripsPerTxn["maria"] != 3 || xa.CoordinatorCallsPerTxn != 1 {
+		t.Errorf("xa round trips: %v total, %v per RM, %v coordinator calls; want 6 = pg 2 + maria 3 + 1", xa.RoundtripsPerTxn, xa.RMRoundtripsPerTxn, xa.CoordinatorCallsPerTxn)
+	}
+	if raw.RoundtripsPerTxn != 6 || raw.CoordinatorCallsPerTxn != 0 {
+		t.Errorf("raw2pc round trips: %v, %v coordinator calls; want 6, 0", raw.RoundtripsPerTxn, raw.CoordinatorCallsPerTxn)
+	}
+	// Each xa transaction: 2 statement round trips, 2 prepares, 1 RPC, 1 client-side XA COMMIT.
+	for ev, n := range map[string]uint64{"rm roundtrip": 2, "rm prepare": 2, "coordinator commit": 1, "rm commit prepared": 1} {
+		if w := xa.wait(ev); w.Count != n*xa.Txns || w.TotalS <= 0 || w.MaxS <= 0 {
+			t.Errorf("xa client wait %q: %+v; want %d waits with time", ev, w, n*xa.Txns)
+		}
+	}
+	// The coordinator handled every Commit and committed every PostgreSQL branch.
+	if w := xa.coordWait("coordinator commit"); w.Count != xa.Txns || w.TotalS <= 0 {
+		t.Errorf("xa coordinator wait coordinator commit: %+v", w)
+	}
+	if w := xa.coordWait("rm commit prepared"); w.Count < xa.Txns || w.TotalS <= 0 {
+		t.Errorf("xa coordinator wait rm commit prepared: %+v (want at least %d)", w, xa.Txns)
+	}
+	for ev, n := range map[string]uint64{"rm roundtrip": 2, "rm prepare": 2, "rm commit prepared": 2} {
+		if w := raw.wait(ev); w.Count != n*raw.Txns || w.TotalS <= 0 {
+			t.Errorf("raw2pc client wait %q: %+v; want %d", ev, w, n*raw.Txns)
+		}
+	}
+	if raw.wait("coordinator commit").Count != 0 {
+		t.Error("raw2pc called the coordinator")
+	}
+	// Traces: client and coordinator waits of one transaction, in order.
+	if len(xa.Traces) != 2 {
+		t.Fatalf("xa kept %d traces, want 2", len(xa.Traces))
+	}
+	tr := xa.Traces[0]
+	sides := map[string]int{}
+	for i, w := range tr.Waits {
+		sides[w.Side]++
+		if i > 0 && w.AtUs < tr.Waits[i-1].AtUs {
+			t.Errorf("trace out of order: %+v", tr.Waits)
+		}
+	}
+	if sides[waits.SideClient] != 6 || sides[waits.SideCoordinator] < 2 || tr.GTRID == "" {
+		t.Errorf("trace %s: %d client and %d coordinator waits: %+v", tr.GTRID, sides[waits.SideClient], sides[waits.SideCoordinator], tr.Waits)
+	}
+}
+
+// The other workloads: sql and plain make no coordinator call and commit
+// locally; 1pc commits in one phase; oltp is a global transaction.
+func TestBenchOtherWorkloads(t *testing.T) {
+	loose, rep := runBench(t, "--compare", "sql,1pc", "--txns", "200", "--threads", "2")
+	checkFields(t, loose, true)
+	sql, one := rep.Results[0], rep.Results[1]
+	checkSane(t, sql, 2)
+	checkSane(t, one, 2)
+	if sql.RoundtripsPerTxn != 4 || sql.wait("rm commit").Count != 2*sql.Txns || sql.wait("rm roundtrip").Count != 2*sql.Txns {
+		t.Errorf("sql: %v round trips, waits %+v", sql.RoundtripsPerTxn, sql.Waits)
+	}
+	if one.RoundtripsPerTxn != 2 || one.CoordinatorCallsPerTxn != 0 || one.wait("rm commit").Count != one.Txns || one.wait("rm prepare").Count != 0 {
+		t.Errorf("1pc: %v round trips, %v coordinator calls, waits %+v", one.RoundtripsPerTxn, one.CoordinatorCallsPerTxn, one.Waits)
+	}
+
+	loose, rep = runBench(t, "--workload", "plain", "--txns", "100", "--threads", "1")
+	checkFields(t, loose, false)
+	if p := rep.Results[0]; p.RoundtripsPerTxn != 2 || p.wait("rm commit").Count != p.Txns {
+		t.Errorf("plain: %+v", p)
+	}
+
+	_, rep = runBench(t, "--workload", "oltp", "--txns", "200", "--threads", "4", "--oltp-rows", "1000")
+	o := rep.Results[0]
+	if o.Txns == 0 || o.TPS <= 0 {
+		t.Fatalf("oltp: %+v", o)
+	}
+	// Per RM: update (with the begin), 4 reads, delete, insert (skipped when
+	// the row was gone), prepare; MariaDB also XA COMMIT; plus one RPC.
+	if o.RMRoundtripsPerTxn["pg"] < 7 || o.RMRoundtripsPerTxn["pg"] > 8 || o.RMRoundtripsPerTxn["maria"] < 8 || o.RMRoundtripsPerTxn["maria"] > 9 || o.CoordinatorCallsPerTxn != 1 {
+		t.Errorf("oltp round trips: %v per RM, %v coordinator calls", o.RMRoundtripsPerTxn, o.CoordinatorCallsPerTxn)
+	}
+	if o.wait("rm prepare").Count != 2*o.Txns || o.wait("coordinator commit").Count != o.Txns {
+		t.Errorf("oltp waits: %+v", o.Waits)
+	}
+}
+
+// The admin listener of a real `tandem serve`: /metrics parses with
+// Prometheus's own text parser and names every wait event; /waits and
+// `tandem waits` show the waits of a committed transaction.
+func TestMetricsAndWaitsEndpoints(t *testing.T) {
+	admin := freeAddr(t)
+	c := startCoordinator(t, coordOpts{extra: []string{"--admin", admin}})
+	d := openDBs(t)
+	d.table(t, "e2e_metrics")
+	pc, mc := conns(t, d)
+	cli := c.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tx := cli.Begin()
+	bp, _ := tx.Branch(ctx, "pg", pc)
+	bm, _ := tx.Branch(ctx, "maria", mc)
+	if _, err := bp.ExecContext(ctx, "INSERT INTO e2e_metrics (id, v) VALUES ($1, 'x')", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bm.ExecContext(ctx, "INSERT INTO e2e_metrics (id, v) VALUES (?, 'x')", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	get := func(path string) string {
+		resp, err := http.Get("http://" + admin + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v\n%s", path, err, c.out.String())
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s", path, resp.Status)
+		}
+		return string(b)
+	}
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(get("/metrics")))
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	h := fams["tandem_wait_seconds"]
+	if h == nil || h.GetType() != dto.MetricType_HISTOGRAM {
+		t.Fatal("/metrics has no histogram tandem_wait_seconds")
+	}
+	events := map[string]uint64{}
+	for _, m := range h.GetMetric() {
+		var side, event string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "side":
+				side = l.GetValue()
+			case "event":
+				event = l.GetValue()
+			}
+		}
+		if side == waits.SideCoordinator {
+			events[event] = m.GetHistogram().GetSampleCount()
+		}
+	}
+	for _, name := range []string{"log file sync", "log file parallel write", "log space throttle", "standby sync ack", "standby log write",
+		"rm roundtrip", "rm prepare", "rm commit prepared", "rm rollback prepared", "rm recover scan", "coordinator commit"} {
+		if _, ok := events[name]; !ok {
+			t.Errorf("/metrics has no histogram for event %q", name)
+		}
+	}
+	if events["coordinator commit"] < 1 || events["rm commit prepared"] < 1 {
+		t.Errorf("the committed transaction is not in /metrics: %v", events)
+	}
+	committed := 0.0
+	if f := fams["tandem_commit_outcomes_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			committed += m.GetCounter().GetValue()
+		}
+	}
+	if committed < 1 {
+		t.Error("/metrics counts no commit outcome")
+	}
+	for _, g := range []string{"tandem_phase2_backlog", "tandem_log_space_used_bytes"} {
+		if fams[g] == nil {
+			t.Errorf("/metrics has no %s", g)
+		}
+	}
+	if !strings.Contains(get("/waits"), `"coordinator commit"`) {
+		t.Error("/waits does not list coordinator commit")
+	}
+	out, err := exec.Command(tandemBin, "waits", "--admin", admin).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Event waited on") || !strings.Contains(string(out), "coordinator commit") {
+		t.Errorf("tandem waits: %v\n%s", err, out)
+	}
+}
