@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -42,7 +43,14 @@ type Options struct {
 	MaxTxnAge time.Duration
 	// EndedRetention: how long a finished COMMIT is remembered (default 1m).
 	EndedRetention time.Duration
-	// SegmentSize of the decision log (default: the log's own).
+	// LogSize is the total size of the decision log (default 64 MiB). The
+	// log is circular: segments of LogSize/8 each, reused once a checkpoint
+	// has carried forward the decisions still remembered in them. Past 80%
+	// of LogSize new commits are throttled; with no room left (10% is kept
+	// for ABORT, END and checkpoint records) they are refused with
+	// ErrLogFull until phase 2 catches up. See checkpoint.go and admit.go.
+	LogSize int64
+	// SegmentSize of the decision log (default LogSize/8).
 	SegmentSize int64
 	// NoWait makes durability "nowait" the default for COMMIT decisions:
 	// Commit replies once the record is queued for the log writer, before
@@ -57,7 +65,21 @@ type Options struct {
 	// NoSync skips fdatasync: tests only, never in production.
 	NoSync bool
 	Logger *slog.Logger
+
+	// settle, if set, replaces the resource managers' COMMIT PREPARED and
+	// ROLLBACK PREPARED in phase 2: a test seam, so that unit tests without
+	// databases can make phase 2 fail (an unreachable RM) or succeed.
+	settle func(ctx context.Context, rm string, b xid.Branch, commit bool) error
+	// checkpointEvery is how often the checkpointer looks at the log's use
+	// (default 1s): tests shorten it.
+	checkpointEvery time.Duration
 }
+
+// DefaultLogSize is the decision log size when Options.LogSize is 0.
+const DefaultLogSize = 64 << 20
+
+// MinLogSize is the smallest Options.LogSize.
+const MinLogSize = 64 << 10
 
 func (o *Options) setDefaults() {
 	def := func(d *time.Duration, v time.Duration) {
@@ -70,10 +92,21 @@ func (o *Options) setDefaults() {
 	def(&o.Phase2Wait, 10*time.Second)
 	def(&o.MaxTxnAge, time.Hour)
 	def(&o.EndedRetention, time.Minute)
+	def(&o.checkpointEvery, time.Second)
+	if o.LogSize <= 0 {
+		o.LogSize = DefaultLogSize
+	}
+	if o.SegmentSize <= 0 {
+		o.SegmentSize = SegmentSizeFor(o.LogSize)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 }
+
+// SegmentSize for a log of logSize bytes: an eighth of it, rounded down to
+// a multiple of 8 bytes.
+func SegmentSizeFor(logSize int64) int64 { return max(logSize/8&^7, 64) }
 
 // Coordinator decides global transactions. It is safe for concurrent use.
 type Coordinator struct {
@@ -92,6 +125,14 @@ type Coordinator struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	scanNow chan chan struct{}
+
+	ck    checkpointer
+	admit admission
+	stats counters
+	// unfinished counts the decisions in txns whose phase 2 has not ended:
+	// each will write an END record, which admission control counts as
+	// used. Changed under mu.
+	unfinished atomic.Int64
 }
 
 // Open locks the data directory, replays the decision log, and starts phase 2
@@ -101,8 +142,15 @@ func Open(opts Options) (*Coordinator, error) {
 	if len(opts.RMs) == 0 {
 		return nil, errors.New("coord: no resource managers configured: name at least one (driver and DSN)")
 	}
+	if opts.LogSize < MinLogSize {
+		return nil, fmt.Errorf("coord: log size %d bytes is too small: use at least %d (64 KiB)", opts.LogSize, MinLogSize)
+	}
+	if opts.SegmentSize > opts.LogSize/2 {
+		return nil, fmt.Errorf("coord: segment size %d is more than half the log size %d: the log must hold several segments to be reused", opts.SegmentSize, opts.LogSize)
+	}
 	c := &Coordinator{opts: opts, rms: map[string]*rm.Conn{}, txns: map[xid.GTRID]*txn{},
 		seen: map[xid.Branch]time.Time{}, logger: opts.Logger, scanNow: make(chan chan struct{})}
+	c.ck.init()
 	for _, cfg := range opts.RMs {
 		if _, dup := c.rms[cfg.Name]; dup {
 			c.closeRMs()
@@ -123,10 +171,11 @@ func Open(opts Options) (*Coordinator, error) {
 	}
 	start := time.Now()
 	var replayed int
-	l, err := wal.Open(wal.Options{Dir: filepath.Join(opts.Dir, "log"), SegmentSize: opts.SegmentSize, NoSync: opts.NoSync, BatchWindow: opts.BatchWindow},
+	l, err := wal.Open(wal.Options{Dir: filepath.Join(opts.Dir, "log"), SegmentSize: opts.SegmentSize, MaxSize: opts.LogSize,
+		NoSync: opts.NoSync, BatchWindow: opts.BatchWindow},
 		func(pos wal.Position, typ wal.Type, payload []byte) error {
 			replayed++
-			if err := c.apply(typ, payload); err != nil {
+			if err := c.apply(pos, typ, payload); err != nil {
 				return fmt.Errorf("record at segment %d offset %d: %w", pos.Segment, pos.Offset, err)
 			}
 			return nil
@@ -152,6 +201,7 @@ func Open(opts Options) (*Coordinator, error) {
 		}
 	}
 	c.log = l
+	c.stats.replayed = uint64(replayed)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	unfinished := 0
 	now := time.Now()
@@ -165,7 +215,11 @@ func Open(opts Options) (*Coordinator, error) {
 		unfinished++
 		c.startPhase2(t, true)
 	}
-	c.logger.Info("decision log replayed", "records", replayed, "unfinished", unfinished, "remembered", len(c.txns), "took", time.Since(start).Round(time.Millisecond))
+	c.unfinished.Store(int64(unfinished))
+	u := l.Usage()
+	c.logger.Info("decision log replayed", "records", replayed, "segments", fmt.Sprintf("%d-%d", u.First, u.Current),
+		"unfinished", unfinished, "remembered", len(c.txns), "took", time.Since(start).Round(time.Millisecond),
+		"log_used", humanBytes(u.Used), "log_size", humanBytes(opts.LogSize))
 	for _, name := range c.rmList {
 		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
 		if err := c.rms[name].Ping(ctx); err != nil {
@@ -173,29 +227,46 @@ func Open(opts Options) (*Coordinator, error) {
 		}
 		cancel()
 	}
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.scanLoop()
+	go c.checkpointLoop()
 	return c, nil
 }
 
-// apply replays one record into the decision table.
-func (c *Coordinator) apply(typ wal.Type, payload []byte) error {
+// apply replays one record into the decision table. A decision may come
+// more than once (a CHECKPOINT record carries it forward; after a crash in
+// the middle of a checkpoint's release, Open may also replay segments the
+// checkpoint had released): the latest record of a gtrid is its state.
+func (c *Coordinator) apply(pos wal.Position, typ wal.Type, payload []byte) error {
 	switch typ {
-	case recCommit, recAbort:
-		d, err := decodeDecision(payload)
-		if err != nil {
-			return err
-		}
-		out := Committed
-		if typ == recAbort {
-			out = Aborted
+	case recCommit, recAbort, recCheckpoint:
+		var cr carried
+		if typ == recCheckpoint {
+			var err error
+			if cr, err = decodeCarried(payload); err != nil {
+				return err
+			}
+		} else {
+			d, err := decodeDecision(payload)
+			if err != nil {
+				return err
+			}
+			cr.decision, cr.outcome = d, Committed
+			if typ == recAbort {
+				cr.outcome = Aborted
+			}
 		}
 		// A finished decision may have been forgotten (EndedRetention) and a
 		// gtrid decided again since: the later record is the live answer.
-		if prev := c.txns[d.gtrid]; prev != nil && prev.outcome != out && !prev.ended {
-			return fmt.Errorf("coord: gtrid %s has both COMMIT and ABORT records: the log is inconsistent", d.gtrid)
+		if prev := c.txns[cr.gtrid]; prev != nil && prev.outcome != cr.outcome && !prev.ended {
+			return fmt.Errorf("coord: gtrid %s has both COMMIT and ABORT records: the log is inconsistent", cr.gtrid)
 		}
-		c.txns[d.gtrid] = newDecided(d, out)
+		t := newDecided(cr.decision, cr.outcome)
+		t.seg = pos.Segment
+		if cr.ended {
+			t.markEnded(cr.endedAt)
+		}
+		c.txns[cr.gtrid] = t
 	case recEnd:
 		g, err := decodeEnd(payload)
 		if err != nil {
@@ -224,6 +295,10 @@ func (c *Coordinator) Close() error {
 	}
 	cancel()
 	c.wg.Wait()
+	// A last checkpoint, so that the next Open replays little.
+	if _, err := c.runCheckpoint(true); err != nil {
+		c.logger.Warn("checkpoint at close failed; the next start replays more of the log", "error", err)
+	}
 	err := c.log.Close()
 	c.closeRMs()
 	c.unlockDir()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/failpoint"
+	"github.com/tandem-tx/tandem/internal/wal"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -58,7 +59,7 @@ func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef,
 		}
 		return c.finish(ctx, t, false, fmt.Sprintf("gtrid %s began %s ago, more than max-txn-age %s", g, age.Round(time.Second), c.opts.MaxTxnAge))
 	}
-	t, err := c.decideMode(g, Committed, 0, rms, durable)
+	t, err := c.decideMode(ctx, g, Committed, 0, rms, durable)
 	if err != nil {
 		return Report{}, err
 	}
@@ -175,14 +176,19 @@ func (c *Coordinator) validate(gtrid string, rms []string, needBranches bool) (x
 // transaction as decided (by this call or an earlier one). The first decision
 // to reach the log wins: concurrent deciders for one gtrid wait for it.
 func (c *Coordinator) decide(g xid.GTRID, outcome Outcome, reason AbortReason, rms []BranchRef) (*txn, error) {
-	return c.decideMode(g, outcome, reason, rms, true)
+	return c.decideMode(context.Background(), g, outcome, reason, rms, true)
 }
 
 // decideMode is decide with a choice of durability for this record. A
 // non-durable (nowait) decision is queued for the log writer; its phase 2
 // waits until it is on disk (a branch committed on a decision the log then
 // lost would break atomicity).
-func (c *Coordinator) decideMode(g xid.GTRID, outcome Outcome, reason AbortReason, rms []BranchRef, durable bool) (*txn, error) {
+//
+// A new COMMIT first passes admission control (admit.go), which may delay
+// it while ctx allows, or refuse it with a *LogFullError: then nothing is
+// written and no decision exists. Meanwhile the gtrid is held as being
+// decided, so that concurrent calls for it wait for the outcome.
+func (c *Coordinator) decideMode(ctx context.Context, g xid.GTRID, outcome Outcome, reason AbortReason, rms []BranchRef, durable bool) (*txn, error) {
 	for {
 		c.mu.Lock()
 		if c.cancel == nil || c.ctx.Err() != nil {
@@ -200,10 +206,7 @@ func (c *Coordinator) decideMode(g xid.GTRID, outcome Outcome, reason AbortReaso
 			// Decided before. A late ABORTED answer also rolls back branches the
 			// first decision did not list.
 			if t.outcome == Aborted && t.addBranches(rms) {
-				if t.ended { // phase 2 of the first decision finished: drive it again
-					t.ended = false
-					t.done = reopen(t.done)
-				}
+				c.reopenTxn(t) // if phase 2 of the first decision finished: drive it again
 				c.startPhase2Locked(t, false)
 			}
 			c.mu.Unlock()
@@ -213,7 +216,29 @@ func (c *Coordinator) decideMode(g xid.GTRID, outcome Outcome, reason AbortReaso
 		t = newTxn(g, outcome, reason, now, rms)
 		t.deciding = make(chan struct{})
 		c.txns[g] = t
+		if outcome == Aborted {
+			t.seg = c.log.Segment() // the record goes here or later
+		}
 		c.mu.Unlock()
+
+		if outcome == Committed {
+			err := c.admitCommit(ctx, g)
+			c.mu.Lock()
+			if err != nil {
+				ch := t.deciding
+				t.deciding = nil
+				delete(c.txns, g)
+				c.mu.Unlock()
+				close(ch)
+				return nil, err
+			}
+			// Under c.mu: a checkpoint that does not see seg yet read its
+			// segment before this, so this record lands at or after it.
+			t.seg = c.log.Segment()
+			t.decidedAt = time.Now()
+			now = t.decidedAt
+			c.mu.Unlock()
+		}
 
 		typ := recCommit
 		if outcome == Aborted {
@@ -221,11 +246,12 @@ func (c *Coordinator) decideMode(g xid.GTRID, outcome Outcome, reason AbortReaso
 		}
 		d := decision{gtrid: g, decidedAt: now, reason: reason, rms: names(rms)}
 		err := failpoint.Inject("before-commit-record")
+		var pos wal.Position
 		if err == nil {
 			if durable {
-				_, err = c.log.Append(typ, d.encode())
+				pos, err = c.log.Append(typ, d.encode())
 			} else {
-				_, err = c.log.AppendAsync(typ, d.encode())
+				pos, err = c.log.AppendAsync(typ, d.encode())
 			}
 		}
 		if err == nil {
@@ -245,6 +271,8 @@ func (c *Coordinator) decideMode(g xid.GTRID, outcome Outcome, reason AbortReaso
 		for _, r := range rms {
 			delete(c.seen, xid.Branch{GTRID: g, RM: r.RM})
 		}
+		t.seg = max(t.seg, pos.Segment) // exact for Append, a lower bound for AppendAsync
+		c.unfinished.Add(1)
 		t.unsynced = !durable
 		c.startPhase2Locked(t, false)
 		c.mu.Unlock()

@@ -18,6 +18,15 @@
 //     record is written durably first, then the branch is rolled back.
 //   - Presumed abort: a gtrid the coordinator has no record of was never
 //     committed.
+//   - The decision log is circular, Options.LogSize in all (checkpoint.go):
+//     a checkpoint writes every decision still remembered whose record is
+//     in an old segment again (a CHECKPOINT record) and releases those
+//     segments for reuse, so disk use stays flat and a restart replays only
+//     the live segments. Admission control (admit.go) throttles new
+//     COMMITs past 80% of the log and refuses them with ErrLogFull when no
+//     room is left, naming what holds the log; ABORT, END and CHECKPOINT
+//     records are always written, and the log frees itself once phase 2
+//     catches up.
 //
 // Decided transactions are remembered in memory while phase 2 runs and for a
 // while after: ABORTs for MaxTxnAge (so that a very late Commit still answers

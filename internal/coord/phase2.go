@@ -75,14 +75,17 @@ func (c *Coordinator) drive(t *txn, recovered bool) {
 			break
 		}
 		c.mu.Unlock()
+		// In parallel, the last one on this goroutine: a driver costs one
+		// goroutine per branch, not one more.
 		var wg sync.WaitGroup
-		for _, b := range pending {
+		for _, b := range pending[:len(pending)-1] {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				c.settleBranch(t, b, recovered)
 			}()
 		}
+		c.settleBranch(t, pending[len(pending)-1], recovered)
 		wg.Wait()
 		if c.ctx.Err() != nil {
 			c.mu.Lock()
@@ -100,7 +103,7 @@ func (c *Coordinator) drive(t *txn, recovered bool) {
 	}
 	_ = failpoint.Inject("after-end")
 	c.mu.Lock()
-	t.markEnded(time.Now())
+	c.setEnded(t, time.Now())
 	c.mu.Unlock()
 }
 
@@ -133,13 +136,14 @@ func (c *Coordinator) settleBranch(t *txn, b *branchProgress, recovered bool) {
 		ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
 		var err error
 		called := !(waitForClient && first)
-		if called {
-			if t.outcome == Committed {
-				err = conn.CommitPrepared(ctx, id)
-			} else {
-				err = conn.RollbackPrepared(ctx, id)
-			}
-		} else {
+		switch {
+		case called && c.opts.settle != nil:
+			err = c.opts.settle(ctx, b.rm, id, t.outcome == Committed)
+		case called && t.outcome == Committed:
+			err = conn.CommitPrepared(ctx, id)
+		case called:
+			err = conn.RollbackPrepared(ctx, id)
+		default:
 			err = rm.ErrBranchNotFound
 		}
 		heldElsewhere := false

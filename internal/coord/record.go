@@ -12,13 +12,20 @@ import (
 
 // Record types in the decision log.
 const (
-	recCommit wal.Type = 1 // the commit point of a global transaction
-	recAbort  wal.Type = 2 // an abort that must be remembered (a late Commit answers ABORTED)
-	recEnd    wal.Type = 3 // phase 2 finished on every branch
+	recCommit     wal.Type = 1 // the commit point of a global transaction
+	recAbort      wal.Type = 2 // an abort that must be remembered (a late Commit answers ABORTED)
+	recEnd        wal.Type = 3 // phase 2 finished on every branch
+	recCheckpoint wal.Type = 4 // a remembered decision carried forward by a checkpoint
 )
 
-// recordVersion is the payload format version; a newer one is refused at replay.
+// recordVersion is the payload format version of COMMIT, ABORT and END
+// records; a newer one is refused at replay.
 const recordVersion = 1
+
+// checkpointVersion is the payload format version of CHECKPOINT records
+// (a type of its own since Tandem's log format 2: an older coordinator
+// stops at the first one with "unknown record type 4").
+const checkpointVersion = 1
 
 // AbortReason says who decided an ABORT.
 type AbortReason uint8
@@ -122,4 +129,103 @@ func firstByte(p []byte) int {
 		return -1
 	}
 	return int(p[0])
+}
+
+// carried is the payload of a CHECKPOINT record: the state of one
+// remembered decision, written again by a checkpoint so that the segment of
+// its older records can be reused. Once phase 2 has ended it lists no
+// branches: nothing is left to drive, and the record is half the size.
+//
+//	version u8 (1) | gtrid [16] | outcome u8 (1 COMMIT, 2 ABORT) | flags u8 (1: phase 2 ended)
+//	| decided unix nanos i64 LE | ended unix nanos i64 LE (0 unless ended) | reason u8
+//	| n u8 | n × (len u8, rm name)
+//
+// Replay treats it as the decision record again (the same gtrid with the
+// same outcome is no conflict), then, if the ended flag is set, as its END:
+// an ended ABORT kept for MaxTxnAge is not driven again after a restart.
+type carried struct {
+	decision
+	outcome Outcome
+	ended   bool
+	endedAt time.Time
+}
+
+const carriedFixed = 1 + 16 + 1 + 1 + 8 + 8 + 1 + 1
+
+const carriedEnded = 1 // flags
+
+func (c *carried) encode() []byte {
+	n := carriedFixed
+	for _, r := range c.rms {
+		n += 1 + len(r)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, checkpointVersion)
+	b = append(b, c.gtrid[:]...)
+	var flags byte
+	var ended int64
+	if c.ended {
+		flags, ended = carriedEnded, c.endedAt.UnixNano()
+	}
+	b = append(b, byte(c.outcome), flags)
+	b = binary.LittleEndian.AppendUint64(b, uint64(c.decidedAt.UnixNano()))
+	b = binary.LittleEndian.AppendUint64(b, uint64(ended))
+	b = append(b, byte(c.reason), byte(len(c.rms)))
+	for _, r := range c.rms {
+		b = append(b, byte(len(r)))
+		b = append(b, r...)
+	}
+	return b
+}
+
+// carriedSize is the number of log bytes the CHECKPOINT record of a
+// decision with these resource managers takes (header and padding included).
+func carriedSize(rms []string) int64 {
+	n := carriedFixed
+	for _, r := range rms {
+		n += 1 + len(r)
+	}
+	return 8 + int64((n+7)&^7)
+}
+
+func decodeCarried(p []byte) (carried, error) {
+	var c carried
+	if len(p) < carriedFixed {
+		return c, fmt.Errorf("%w: CHECKPOINT record of %d bytes, want at least %d", errBadRecord, len(p), carriedFixed)
+	}
+	if p[0] != checkpointVersion {
+		return c, fmt.Errorf("%w: CHECKPOINT record version %d, this coordinator reads version %d (written by a newer Tandem? run that version or newer on this log)",
+			errBadRecord, p[0], checkpointVersion)
+	}
+	copy(c.gtrid[:], p[1:17])
+	c.outcome = Outcome(p[17])
+	if c.outcome != Committed && c.outcome != Aborted {
+		return c, fmt.Errorf("%w: CHECKPOINT record with outcome %d", errBadRecord, p[17])
+	}
+	flags := p[18]
+	if flags&^carriedEnded != 0 {
+		return c, fmt.Errorf("%w: CHECKPOINT record with unknown flags %#x", errBadRecord, flags)
+	}
+	c.decidedAt = time.Unix(0, int64(binary.LittleEndian.Uint64(p[19:27])))
+	ended := int64(binary.LittleEndian.Uint64(p[27:35]))
+	switch {
+	case flags&carriedEnded != 0:
+		c.ended, c.endedAt = true, time.Unix(0, ended)
+	case ended != 0:
+		return c, fmt.Errorf("%w: CHECKPOINT record with an end time but no ended flag", errBadRecord)
+	}
+	c.reason = AbortReason(p[35])
+	n := int(p[36])
+	rest := p[carriedFixed:]
+	for i := 0; i < n; i++ {
+		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
+			return c, fmt.Errorf("%w: CHECKPOINT record: branch %d of %d truncated", errBadRecord, i+1, n)
+		}
+		c.rms = append(c.rms, string(rest[1:1+int(rest[0])]))
+		rest = rest[1+int(rest[0]):]
+	}
+	if len(rest) != 0 {
+		return c, fmt.Errorf("%w: CHECKPOINT record: %d trailing bytes", errBadRecord, len(rest))
+	}
+	return c, nil
 }

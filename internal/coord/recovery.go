@@ -98,8 +98,7 @@ func (c *Coordinator) settleInDoubt(d rm.InDoubt, now time.Time) {
 	case t != nil:
 		// Decided. Make sure a driver settles this branch.
 		if t.addBranches([]BranchRef{{RM: b.RM}}) || t.ended {
-			t.ended = false
-			t.done = reopen(t.done)
+			c.reopenTxn(t)
 			for _, bp := range t.branches {
 				if bp.rm == b.RM {
 					bp.state = BranchPending

@@ -70,6 +70,12 @@ type txn struct {
 	unsynced bool
 	ended    bool
 	endedAt  time.Time
+	// seg is the decision log segment of the latest record that holds this
+	// decision in full (the decision record, or a CHECKPOINT record), or a
+	// lower bound of it; 0 while a new decision waits for admission. A
+	// checkpoint carries forward every remembered decision whose seg is
+	// below the segments it releases.
+	seg uint64
 }
 
 type branchProgress struct {
@@ -147,9 +153,29 @@ func (t *txn) checkReplyReady() {
 	}
 }
 
-func (t *txn) markEnded(at time.Time) {
+// carried is what a checkpoint writes for t: its decision, its branches as
+// known now (none once phase 2 ended: the record is then half the size, and
+// nothing is left to drive), and whether phase 2 ended. The caller holds
+// c.mu.
+func (t *txn) carried() carried {
+	var rms []string
+	if !t.ended {
+		rms = make([]string, len(t.branches))
+		for i, b := range t.branches {
+			rms[i] = b.rm
+		}
+	}
+	return carried{
+		decision: decision{gtrid: t.gtrid, decidedAt: t.decidedAt, reason: t.reason, rms: rms},
+		outcome:  t.outcome, ended: t.ended, endedAt: t.endedAt,
+	}
+}
+
+// markEnded records that phase 2 finished; it reports whether t was
+// unfinished. Callers outside replay use Coordinator.setEnded.
+func (t *txn) markEnded(at time.Time) bool {
 	if t.ended {
-		return
+		return false
 	}
 	t.ended, t.endedAt = true, at
 	for _, b := range t.branches {
@@ -163,6 +189,25 @@ func (t *txn) markEnded(at time.Time) {
 		close(t.done)
 	}
 	t.checkReplyReady()
+	return true
+}
+
+// setEnded marks t ended and keeps the count of unfinished decisions. The
+// caller holds c.mu.
+func (c *Coordinator) setEnded(t *txn, at time.Time) {
+	if t.markEnded(at) {
+		c.unfinished.Add(-1)
+	}
+}
+
+// reopenTxn makes an ended t unfinished again (a branch to settle appeared
+// after its phase 2). The caller holds c.mu.
+func (c *Coordinator) reopenTxn(t *txn) {
+	if t.ended {
+		t.ended = false
+		t.done = reopen(t.done)
+		c.unfinished.Add(1)
+	}
 }
 
 // expired reports whether an ended transaction may be forgotten.
