@@ -4,8 +4,11 @@
 //
 // Status codes: INVALID_ARGUMENT for a malformed request (nothing was
 // written); FAILED_PRECONDITION for an Abort after COMMIT; UNAVAILABLE while
-// shutting down (safe to retry); INTERNAL when a decision could not be
-// written (the outcome is unknown until the coordinator restarts).
+// shutting down (safe to retry); RESOURCE_EXHAUSTED when the decision log is
+// full and admission control refused a new COMMIT (nothing was written: no
+// decision exists; the message says what holds the log; safe to retry, or
+// to roll back); INTERNAL when a decision could not be written (the outcome
+// is unknown until the coordinator restarts).
 package service
 
 import (
@@ -73,7 +76,7 @@ var (
 
 const (
 	metricCommitOutcomes = "tandem_commit_outcomes_total"
-	helpCommitOutcomes   = "Commit requests by outcome: committed (phase 2 done at the reply), committed_phase2_pending, aborted (ABORT was decided first), refused (bad request, shutting down), unknown (the decision could not be written)."
+	helpCommitOutcomes   = "Commit requests by outcome: committed (phase 2 done at the reply), committed_phase2_pending, aborted (ABORT was decided first), refused (bad request, shutting down, decision log full), unknown (the decision could not be written)."
 )
 
 // Commit decides. Its handling is a "coordinator commit" wait on the
@@ -234,6 +237,8 @@ func toStatus(err error) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, coord.ErrClosed):
 		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, coord.ErrLogFull):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, coord.ErrOutcomeUnknown):
 		return status.Error(codes.Internal, err.Error())
 	}
