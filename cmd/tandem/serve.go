@@ -55,6 +55,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	write := fs.String("write", "", "decision log writes: immediate (flush at once, group commit) or batch (gather up to --batch-window) (default immediate)")
 	batchWindow := fs.Duration("batch-window", 0, "with --write batch: longest a decision waits to share an fdatasync (default 1ms)")
 	visibility := fs.String("visibility", "", "default for commits: sync (reply after phase 2) or async (right after the decision) (default sync)")
+	logSize := fs.String("log-size", "", "decision log size, e.g. 64MiB: circular, in 8 segments; past 80% new commits are throttled, past 90% refused (default 64MiB)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -100,6 +101,13 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	setD(&cfg.Phase2Wait, *p2wait)
 	setD(&cfg.MaxTxnAge, *maxAge)
 	setD(&cfg.BatchWindow, *batchWindow)
+	if *logSize != "" {
+		n, err := config.ParseByteSize(*logSize)
+		if err != nil {
+			return fmt.Errorf("--log-size: %w", err)
+		}
+		cfg.LogSize = n
+	}
 
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -114,7 +122,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.SetDefaults()
 	logger.Info("tandem coordinator serving", "listen", s.Addr(), "admin", s.AdminAddr(), "data_dir", cfg.DataDir, "rms", cfg.RMNames(), "pid", os.Getpid(),
-		"durability", cfg.Durability, "write", cfg.Write, "batch_window", cfg.LogBatchWindow(), "visibility", cfg.Visibility)
+		"durability", cfg.Durability, "write", cfg.Write, "batch_window", cfg.LogBatchWindow(), "visibility", cfg.Visibility, "log_size", cfg.LogSize.String())
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

@@ -9,6 +9,7 @@
 //	scan_interval: 10s              # in-doubt scan period
 //	phase2_wait: 10s                # longest Commit waits for phase 2 without a deadline
 //	max_txn_age: 1h                 # Commit of an older gtrid is aborted
+//	log_size: 64MiB                 # decision log size: circular, in 8 segments
 //	rms:
 //	  pg:    {driver: postgres, dsn: "postgres://tandem:secret@127.0.0.1:55432/tandem"}
 //	  maria: {driver: mysql,    dsn: "tandem:secret@tcp(127.0.0.1:53306)/tandem", max_conns: 16}
@@ -18,9 +19,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +48,10 @@ type Config struct {
 	ScanInterval  time.Duration `yaml:"scan_interval"`
 	Phase2Wait    time.Duration `yaml:"phase2_wait"`
 	MaxTxnAge     time.Duration `yaml:"max_txn_age"`
+	// LogSize is the decision log's total size: it is circular, made of 8
+	// segments of LogSize/8, reused once every transaction in them has
+	// ended; past 80% new commits are throttled, past 90% refused.
+	LogSize ByteSize `yaml:"log_size"`
 	// Commit modes (README, "Commit modes"): defaults for every Commit that
 	// does not choose its own.
 	Durability  string        `yaml:"durability"`   // wait (default) or nowait
@@ -54,11 +61,69 @@ type Config struct {
 	RMs         map[string]RM `yaml:"rms"`
 }
 
-// Defaults.
+// Defaults and limits.
 const (
 	DefaultListen  = "127.0.0.1:7070"
 	DefaultDataDir = ".tandem/coordinator"
+
+	DefaultLogSize ByteSize = 64 << 20
+	MinLogSize     ByteSize = 1 << 20
+	MaxLogSize     ByteSize = 8 << 30 // a segment (an eighth) is read whole at start
 )
+
+// ByteSize is a number of bytes, written as an integer or with a binary
+// unit: 1048576, 512KiB, 64MiB, 1GiB (KB, MB, GB and K, M, G mean the
+// same powers of 1024).
+type ByteSize int64
+
+var sizeUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
+	{"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30},
+	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1},
+}
+
+// ParseByteSize reads a ByteSize.
+func ParseByteSize(s string) (ByteSize, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range sizeUnits {
+		if rest, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("size %q: write a number of bytes, or one with a unit like 512KiB, 64MiB or 1GiB", s)
+	}
+	return ByteSize(n * mult), nil
+}
+
+// String writes b with the largest binary unit that divides it.
+func (b ByteSize) String() string {
+	switch {
+	case b != 0 && b%(1<<30) == 0:
+		return strconv.FormatInt(int64(b>>30), 10) + "GiB"
+	case b != 0 && b%(1<<20) == 0:
+		return strconv.FormatInt(int64(b>>20), 10) + "MiB"
+	case b != 0 && b%(1<<10) == 0:
+		return strconv.FormatInt(int64(b>>10), 10) + "KiB"
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+// UnmarshalYAML reads a ByteSize from a YAML integer or string.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseByteSize(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*b = v
+	return nil
+}
 
 // Load reads a YAML file. Unknown keys are errors, so a typo is never ignored.
 func Load(path string) (Config, error) {
@@ -117,6 +182,9 @@ func (c *Config) SetDefaults() {
 	if c.Visibility == "" {
 		c.Visibility = "sync"
 	}
+	if c.LogSize == 0 {
+		c.LogSize = DefaultLogSize
+	}
 }
 
 // LogBatchWindow is the decision log's batch window: 0 in immediate mode.
@@ -150,6 +218,9 @@ func (c *Config) Validate() error {
 		if e.val != "" && e.val != e.a && e.val != e.b {
 			return fmt.Errorf("config: %s %q: use %q or %q", e.key, e.val, e.a, e.b)
 		}
+	}
+	if c.LogSize != 0 && (c.LogSize < MinLogSize || c.LogSize > MaxLogSize) {
+		return fmt.Errorf("config: log_size %s: use between %s and %s (e.g. 64MiB)", c.LogSize, MinLogSize, MaxLogSize)
 	}
 	if c.BatchWindow < 0 || c.BatchWindow > time.Second {
 		return fmt.Errorf("config: batch_window %s: use a duration between 0 and 1s (e.g. 1ms)", c.BatchWindow)

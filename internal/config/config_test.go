@@ -231,3 +231,41 @@ func TestRMConfigsRejectsBadDriver(t *testing.T) {
 		t.Fatalf("RMConfigs: %v, want an error naming the RM", err)
 	}
 }
+
+func TestLogSize(t *testing.T) {
+	for in, want := range map[string]ByteSize{
+		"67108864": 64 << 20, "64MiB": 64 << 20, "64 MiB": 64 << 20, "64MB": 64 << 20, "64M": 64 << 20,
+		"512KiB": 512 << 10, "1GiB": 1 << 30, "2G": 2 << 30, "1048576B": 1 << 20,
+	} {
+		got, err := ParseByteSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1MiB", "1.5GiB", "64TiB", "9999999999999GiB", "64 bytes"} {
+		if got, err := ParseByteSize(in); err == nil {
+			t.Errorf("ParseByteSize(%q) = %d, want an error", in, got)
+		}
+	}
+	if s := ByteSize(64 << 20).String(); s != "64MiB" {
+		t.Errorf("String = %q", s)
+	}
+	c, err := Load(writeFile(t, "log_size: 16MiB\n"))
+	if err != nil || c.LogSize != 16<<20 {
+		t.Fatalf("Load log_size: %d, %v", c.LogSize, err)
+	}
+	if _, err := Load(writeFile(t, "log_size: lots\n")); err == nil || !strings.Contains(err.Error(), "64MiB") {
+		t.Fatalf("Load of a bad log_size: %v", err)
+	}
+	c = Config{RMs: map[string]RM{"pg": {Driver: "postgres", DSN: "x"}}}
+	c.SetDefaults()
+	if c.LogSize != DefaultLogSize || c.Validate() != nil {
+		t.Fatalf("default log size %s: %v", c.LogSize, c.Validate())
+	}
+	for _, bad := range []ByteSize{MinLogSize - 1, MaxLogSize + 1} {
+		c.LogSize = bad
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "log_size") {
+			t.Errorf("Validate(log_size %d) = %v", bad, err)
+		}
+	}
+}

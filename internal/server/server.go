@@ -64,7 +64,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	c, err := coord.Open(coord.Options{
 		Dir: cfg.DataDir, RMs: rms, OrphanTimeout: cfg.OrphanTimeout, ScanInterval: cfg.ScanInterval,
 		Phase2Wait: cfg.Phase2Wait, MaxTxnAge: cfg.MaxTxnAge, NoSync: o.NoSync, Logger: o.Logger,
-		NoWait: cfg.Durability == "nowait", BatchWindow: cfg.LogBatchWindow(),
+		NoWait: cfg.Durability == "nowait", BatchWindow: cfg.LogBatchWindow(), LogSize: int64(cfg.LogSize),
 	})
 	if err != nil {
 		_ = lis.Close()
