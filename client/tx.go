@@ -126,6 +126,19 @@ func (t *Tx) SetOptions(o CommitOptions) {
 // The error matches ErrAborted when nothing committed, and ErrOutcomeUnknown
 // when the SDK could not learn the outcome before ctx ended. Commit on a
 // finished transaction returns ErrTxDone.
+//
+// A coordinator whose decision log is full refuses new decisions
+// (RESOURCE_EXHAUSTED: nothing written) until its phase 2 catches up, and
+// slows them down when it is nearly full. Commit then keeps trying, with
+// backoff, while ctx allows: the transaction commits as soon as there is
+// room. If the coordinator refused every try until ctx ended, no decision
+// exists, so Commit rolls back every branch and returns ErrAborted whose
+// message is the coordinator's (how many transactions are unfinished, the
+// oldest, which database has not acknowledged). If any try failed
+// otherwise (the coordinator unreachable: it may have decided before it
+// went), the outcome is unknown as usual. Give Commit a deadline: without
+// one it keeps trying until the coordinator's orphan scan aborts the
+// prepared transaction (orphan_timeout), then returns ErrAborted.
 func (t *Tx) Commit(ctx context.Context) (Result, error) {
 	t.mu.Lock()
 	if t.state != txActive {
@@ -307,6 +320,11 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 		// rolling back is safe.
 		t.rollbackAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator refused the commit", Cause: err}
+	case errors.As(err, new(*logFullError)):
+		// Refused on every try until ctx ended: no decision was written.
+		t.rollbackAll(ctx, all)
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Cause: err,
+			Reason: fmt.Sprintf("the coordinator's decision log stayed full until the context ended (%d tries); nothing was decided and the branches were rolled back", calls)}
 	}
 	// Unknown outcome: let go of the session-bound branches so that the
 	// coordinator, which knows the outcome, can settle them.
@@ -393,6 +411,12 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 		}
 	}
 	backoff := 10 * time.Millisecond
+	// refusedOnly: every call so far was answered RESOURCE_EXHAUSTED, the
+	// coordinator's "decision log full, nothing written". Only then may
+	// the caller take giving up for a refusal: after any other failure
+	// (UNAVAILABLE may come from a coordinator that wrote the decision and
+	// then died) the outcome is unknown.
+	refusedOnly := true
 	for calls := 1; ; calls++ {
 		c.coordinatorCalls.Add(1)
 		start := time.Now()
@@ -417,11 +441,18 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 			return &api.CommitResponse{Outcome: api.Outcome_COMMITTED, Phase2Pending: true,
 				Message: "the coordinator decided COMMIT (durable); its reply after phase 2 was lost: " + err.Error()}, calls, nil
 		}
-		if err == nil || !retryable(err) || ctx.Err() != nil {
+		refusedOnly = refusedOnly && status.Code(err) == codes.ResourceExhausted
+		if err == nil || !retryable(err) || (ctx.Err() != nil && !refusedOnly) {
 			return resp, calls, err
+		}
+		if ctx.Err() != nil {
+			return nil, calls, &logFullError{err}
 		}
 		select {
 		case <-ctx.Done():
+			if refusedOnly {
+				return nil, calls, &logFullError{err}
+			}
 			return nil, calls, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
 		case <-time.After(backoff):
 		}
@@ -555,6 +586,15 @@ func serverSaidNo(err error) bool {
 
 // errPrepareRolledBack: PostgreSQL answered PREPARE TRANSACTION with ROLLBACK.
 var errPrepareRolledBack = errors.New("prepare rolled back")
+
+// logFullError is what commitRPC returns when the coordinator answered
+// every call RESOURCE_EXHAUSTED (its decision log full: no decision was
+// written) until ctx ended. It wraps the last answer, whose message says
+// what holds the coordinator's log.
+type logFullError struct{ last error }
+
+func (e *logFullError) Error() string { return e.last.Error() }
+func (e *logFullError) Unwrap() error { return e.last }
 
 func retryable(err error) bool {
 	switch status.Code(err) {
