@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/tandem-tx/tandem/internal/bench"
@@ -67,11 +68,14 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	var rms multiFlag
 	fs.Var(&rms, "rm", "a resource manager NAME=DRIVER:DSN; give two (default pg=postgres:$TANDEM_PG_DSN and maria=mysql:$TANDEM_MYSQL_DSN)")
 	fs.StringVar(&cfg.OneRM, "one", "", "the RM of 1pc and plain (default the first)")
+	fs.IntVar(&cfg.CoordConns, "coord-conns", 0, "the in-process coordinator's connections per RM (max_conns; default 16, or threads/4 if larger)")
+	fs.BoolVar(&cfg.CoordNoSync, "unsafe-coordinator-nosync", false, "EXPERIMENT: the in-process coordinator skips fdatasync of its decision log, to show what it costs (never durable)")
 	fs.IntVar(&cfg.OLTPRows, "oltp-rows", cfg.OLTPRows, "rows of the oltp table on each RM")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
 	fs.IntVar(&cfg.Trace, "trace", 0, "keep the full wait trace (client and coordinator) of this many transactions per workload")
 	traceFile := fs.String("trace-file", "-", "where --trace writes (JSON lines, one transaction each); - is stdout, after the report (with --json, the traces are in the report instead)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (clients and in-process coordinator) to this file (go tool pprof)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -113,6 +117,17 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	}
 	if !*quiet {
 		cfg.Progress = stderr
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -65,6 +65,15 @@ type DBConfig struct {
 	Admin string
 	// Dir: where the in-process coordinator's log goes (default ".").
 	Dir string
+	// CoordConns is the in-process coordinator's pool size per RM (config
+	// max_conns); 0 sizes it as an operator would for the load: 16 (the
+	// coordinator's default), or Threads/4 if larger. Phase 2 of every
+	// PostgreSQL branch goes through this pool.
+	CoordConns int
+	// CoordNoSync makes the in-process coordinator skip fdatasync of its
+	// decision log: an experiment that shows what the fdatasync costs. Never
+	// durable; the report says so.
+	CoordNoSync bool
 	// OLTPRows is the size of the oltp table on each RM.
 	OLTPRows int
 	// Trace: keep the full trace (client and coordinator waits) of this
@@ -283,16 +292,22 @@ func (e *env) startCoordinator() error {
 		// Errors only: phase-2 retries cut short when the run stops are expected.
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
+	if e.cfg.CoordConns <= 0 {
+		e.cfg.CoordConns = max(16, e.cfg.Threads/4)
+	}
 	rms := map[string]config.RM{}
 	for _, r := range e.rms {
-		rms[r.Name] = config.RM{Driver: string(r.Driver), DSN: r.DSN}
+		rms[r.Name] = config.RM{Driver: string(r.Driver), DSN: r.DSN, MaxConns: e.cfg.CoordConns}
 	}
 	srv, err := server.Start(config.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "data"), RMs: rms},
-		server.Options{Logger: logger, Admin: e.cfg.Admin})
+		server.Options{Logger: logger, Admin: e.cfg.Admin, NoSync: e.cfg.CoordNoSync})
 	if err != nil {
 		return fmt.Errorf("bench: start the in-process coordinator: %w", err)
 	}
 	e.srv, e.coordAt, e.inProc = srv, srv.Addr(), true
+	if e.cfg.CoordNoSync {
+		e.warnings = append(e.warnings, "EXPERIMENT: the in-process coordinator does not fdatasync its decision log (--unsafe-coordinator-nosync): decisions are not durable")
+	}
 	return nil
 }
 

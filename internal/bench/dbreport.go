@@ -54,9 +54,11 @@ type DBReport struct {
 	// Ratio is TPS of the second workload ÷ TPS of the first, with two.
 	Ratio       *float64 `json:"ratio,omitempty"`
 	Coordinator string   `json:"coordinator,omitempty"`
-	LogFS       string   `json:"coordinator_log_fs,omitempty"`
-	RMs         []string `json:"rms"`
-	CPUs        int      `json:"cpus"`
+	// CoordinatorConns: the in-process coordinator's connections per RM.
+	CoordinatorConns int      `json:"coordinator_conns,omitempty"`
+	LogFS            string   `json:"coordinator_log_fs,omitempty"`
+	RMs              []string `json:"rms"`
+	CPUs             int      `json:"cpus"`
 	// CPU used during the run, percent of all CPUs: by this process (clients,
 	// and the in-process coordinator), and by every other (the databases).
 	OwnCPUPercent    float64  `json:"own_cpu_percent"`
@@ -70,6 +72,7 @@ func (e *env) report(states []*wlState, m machineUseT) *DBReport {
 		OwnCPUPercent: round(m.own, 1), OthersCPUPercent: round(m.others, 1), Warnings: e.warnings}
 	if e.inProc {
 		rep.Coordinator += " (in-process)"
+		rep.CoordinatorConns = e.cfg.CoordConns
 		rep.LogFS = e.fs.String()
 	}
 	for _, r := range e.rms {
@@ -124,6 +127,9 @@ func (r *DBReport) WriteTable(w io.Writer) error {
 		r.describe(), strings.Join(r.RMs, ", "), r.CPUs, r.OwnCPUPercent, r.OthersCPUPercent)
 	if r.Coordinator != "" {
 		line := "coordinator " + r.Coordinator
+		if r.CoordinatorConns > 0 {
+			line += fmt.Sprintf(", %d connections per RM", r.CoordinatorConns)
+		}
 		if r.LogFS != "" {
 			line += ", decision log on " + r.LogFS
 		}
