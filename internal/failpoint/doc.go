@@ -28,5 +28,8 @@
 //     segment's temporary name, before its header is written),
 //     wal-release-before-rename, wal-release-after-rename (Release: before
 //     the first rename of a released segment, after the last one and before
-//     the directory fsync).
+//     the directory fsync);
+//   - checkpoint (internal/coord): checkpoint-after-carry (the surviving
+//     decisions appended again, not yet synced), checkpoint-before-release
+//     (synced), checkpoint-after-release.
 package failpoint
