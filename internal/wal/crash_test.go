@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tandem-tx/tandem/internal/failpoint"
 )
@@ -41,7 +42,7 @@ func crashRecord(i int) (Type, []byte) {
 // reuse released files), n records. ack is called after each Append
 // returns, releasing before each Release (a crash in Release may release
 // any of those segments).
-// If appendMu is not nil it is held during each Append and ack.
+// If appendMu is not nil it is held during each Append, ack and Release.
 func crashWorkload(t testing.TB, l *Log, n int, appendMu *sync.Mutex, ack func(i int, pos Position), releasing func(before uint64)) {
 	for i := range n {
 		typ, p := crashRecord(i)
@@ -53,14 +54,14 @@ func crashWorkload(t testing.TB, l *Log, n int, appendMu *sync.Mutex, ack func(i
 			t.Fatalf("Append %d: %v", i, err)
 		}
 		ack(i, pos)
-		if appendMu != nil {
-			appendMu.Unlock()
-		}
 		if u := l.Usage(); u.Current-u.First >= 2 {
 			releasing(u.Current)
 			if err := l.Release(u.Current); err != nil {
 				t.Fatalf("Release(%d): %v", u.Current, err)
 			}
+		}
+		if appendMu != nil {
+			appendMu.Unlock()
 		}
 	}
 }
@@ -156,15 +157,25 @@ func TestCrashSnapshots(t *testing.T) {
 				snaps          []snap
 				hits           int
 			)
-			// appendMu is held around each Append. The pipeline's goroutine
-			// (wal-recycle-after-rename) copies only when it gets it at once,
-			// that is while no record is being written; the other failpoints
-			// run inside the Append or Release of the test's goroutine.
+			// appendMu is held around each Append and Release. The
+			// pipeline's goroutine (wal-recycle-after-rename) copies only
+			// when it gets it at once, that is while no record is being
+			// written and no segment released; the other failpoints run
+			// inside the Append or Release of the test's goroutine.
 			var appendMu sync.Mutex
 			concurrent := name == "wal-recycle-after-rename"
 			defer failpoint.SetHook(name, func() error {
 				if concurrent {
-					if !appendMu.TryLock() {
+					// Wait a little for the appender to be between two
+					// records, not for ever: it may be waiting for this
+					// very segment.
+					locked := false
+					for deadline := time.Now().Add(50 * time.Millisecond); !locked && time.Now().Before(deadline); {
+						if locked = appendMu.TryLock(); !locked {
+							time.Sleep(50 * time.Microsecond)
+						}
+					}
+					if !locked {
 						return nil
 					}
 					defer appendMu.Unlock()
@@ -172,7 +183,7 @@ func TestCrashSnapshots(t *testing.T) {
 				mu.Lock()
 				defer mu.Unlock()
 				hits++
-				if hits%5 == 0 && len(snaps) < 8 {
+				if (hits%5 == 0 || concurrent) && len(snaps) < 8 {
 					s := snap{dir: t.TempDir(), acked: acked, releasedBefore: releasedBefore}
 					copyDirLoose(t, opts.Dir, s.dir)
 					snaps = append(snaps, s)
