@@ -103,6 +103,19 @@ func (c *Coordinator) Stats() Stats {
 	}
 }
 
+// LogSpace reports the decision log's bytes in use, as admission control
+// counts them (the live segments, which are not yet reusable, and an END
+// record owed by each unfinished decision), and its configured size:
+// commits are throttled from 80% of it and refused from 90%. It does no
+// I/O (the admin listener's tandem_log_space_* gauges read it).
+func (c *Coordinator) LogSpace() (used, limit int64) {
+	return c.fill(c.log.Usage()), c.opts.LogSize
+}
+
+// Phase2Backlog is the number of decided transactions whose phase 2 has not
+// finished on every branch. It does no I/O (tandem_phase2_backlog).
+func (c *Coordinator) Phase2Backlog() int { return int(max(c.unfinished.Load(), 0)) }
+
 // checkpointLoop runs checkpoints while the coordinator is open: when the
 // live segments hold more than half the log (looked at every
 // checkpointEvery), or when admission control asks.

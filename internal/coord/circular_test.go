@@ -228,6 +228,9 @@ func TestLogFullRefusesAndRecovers(t *testing.T) {
 	if st.Log.Used > logSize {
 		t.Errorf("log uses %s, more than its size", humanBytes(st.Log.Used))
 	}
+	if used, limit := c.LogSpace(); limit != logSize || used < limit/10*9 || c.Phase2Backlog() != len(acked) {
+		t.Errorf("LogSpace %d of %d, Phase2Backlog %d; want at least 90%% in use and %d unfinished", used, limit, c.Phase2Backlog(), len(acked))
+	}
 	// The refusal after the last acceptance describes the log as it stays.
 	_, err := c.Commit(context.Background(), newGTRID(), []BranchRef{{RM: rmLong.Name}}, CommitMode{})
 	if !errors.Is(err, ErrLogFull) {
@@ -292,6 +295,11 @@ func TestLogFullRefusesAndRecovers(t *testing.T) {
 	r, err := c.Commit(context.Background(), newGTRID(), []BranchRef{{RM: rmLong.Name}}, CommitMode{WaitPhase2: true})
 	if err != nil || r.Outcome != Committed || r.Phase2Pending {
 		t.Fatalf("Commit after phase 2 caught up: %v %v pending %v", r.Outcome, err, r.Phase2Pending)
+	}
+	for deadline := time.Now().Add(10 * time.Second); c.Phase2Backlog() != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Phase2Backlog %d: phase 2 did not catch up", c.Phase2Backlog())
+		}
 	}
 	st = c.Stats()
 	t.Logf("drained: %s of %s in use after %d checkpoints (%d carried, %d finished COMMITs forgotten early)",
