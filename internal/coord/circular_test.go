@@ -348,7 +348,9 @@ func TestCheckpointCarriesSurvivors(t *testing.T) {
 	calls := sw.calls.Load()
 	c = open(t, opts)
 	st := c.Stats()
-	if st.Log.First <= first || st.Replayed > uint64(SegmentSizeFor(MinLogSize)/40)*2 {
+	// Only the live segments replay: two, or three when a rotation was in
+	// flight at Close (a loaded machine) — never the whole history.
+	if st.Log.First <= first || st.Replayed > uint64(SegmentSizeFor(MinLogSize)/40)*3 {
 		t.Errorf("restart replayed %d records from segment %d (first written %d)", st.Replayed, st.Log.First, first)
 	}
 	r := mustStatus(t, c, stuck, false, Committed)
