@@ -156,8 +156,9 @@ func TestSustainedLoadKeepsDiskFlat(t *testing.T) {
 			}
 			c = open(t, opts)
 			st = c.Stats()
-			maxReplay := uint64(2 * segSize / 32) // two segments of the smallest records
-			if st.Replayed > maxReplay || st.Log.Current-st.Log.First > 1 {
+			// Two live segments, three when a rotation was in flight at Close.
+			maxReplay := uint64(3 * segSize / 32) // three segments of the smallest records
+			if st.Replayed > maxReplay || st.Log.Current-st.Log.First > 2 {
 				t.Errorf("restart replayed %d records from segments %d-%d; want at most %d, from the last checkpoint",
 					st.Replayed, st.Log.First, st.Log.Current, maxReplay)
 			}
