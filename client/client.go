@@ -39,6 +39,9 @@ type Config struct {
 	RMs         []RM
 	// DialOptions replace the default (plaintext, for a coordinator on loopback).
 	DialOptions []grpc.DialOption
+	// AuthToken is the coordinator's shared token (its --auth-token-file),
+	// sent on every call. Empty for a coordinator without authentication.
+	AuthToken string
 	// Defaults apply to every transaction's Commit unless the transaction sets its own.
 	Defaults CommitOptions
 	// Waits is where the client records its wait events (README, "Wait
@@ -113,6 +116,9 @@ func New(cfg Config) (*Client, error) {
 		opts := cfg.DialOptions
 		if len(opts) == 0 {
 			opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		}
+		if cfg.AuthToken != "" {
+			opts = append(opts, grpc.WithPerRPCCredentials(api.TokenCredentials(cfg.AuthToken)))
 		}
 		conn, err := grpc.NewClient(cfg.Coordinator, opts...)
 		if err != nil {

@@ -56,6 +56,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	batchWindow := fs.Duration("batch-window", 0, "with --write batch: longest a decision waits to share an fdatasync (default 1ms)")
 	visibility := fs.String("visibility", "", "default for commits: sync (reply after phase 2) or async (right after the decision) (default sync)")
 	logSize := fs.String("log-size", "", "decision log size, e.g. 64MiB: circular, in 8 segments; past 80% new commits are throttled, past 90% refused (default 64MiB)")
+	tokenFile := fs.String("auth-token-file", "", "file holding a shared token every API call must carry (required to listen on anything but loopback)")
+	insecure := fs.Bool("insecure-no-auth", false, "allow an API without authentication on a non-loopback address (only on a network you trust)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -116,7 +118,14 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	adminSet := false
 	fs.Visit(func(f *flag.Flag) { adminSet = adminSet || f.Name == "admin" })
-	s, err := server.Start(cfg, server.Options{Logger: logger, Admin: *admin, AdminBestEffort: !adminSet})
+	var token string
+	if *tokenFile != "" {
+		var err error
+		if token, err = server.ReadTokenFile(*tokenFile); err != nil {
+			return err
+		}
+	}
+	s, err := server.Start(cfg, server.Options{Logger: logger, Admin: *admin, AdminBestEffort: !adminSet, AuthToken: token, InsecureNoAuth: *insecure})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/server"
 )
 
 func init() {
@@ -19,6 +21,7 @@ func init() {
 		summary: "show the coordinator's health, or the outcome of one global transaction",
 		usage: `[--coordinator ADDR] [--resolve] [GTRID]
 
+A coordinator that requires a token: set TANDEM_AUTH_TOKEN_FILE to its file.
 Without GTRID: whether the coordinator can decide, which databases it reaches,
 and how many decided transactions still wait for phase 2.
 With GTRID: COMMITTED, ABORTED or UNDECIDED, and phase 2 on each branch.
@@ -27,8 +30,18 @@ With GTRID: COMMITTED, ABORTED or UNDECIDED, and phase 2 on each branch.
 	})
 }
 
+// dialCoordinator connects to a coordinator's API. The shared token, if the
+// coordinator requires one, comes from $TANDEM_AUTH_TOKEN_FILE.
 func dialCoordinator(addr string) (api.CoordinatorClient, func(), error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if f := os.Getenv("TANDEM_AUTH_TOKEN_FILE"); f != "" {
+		tok, err := server.ReadTokenFile(f)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(api.TokenCredentials(tok)))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("coordinator address %q: %w", addr, err)
 	}

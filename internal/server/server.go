@@ -44,6 +44,12 @@ type Options struct {
 	// AdminBestEffort: when Admin cannot be listened on (a default address
 	// already taken), log a warning and serve without it instead of failing.
 	AdminBestEffort bool
+	// AuthToken, when set, is required on every API call
+	// ("authorization: Bearer <token>"). Without it the API must listen on
+	// loopback, unless InsecureNoAuth.
+	AuthToken string
+	// InsecureNoAuth allows an unauthenticated API on a non-loopback address.
+	InsecureNoAuth bool
 }
 
 // Start opens the coordinator (replaying its log) and serves its API.
@@ -54,6 +60,9 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	}
 	rms, err := cfg.RMConfigs()
 	if err != nil {
+		return nil, err
+	}
+	if err := checkExposure(cfg.Listen, o.AuthToken, o.InsecureNoAuth); err != nil {
 		return nil, err
 	}
 	lis, err := net.Listen("tcp", cfg.Listen)
@@ -84,7 +93,11 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 			adminLis = nil
 		}
 	}
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(1 << 20))
+	sopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20)}
+	if o.AuthToken != "" {
+		sopts = append(sopts, grpc.UnaryInterceptor(tokenInterceptor(o.AuthToken)), grpc.StreamInterceptor(streamTokenInterceptor(o.AuthToken)))
+	}
+	g := grpc.NewServer(sopts...)
 	api.RegisterCoordinatorServer(g, service.New(c, service.Defaults{AsyncVisibility: cfg.Visibility == "async"}))
 	s := &Server{Coord: c, grpc: g, lis: lis, done: make(chan error, 1)}
 	s.unregister = s.registerGauges()

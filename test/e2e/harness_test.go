@@ -32,6 +32,7 @@ import (
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/client"
+	"github.com/tandem-tx/tandem/xid"
 )
 
 var (
@@ -353,3 +354,5 @@ func runDB(t *testing.T, args ...string) {
 var errBadConn = driver.ErrBadConn
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func newGTRIDString() string { return xid.New().String() }
