@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/failpoint"
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/xid"
@@ -262,7 +263,14 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 			return commitReaders()
 		}
 		b := writers[i]
-		if err := b.prepare(ctx); err != nil {
+		err := failpoint.Inject("before-prepare")
+		if err == nil {
+			err = b.prepare(ctx)
+		}
+		if err == nil {
+			_ = failpoint.Inject("after-prepare")
+		}
+		if err != nil {
 			if serverSaidNo(err) {
 				b.state = branchActive
 			} else {
@@ -294,7 +302,9 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	if !hasSessionBound(writers) {
 		onCommitted = nil
 	}
+	_ = failpoint.Inject("before-commit-rpc") // kill: the client dies with every branch prepared
 	resp, calls, err := t.c.commitRPC(ctx, req, t.trace, t.traceCoord, onCommitted)
+	_ = failpoint.Inject("after-commit-rpc") // kill: the decision is made; session-bound branches wait for the coordinator
 	res.CoordinatorCalls = calls
 	if settled != nil {
 		// The durable decision was COMMIT (commitRPC then never fails).

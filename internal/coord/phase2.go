@@ -136,7 +136,11 @@ func (c *Coordinator) settleBranch(t *txn, b *branchProgress, recovered bool) {
 		ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
 		var err error
 		called := !(waitForClient && first)
+		if called {
+			err = failpoint.Inject("before-phase2-call")
+		}
 		switch {
+		case err != nil:
 		case called && c.opts.settle != nil:
 			err = c.opts.settle(ctx, b.rm, id, t.outcome == Committed)
 		case called && t.outcome == Committed:
@@ -145,6 +149,9 @@ func (c *Coordinator) settleBranch(t *txn, b *branchProgress, recovered bool) {
 			err = conn.RollbackPrepared(ctx, id)
 		default:
 			err = rm.ErrBranchNotFound
+		}
+		if called {
+			_ = failpoint.Inject("after-phase2-call") // kill or sleep: the call's effect stands
 		}
 		heldElsewhere := false
 		if errors.Is(err, rm.ErrBranchNotFound) && bound {

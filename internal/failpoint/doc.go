@@ -17,8 +17,11 @@
 //
 // Names in use:
 //
+//   - client (the SDK, in the application's process): before-prepare,
+//     after-prepare (each branch), before-commit-rpc, after-commit-rpc;
 //   - commit path (internal/coord): before-commit-record, after-commit-record,
-//     before-phase2, after-phase2, before-end, after-end;
+//     before-phase2, before-phase2-call, after-phase2-call (each branch),
+//     after-phase2, before-end, after-end;
 //   - decision log writes (internal/wal): wal-before-write, wal-after-write
 //     (around the write of every batch, by the writer or by a direct
 //     Append; an error fails the log as a failed write does);

@@ -40,13 +40,17 @@ import (
 
 // Failpoints a coordinator may be started with (each kills it at first hit).
 var failpoints = []string{
-	"before-commit-record", "after-commit-record", "before-phase2", "after-phase2", "before-end", "after-end",
+	"before-commit-record", "after-commit-record", "before-phase2", "before-phase2-call", "after-phase2-call", "after-phase2", "before-end", "after-end",
 	"wal-before-write", "wal-after-write", "wal-rotate-before-rename", "wal-rotate-after-rename",
 	"checkpoint-after-carry", "checkpoint-before-release", "checkpoint-after-release",
 }
 
+// Client-side failpoints (the SDK in the transfer process): a client started
+// with one dies there at its first transaction that reaches it.
+var clientFailpoints = []string{"before-prepare", "after-prepare", "before-commit-rpc", "after-commit-rpc"}
+
 type counters struct {
-	coordFailpoint, coordSigkill, clientKills, pgRestarts, myRestarts, proxyCuts atomic.Int64
+	coordFailpoint, coordSigkill, clientKills, clientFailpoint, pgRestarts, myRestarts, proxyCuts atomic.Int64
 }
 
 type harness struct {
@@ -56,6 +60,7 @@ type harness struct {
 	coordAddr, dir   string
 	acks             string
 	pgProxy, myProxy *proxy
+	rngMu            sync.Mutex
 	rng              *rand.Rand
 	mu               sync.Mutex
 	coord            *exec.Cmd
@@ -66,6 +71,13 @@ type harness struct {
 	kills            counters
 	restarts         atomic.Int64
 	log              bytes.Buffer
+}
+
+// intn draws from the shared generator (events run concurrently).
+func (h *harness) intn(n int) int {
+	h.rngMu.Lock()
+	defer h.rngMu.Unlock()
+	return h.rng.IntN(n)
 }
 
 func env(name string, def int) int {
@@ -106,7 +118,7 @@ func TestChaos(t *testing.T) {
 	summary := fmt.Sprintf(`chaos summary (%s):
   rounds %d, round length %s, clients %d
   coordinator kills: %d at failpoints, %d by SIGKILL at random times (restarts without a manual step: %d)
-  client processes killed mid-run: %d
+  client processes killed mid-run: %d by SIGKILL, %d at client failpoints (before/after prepare, before/after the Commit RPC)
   database restarts (SIGKILL + start): postgres %d, mariadb %d
   network cuts coordinator<->database: %d
   transfers acknowledged as committed: %d
@@ -114,7 +126,7 @@ func TestChaos(t *testing.T) {
   dangling prepared branches: %d
   longest time to settle: %s`,
 		time.Since(start).Round(time.Second), rounds, roundDur, clients,
-		k.coordFailpoint.Load(), k.coordSigkill.Load(), h.restarts.Load(), k.clientKills.Load(),
+		k.coordFailpoint.Load(), k.coordSigkill.Load(), h.restarts.Load(), k.clientKills.Load(), k.clientFailpoint.Load(),
 		k.pgRestarts.Load(), k.myRestarts.Load(), k.proxyCuts.Load(), countLines(h.acks), violations, dangling, longestSettle.Round(time.Millisecond))
 	fmt.Println(summary)
 	if violations != 0 || dangling != 0 {
@@ -133,7 +145,7 @@ func setup(t *testing.T) *harness {
 	h := &harness{t: t, root: root, pgDSN: pg, myDSN: my, dir: dir, acks: filepath.Join(dir, "acked.txt"),
 		bin: filepath.Join(dir, "tandem"), trans: filepath.Join(dir, "transfer"),
 		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
-	for _, b := range [][]string{{"-tags", "failpoints", "-o", h.bin, "./cmd/tandem"}, {"-o", h.trans, "./examples/transfer"}} {
+	for _, b := range [][]string{{"-tags", "failpoints", "-o", h.bin, "./cmd/tandem"}, {"-tags", "failpoints", "-o", h.trans, "./examples/transfer"}} {
 		cmd := exec.Command("go", append([]string{"build"}, b...)...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -167,8 +179,8 @@ func (h *harness) startCoordinator() {
 		"--rm", "maria=mysql:" + strings.Replace(h.myDSN, "127.0.0.1:53306", h.myProxy.Addr(), 1)}
 	cmd := exec.Command(h.bin, args...)
 	cmd.Env = os.Environ()
-	if !h.calm.Load() && h.rng.IntN(2) == 0 {
-		fp := failpoints[h.rng.IntN(len(failpoints))]
+	if !h.calm.Load() && h.intn(2) == 0 {
+		fp := failpoints[h.intn(len(failpoints))]
 		cmd.Env = append(cmd.Env, "TANDEM_FAILPOINTS="+fp+"=kill")
 	}
 	var out bytes.Buffer
@@ -211,7 +223,7 @@ func (h *harness) startSupervisor() {
 			select {
 			case <-h.stopSupervisor:
 				return
-			case <-time.After(time.Duration(100+h.rng.IntN(400)) * time.Millisecond):
+			case <-time.After(time.Duration(100+h.intn(400)) * time.Millisecond):
 			}
 			h.restarts.Add(1)
 			h.startCoordinator()
@@ -254,9 +266,18 @@ func (h *harness) round(n, clients int, d time.Duration) {
 	var wg sync.WaitGroup
 	var cmu sync.Mutex
 	running := map[*exec.Cmd]bool{}
-	startClient := func() {
+	var startClient func()
+	startClient = func() {
 		cmd := exec.Command(h.trans, "--pg", h.pgDSN, "--mysql", h.myDSN, "--coordinator", h.coordAddr, "--reset=false", "--no-check",
 			"--accounts", "200", "--workers", "4", "--duration", d.String(), "--acked", h.acks)
+		cmd.Env = os.Environ()
+		withFailpoint := h.intn(3) == 0
+		fp := clientFailpoints[h.intn(len(clientFailpoints))]
+		if withFailpoint {
+			cmd.Env = append(cmd.Env, "TANDEM_FAILPOINTS="+fp+"=kill")
+		}
+		var out bytes.Buffer
+		cmd.Stderr = &out
 		if err := cmd.Start(); err != nil {
 			h.t.Fatal(err)
 		}
@@ -270,6 +291,12 @@ func (h *harness) round(n, clients int, d time.Duration) {
 			cmu.Lock()
 			delete(running, cmd)
 			cmu.Unlock()
+			if strings.Contains(out.String(), "failpoint ") {
+				h.kills.clientFailpoint.Add(1)
+				if ctx.Err() == nil {
+					startClient() // replace the client that died at its failpoint
+				}
+			}
 		}()
 	}
 	for i := 0; i < clients; i++ {
@@ -287,26 +314,26 @@ func (h *harness) round(n, clients int, d time.Duration) {
 		startClient()
 	}
 	dbRestart := func() { // restart one database
-		if h.rng.IntN(2) == 0 {
+		if h.intn(2) == 0 {
 			h.kills.pgRestarts.Add(1)
 			h.db("kill", "pg")
-			time.Sleep(time.Duration(300+h.rng.IntN(1500)) * time.Millisecond)
+			time.Sleep(time.Duration(300+h.intn(1500)) * time.Millisecond)
 			h.db("up", "pg")
 		} else {
 			h.kills.myRestarts.Add(1)
 			h.db("kill", "mysql")
-			time.Sleep(time.Duration(300+h.rng.IntN(1500)) * time.Millisecond)
+			time.Sleep(time.Duration(300+h.intn(1500)) * time.Millisecond)
 			h.db("up", "mysql")
 		}
 	}
 	cut := func() { // cut the coordinator from one database for a while
 		p := h.pgProxy
-		if h.rng.IntN(2) == 0 {
+		if h.intn(2) == 0 {
 			p = h.myProxy
 		}
 		h.kills.proxyCuts.Add(1)
 		p.Cut()
-		time.Sleep(time.Duration(500+h.rng.IntN(2500)) * time.Millisecond)
+		time.Sleep(time.Duration(500+h.intn(2500)) * time.Millisecond)
 		p.Restore()
 	}
 	var events []func()
@@ -321,7 +348,7 @@ func (h *harness) round(n, clients int, d time.Duration) {
 	}
 	var ev sync.WaitGroup
 	for _, e := range events {
-		at := time.Duration(h.rng.Int64N(int64(d * 3 / 4)))
+		at := time.Duration(int64(h.intn(int(d * 3 / 4))))
 		ev.Add(1)
 		go func() {
 			defer ev.Done()
