@@ -53,7 +53,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	maxAge := fs.Duration("max-txn-age", 0, "abort a Commit whose transaction began longer ago (default 1h)")
 	durability := fs.String("durability", "", "default for commits: wait (reply once the decision is on disk) or nowait (once queued; a crash can lose it) (default wait)")
 	write := fs.String("write", "", "decision log writes: immediate (flush at once, group commit) or batch (gather up to --batch-window) (default immediate)")
-	batchWindow := fs.Duration("batch-window", 0, "with --write batch: longest a decision waits to share an fdatasync (default 1ms)")
+	batchWindow := fs.Duration("batch-window", 0, "with --write batch: longest a decision waits to share an fdatasync (default 2ms)")
 	visibility := fs.String("visibility", "", "default for commits: sync (reply after phase 2) or async (right after the decision) (default sync)")
 	logSize := fs.String("log-size", "", "decision log size, e.g. 64MiB: circular, in 8 segments; past 80% new commits are throttled, past 90% refused (default 64MiB)")
 	tokenFile := fs.String("auth-token-file", "", "file holding a shared token every API call must carry (required to listen on anything but loopback)")

@@ -53,7 +53,7 @@ func DefaultLogConfig() LogConfig {
 	return LogConfig{
 		Duration:    2 * time.Second,
 		RecordSize:  64,
-		BatchWindow: time.Millisecond,
+		BatchWindow: 2 * time.Millisecond,
 		Committers:  []int{1, 8, 64, 256, 1024},
 	}
 }

@@ -56,7 +56,7 @@ type Config struct {
 	// does not choose its own.
 	Durability  string        `yaml:"durability"`   // wait (default) or nowait
 	Write       string        `yaml:"write"`        // immediate (default) or batch
-	BatchWindow time.Duration `yaml:"batch_window"` // with write: batch (default 1ms)
+	BatchWindow time.Duration `yaml:"batch_window"` // with write: batch (default 2ms)
 	Visibility  string        `yaml:"visibility"`   // sync (default) or async
 	RMs         map[string]RM `yaml:"rms"`
 }
@@ -177,7 +177,7 @@ func (c *Config) SetDefaults() {
 		c.Write = "immediate"
 	}
 	if c.Write == "batch" && c.BatchWindow == 0 {
-		c.BatchWindow = time.Millisecond
+		c.BatchWindow = 2 * time.Millisecond
 	}
 	if c.Visibility == "" {
 		c.Visibility = "sync"
