@@ -14,6 +14,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/bench"
 	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/internal/server"
 	"github.com/tandem-tx/tandem/internal/waits"
 )
 
@@ -33,7 +34,8 @@ Each thread has its own connection to each database. --compare runs two
 workloads in one run, interleaved in slices (so that drift hits both alike),
 and reports ratio = TPS(B) / TPS(A). Without --coordinator a coordinator is
 started in this process (decision log under --dir) and the clients reach it
-over gRPC on loopback, so the RPC cost is real.
+over gRPC on loopback, so the RPC cost is real. An external coordinator that
+requires a token: set TANDEM_AUTH_TOKEN_FILE to its file.
 
 Report: elapsed, TPS, latency p50/p95/p99 of a whole transaction, round trips
 per transaction (to each RM and to the coordinator), the client's wait table
@@ -103,6 +105,13 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 		if os.Getenv("TANDEM_PG_DSN") == "" || os.Getenv("TANDEM_MYSQL_DSN") == "" {
 			return errors.New("no databases: set TANDEM_PG_DSN and TANDEM_MYSQL_DSN (scripts/db up; eval \"$(scripts/db env)\") or pass --rm twice")
 		}
+	}
+	if f := os.Getenv("TANDEM_AUTH_TOKEN_FILE"); f != "" && cfg.Coordinator != "" {
+		tok, err := server.ReadTokenFile(f)
+		if err != nil {
+			return err
+		}
+		cfg.AuthToken = tok
 	}
 	for _, f := range rms {
 		name, r, err := config.ParseRMFlag(f)

@@ -55,6 +55,8 @@ type DBConfig struct {
 	Slice time.Duration
 	// Warmup transactions per thread and workload before measuring.
 	Warmup int
+	// AuthToken is the external coordinator's shared token, if it requires one.
+	AuthToken string
 	// Coordinator is an external coordinator's gRPC address; "" starts one
 	// in this process (with its decision log in a temporary directory under
 	// Dir) that the clients reach over gRPC on loopback.
@@ -503,6 +505,9 @@ func (e *env) newState(ctx context.Context, name string) (*wlState, error) {
 	}
 	if name == WorkloadXA || name == WorkloadOnePC || name == WorkloadOLTP {
 		cfg := client.Config{Coordinator: e.coordAt, Waits: st.reg}
+		if !e.inProc {
+			cfg.AuthToken = e.cfg.AuthToken
+		}
 		for _, r := range e.rms {
 			cfg.RMs = append(cfg.RMs, client.RM{Name: r.Name, Driver: string(r.Driver), MultiStatements: r.Driver == rm.MySQL})
 		}
