@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -48,6 +49,24 @@ func AdminHandler() http.Handler {
 	return mux
 }
 
+// RequireToken wraps an admin handler so that, when token is set, every
+// request must carry "Authorization: Bearer <token>" (what Prometheus sends
+// with authorization.credentials_file), like the gRPC API.
+func RequireToken(h http.Handler, token string) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tandem"`)
+			http.Error(w, "missing or wrong auth token: send \"Authorization: Bearer <token>\" (the coordinator's --auth-token-file)", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 func truthy(s string) bool {
 	b, _ := strconv.ParseBool(s)
 	return b || s == "yes"
@@ -79,6 +98,9 @@ type logSpaceReporter interface {
 func (s *Server) registerGauges() func() {
 	var undo []func()
 	backlog := func() float64 { return math.NaN() }
+	if s.Coord == nil { // a standby: no coordinator of its own yet
+		return func() {}
+	}
 	if b, ok := any(s.Coord).(phase2Backlogger); ok {
 		backlog = func() float64 { return float64(b.Phase2Backlog()) }
 	}

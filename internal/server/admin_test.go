@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +89,26 @@ func TestAdminAddressTaken(t *testing.T) {
 	defer second.Stop(time.Second)
 	if second.AdminAddr() != "" {
 		t.Fatalf("best effort got an admin address %s", second.AdminAddr())
+	}
+}
+
+func TestRequireToken(t *testing.T) {
+	h := RequireToken(AdminHandler(), "s3cret")
+	for _, c := range []struct {
+		auth string
+		want int
+	}{{"", 401}, {"Bearer nope", 401}, {"s3cret", 401}, {"Bearer s3cret", 200}} {
+		req := httptest.NewRequest("GET", "/waits", nil)
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.want {
+			t.Errorf("Authorization %q: %d, want %d", c.auth, rec.Code, c.want)
+		}
+	}
+	if RequireToken(AdminHandler(), "") == nil {
+		t.Fatal("no token: nil handler")
 	}
 }
