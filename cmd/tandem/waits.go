@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/server"
@@ -29,7 +30,8 @@ the next interval (two samples, subtracted; Max. Wait is then exact if the
 largest wait ever fell in the interval, else within a factor of 2). The
 client side is the SDK's table in the coordinator's process: empty for
 "tandem serve", filled when the coordinator is embedded in the application.
-Every event is described in the README ("Wait events").`,
+Every event is described in the README ("Wait events"). A coordinator that
+requires a token: set TANDEM_AUTH_TOKEN_FILE to its file.`,
 		run: runWaits,
 	})
 }
@@ -106,6 +108,13 @@ func fetchWaits(ctx context.Context, addr string) (server.WaitsResponse, error) 
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/waits", nil)
 	if err != nil {
 		return out, fmt.Errorf("admin address %q: %w", addr, err)
+	}
+	if f := os.Getenv("TANDEM_AUTH_TOKEN_FILE"); f != "" {
+		tok, err := server.ReadTokenFile(f)
+		if err != nil {
+			return out, err
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -529,7 +529,7 @@ func (e *env) coordWaits(ctx context.Context) (waits.Snapshot, bool) {
 	if e.cfg.Admin == "" || e.coordAt == "" {
 		return waits.Snapshot{}, false
 	}
-	s, err := fetchAdminWaits(ctx, e.cfg.Admin)
+	s, err := fetchAdminWaits(ctx, e.cfg.Admin, e.cfg.AuthToken)
 	if err != nil {
 		e.warnings = append(e.warnings, err.Error())
 		e.cfg.Admin = "" // do not try again

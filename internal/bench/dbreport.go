@@ -200,12 +200,15 @@ func (x DBResult) tripsText() string {
 }
 
 // fetchAdminWaits reads an external coordinator's waits from its admin listener.
-func fetchAdminWaits(ctx context.Context, addr string) (waits.Snapshot, error) {
+func fetchAdminWaits(ctx context.Context, addr, token string) (waits.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/waits?buckets=1", nil)
 	if err != nil {
 		return waits.Snapshot{}, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
