@@ -89,12 +89,13 @@ type DBConfig struct {
 
 // The workloads.
 const (
-	WorkloadSQL    = "sql"    // one insert on each RM, two independent local commits (not atomic)
-	WorkloadRaw2PC = "raw2pc" // the same, with the databases' own 2PC driven by the benchmark: no coordinator, no log
-	WorkloadXA     = "xa"     // the same as one global transaction through the SDK and the coordinator
-	WorkloadOnePC  = "1pc"    // one insert on one RM through the SDK (one-phase commit)
-	WorkloadPlain  = "plain"  // the same insert as a plain local commit, without the SDK
-	WorkloadOLTP   = "oltp"   // sysbench-like: 4 point reads, an update, a delete and an insert on each RM, as a global transaction
+	WorkloadSQL     = "sql"      // one insert on each RM, two independent local commits (not atomic)
+	WorkloadRaw2PC  = "raw2pc"   // the same, with the databases' own 2PC driven by the benchmark: no coordinator, no log
+	WorkloadXA      = "xa"       // the same as one global transaction through the SDK and the coordinator
+	WorkloadOnePC   = "1pc"      // one insert on one RM through the SDK (one-phase commit)
+	WorkloadPlain   = "plain"    // the same insert as a plain local commit, without the SDK
+	WorkloadOLTP    = "oltp"     // sysbench-like: 4 point reads, an update, a delete and an insert on each RM, as a global transaction
+	WorkloadOLTPSQL = "oltp-sql" // the same statements with two independent local commits: the baseline of oltp
 )
 
 // Workloads lists them with a line each, for --help.
@@ -105,6 +106,7 @@ var Workloads = []struct{ Name, Summary string }{
 	{WorkloadOnePC, "one insert on one RM through the SDK (one-phase commit, no coordinator)"},
 	{WorkloadPlain, "the same single insert as a plain local commit without the SDK: the baseline of 1pc"},
 	{WorkloadOLTP, "sysbench-like: an update, 4 point reads, a delete and an insert on each RM, as one global transaction"},
+	{WorkloadOLTPSQL, "the same statements with two independent local commits (not atomic): the baseline of oltp"},
 }
 
 // DefaultDBConfig returns the defaults of `tandem bench`.
@@ -133,7 +135,7 @@ func (c *DBConfig) validate() error {
 	}
 	for _, w := range c.Workloads {
 		if !slices.ContainsFunc(Workloads, func(x struct{ Name, Summary string }) bool { return x.Name == w }) {
-			return fmt.Errorf("unknown workload %q: use sql, raw2pc, xa, 1pc, plain or oltp", w)
+			return fmt.Errorf("unknown workload %q: use sql, raw2pc, xa, 1pc, plain, oltp or oltp-sql", w)
 		}
 	}
 	for _, r := range c.RMs {
@@ -330,7 +332,7 @@ func (e *env) setup(ctx context.Context) error {
 				return fmt.Errorf("bench: rm %q: %s: %w", r.Name, s, err)
 			}
 		}
-		if !e.needs(WorkloadOLTP) {
+		if !e.needs(WorkloadOLTP, WorkloadOLTPSQL) {
 			continue
 		}
 		var n, maxID int
@@ -502,6 +504,8 @@ func (e *env) newState(ctx context.Context, name string) (*wlState, error) {
 		st.run = txnOnePC
 	case WorkloadOLTP:
 		st.run = txnOLTP
+	case WorkloadOLTPSQL:
+		st.run = txnOLTPSQL
 	}
 	if name == WorkloadXA || name == WorkloadOnePC || name == WorkloadOLTP {
 		cfg := client.Config{Coordinator: e.coordAt, Waits: st.reg}

@@ -226,6 +226,78 @@ func txnOnePC(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, trac
 	return nil
 }
 
+// oltpIDs picks one transaction's rows on one RM: the updated row u and the
+// deleted-and-reinserted row d (u < d: locked in ascending order), and 4 rows to read.
+func (w *worker) oltpIDs() (u, d int, reads [4]int) {
+	n := w.e.cfg.OLTPRows
+	u, d = w.rng.IntN(n)+1, w.rng.IntN(n-1)+1
+	if d >= u {
+		d++
+	}
+	if d < u {
+		u, d = d, u
+	}
+	for i := range reads {
+		reads[i] = w.rng.IntN(n) + 1
+	}
+	return u, d, reads
+}
+
+// txnOLTPSQL: txnOLTP's statements on each RM, committed as two independent
+// local transactions in parallel (not atomic): what oltp costs without 2PC.
+func txnOLTPSQL(ctx context.Context, w *worker, _ *wlState, tr *waits.Trace, _ bool) error {
+	n := w.e.cfg.OLTPRows
+	for i, r := range w.e.rms {
+		u, d, reads := w.oltpIDs()
+		begin := plainBegin(r)
+		err := w.rt(tr, i, waits.RMRoundtrip, func(c *sql.Conn) error {
+			if r.Driver == rm.Postgres {
+				return c.Raw(func(dc any) error {
+					sc, ok := dc.(*stdlib.Conn)
+					if !ok {
+						return errors.New("not a pgx connection")
+					}
+					var b pgx.Batch
+					b.Queue(begin)
+					b.Queue("UPDATE tandem_bench_oltp SET k = k + 1 WHERE id = $1", u)
+					return sc.Conn().SendBatch(ctx, &b).Close()
+				})
+			}
+			_, err := c.ExecContext(ctx, begin+"; UPDATE tandem_bench_oltp SET k = k + 1 WHERE id = ?", u)
+			return err
+		})
+		for _, id := range reads {
+			if err != nil {
+				break
+			}
+			err = w.rt(tr, i, waits.RMRoundtrip, func(c *sql.Conn) error {
+				var s string
+				return c.QueryRowContext(ctx, "SELECT c FROM tandem_bench_oltp WHERE id = "+r.ph(1), id).Scan(&s)
+			})
+		}
+		var deleted int64
+		if err == nil {
+			err = w.rt(tr, i, waits.RMRoundtrip, func(c *sql.Conn) error {
+				res, err := c.ExecContext(ctx, "DELETE FROM tandem_bench_oltp WHERE id = "+r.ph(1), d)
+				if err == nil {
+					deleted, _ = res.RowsAffected()
+				}
+				return err
+			})
+		}
+		if err == nil && deleted > 0 {
+			err = w.rt(tr, i, waits.RMRoundtrip, execSQL(ctx, "INSERT INTO tandem_bench_oltp (id, k, c, pad) VALUES ("+r.ph(1)+", "+r.ph(2)+", "+r.ph(3)+", "+r.ph(4)+")",
+				d, w.rng.IntN(n)+1, filler(d, 119), filler(d*7, 59)))
+		}
+		if err != nil {
+			return err // the worker reconnects: the databases roll back
+		}
+	}
+	return parallel2(func(i int) error {
+		return w.rt(tr, i, waits.RMCommit, execSQL(ctx, "COMMIT"))
+	})
+}
+
 // txnOLTP: on each RM in turn, an update (which carries the begin), 4 point
 // reads, then a delete and an insert of the same row (the row set stays the
 // same; the insert is skipped when the delete found the row gone), as one
@@ -245,19 +317,13 @@ func txnOLTP(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, trace
 		if err != nil {
 			return fail(err)
 		}
-		u, d := w.rng.IntN(n)+1, w.rng.IntN(n-1)+1
-		if d >= u {
-			d++
-		}
-		if d < u {
-			u, d = d, u // lock the lower id first
-		}
+		u, d, reads := w.oltpIDs()
 		if _, err := b.ExecContext(ctx, "UPDATE tandem_bench_oltp SET k = k + 1 WHERE id = "+r.ph(1), u); err != nil {
 			return fail(err)
 		}
-		for range 4 {
+		for _, id := range reads {
 			var c string
-			if err := b.QueryRowContext(ctx, "SELECT c FROM tandem_bench_oltp WHERE id = "+r.ph(1), w.rng.IntN(n)+1).Scan(&c); err != nil {
+			if err := b.QueryRowContext(ctx, "SELECT c FROM tandem_bench_oltp WHERE id = "+r.ph(1), id).Scan(&c); err != nil {
 				return fail(err)
 			}
 		}

@@ -223,6 +223,13 @@ func TestBenchOtherWorkloads(t *testing.T) {
 	if o.wait("rm prepare").Count != 2*o.Txns || o.wait("coordinator commit").Count != o.Txns {
 		t.Errorf("oltp waits: %+v", o.Waits)
 	}
+
+	// Its baseline: the same statements, two local commits, no coordinator.
+	_, rep = runBench(t, "--workload", "oltp-sql", "--txns", "100", "--threads", "2", "--oltp-rows", "1000")
+	l := rep.Results[0]
+	if l.Txns != 100 || l.CoordinatorCallsPerTxn != 0 || l.RMRoundtripsPerTxn["pg"] < 7 || l.RMRoundtripsPerTxn["pg"] > 8 || l.wait("rm commit").Count != 2*l.Txns {
+		t.Errorf("oltp-sql: %+v", l)
+	}
 }
 
 // The admin listener of a real `tandem serve`: /metrics parses with
