@@ -44,8 +44,30 @@ type Config struct {
 	CheckOnly bool
 	// NoCheck skips the end-of-run checks.
 	NoCheck bool
+	// Prefix is put before the table names (accounts, transfer_journal), so
+	// that several runs can share the databases.
+	Prefix string
+	// PGName and MariaName are the resource managers' names (default pg and
+	// maria). The checks count only prepared branches of these names.
+	PGName, MariaName string
 	// Log receives the in-process coordinator's log (default: discarded).
 	Log io.Writer
+}
+
+// names are the tables and resource managers of one run.
+type names struct {
+	accounts, journal, pg, maria string
+}
+
+func (c Config) names() names {
+	n := names{accounts: c.Prefix + "accounts", journal: c.Prefix + "transfer_journal", pg: c.PGName, maria: c.MariaName}
+	if n.pg == "" {
+		n.pg = "pg"
+	}
+	if n.maria == "" {
+		n.maria = "maria"
+	}
+	return n
 }
 
 // Report is what a run did and what it checked.
@@ -129,7 +151,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			return nil, err
 		}
 		rep.Workers, rep.CoordinatorAt = 0, "none (check only)"
-		return rep, check(ctx, pg, my, rep, &committedIDs)
+		return rep, check(ctx, cfg.names(), pg, my, rep, &committedIDs)
 	}
 	var acks *os.File
 	if cfg.AckFile != "" {
@@ -146,7 +168,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		}
 		srv, err := server.Start(config.Config{
 			Listen: "127.0.0.1:0", DataDir: cfg.DataDir,
-			RMs: map[string]config.RM{"pg": {Driver: "postgres", DSN: cfg.PGDSN}, "maria": {Driver: "mysql", DSN: cfg.MySQLDSN}},
+			RMs: map[string]config.RM{cfg.names().pg: {Driver: "postgres", DSN: cfg.PGDSN}, cfg.names().maria: {Driver: "mysql", DSN: cfg.MySQLDSN}},
 		}, server.Options{Logger: slog.New(slog.NewTextHandler(logw, nil))})
 		if err != nil {
 			return nil, fmt.Errorf("start the in-process coordinator: %w", err)
@@ -157,7 +179,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 	cli, err := client.New(client.Config{
 		Coordinator: cfg.Coordinator,
-		RMs:         []client.RM{{Name: "pg", Driver: "postgres"}, {Name: "maria", Driver: "mysql", MultiStatements: true}},
+		RMs:         []client.RM{{Name: cfg.names().pg, Driver: "postgres"}, {Name: cfg.names().maria, Driver: "mysql", MultiStatements: true}},
 	})
 	if err != nil {
 		return nil, err
@@ -198,7 +220,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		rep.Want = 0
 		return rep, nil
 	}
-	return rep, check(ctx, pg, my, rep, &committedIDs)
+	return rep, check(ctx, cfg.names(), pg, my, rep, &committedIDs)
 }
 
 func startProgress(w io.Writer, rep *Report, start time.Time) func() {
@@ -262,7 +284,7 @@ func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config,
 		// The run's end stops new transfers; one in flight gets its own deadline.
 		txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		tx := cli.Begin()
-		res, err := transfer(txCtx, tx, pc, mc, a, b, amount)
+		res, err := transfer(txCtx, cfg.names(), tx, pc, mc, a, b, amount)
 		cancel()
 		switch {
 		case err == nil:
@@ -336,34 +358,34 @@ func loadAcks(path string, ids *sync.Map) error {
 
 // transfer moves amount from PostgreSQL account a to MariaDB account b (or
 // back, for a negative amount) and journals it on both sides.
-func transfer(ctx context.Context, tx *client.Tx, pc, mc *sql.Conn, a, b int, amount int64) (client.Result, error) {
-	pb, err := tx.Branch(ctx, "pg", pc)
+func transfer(ctx context.Context, n names, tx *client.Tx, pc, mc *sql.Conn, a, b int, amount int64) (client.Result, error) {
+	pb, err := tx.Branch(ctx, n.pg, pc)
 	if err != nil {
 		return client.Result{}, err
 	}
-	mb, err := tx.Branch(ctx, "maria", mc)
+	mb, err := tx.Branch(ctx, n.maria, mc)
 	if err != nil {
 		return client.Result{}, err
 	}
 	g := tx.GTRID().String()
-	res, err := pb.ExecContext(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2 AND balance - $1 >= 0", amount, a)
+	res, err := pb.ExecContext(ctx, "UPDATE "+n.accounts+" SET balance = balance - $1 WHERE id = $2 AND balance - $1 >= 0", amount, a)
 	if err != nil {
 		return client.Result{}, err
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return client.Result{}, errInsufficient
 	}
-	res, err = mb.ExecContext(ctx, "UPDATE accounts SET balance = balance + ? WHERE id = ? AND balance + ? >= 0", amount, b, amount)
+	res, err = mb.ExecContext(ctx, "UPDATE "+n.accounts+" SET balance = balance + ? WHERE id = ? AND balance + ? >= 0", amount, b, amount)
 	if err != nil {
 		return client.Result{}, err
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return client.Result{}, errInsufficient
 	}
-	if _, err := pb.ExecContext(ctx, "INSERT INTO transfer_journal (gtrid, amount) VALUES ($1, $2)", g, amount); err != nil {
+	if _, err := pb.ExecContext(ctx, "INSERT INTO "+n.journal+" (gtrid, amount) VALUES ($1, $2)", g, amount); err != nil {
 		return client.Result{}, err
 	}
-	if _, err := mb.ExecContext(ctx, "INSERT INTO transfer_journal (gtrid, amount) VALUES (?, ?)", g, amount); err != nil {
+	if _, err := mb.ExecContext(ctx, "INSERT INTO "+n.journal+" (gtrid, amount) VALUES (?, ?)", g, amount); err != nil {
 		return client.Result{}, err
 	}
 	return tx.Commit(ctx)
@@ -378,21 +400,22 @@ func isConnErr(pc, mc *sql.Conn) bool {
 }
 
 func setup(ctx context.Context, pg, my *sql.DB, cfg Config) error {
+	n := cfg.names()
 	for _, s := range []string{
-		"DROP TABLE IF EXISTS accounts", "DROP TABLE IF EXISTS transfer_journal",
-		"CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))",
-		"CREATE TABLE transfer_journal (gtrid char(32) PRIMARY KEY, amount bigint NOT NULL)",
-		fmt.Sprintf("INSERT INTO accounts SELECT g, %d FROM generate_series(1, %d) g", cfg.InitialBalance, cfg.Accounts),
+		"DROP TABLE IF EXISTS " + n.accounts, "DROP TABLE IF EXISTS " + n.journal,
+		"CREATE TABLE " + n.accounts + " (id int PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))",
+		"CREATE TABLE " + n.journal + " (gtrid char(32) PRIMARY KEY, amount bigint NOT NULL)",
+		fmt.Sprintf("INSERT INTO %s SELECT g, %d FROM generate_series(1, %d) g", n.accounts, cfg.InitialBalance, cfg.Accounts),
 	} {
 		if _, err := pg.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("postgres setup %q: %w", s, err)
 		}
 	}
 	for _, s := range []string{
-		"DROP TABLE IF EXISTS accounts", "DROP TABLE IF EXISTS transfer_journal",
-		"CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, CHECK (balance >= 0)) ENGINE=InnoDB",
-		"CREATE TABLE transfer_journal (gtrid char(32) PRIMARY KEY, amount bigint NOT NULL) ENGINE=InnoDB",
-		fmt.Sprintf("INSERT INTO accounts (id, balance) SELECT seq, %d FROM seq_1_to_%d", cfg.InitialBalance, cfg.Accounts),
+		"DROP TABLE IF EXISTS " + n.accounts, "DROP TABLE IF EXISTS " + n.journal,
+		"CREATE TABLE " + n.accounts + " (id int PRIMARY KEY, balance bigint NOT NULL, CHECK (balance >= 0)) ENGINE=InnoDB",
+		"CREATE TABLE " + n.journal + " (gtrid char(32) PRIMARY KEY, amount bigint NOT NULL) ENGINE=InnoDB",
+		fmt.Sprintf("INSERT INTO %s (id, balance) SELECT seq, %d FROM seq_1_to_%d", n.accounts, cfg.InitialBalance, cfg.Accounts),
 	} {
 		if _, err := my.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("mariadb setup %q: %w", s, err)
@@ -401,12 +424,12 @@ func setup(ctx context.Context, pg, my *sql.DB, cfg Config) error {
 	return nil
 }
 
-func totalBalance(ctx context.Context, pg, my *sql.DB) (int64, error) {
+func totalBalance(ctx context.Context, n names, pg, my *sql.DB) (int64, error) {
 	var a, b int64
-	if err := pg.QueryRowContext(ctx, "SELECT COALESCE(SUM(balance), 0) FROM accounts").Scan(&a); err != nil {
+	if err := pg.QueryRowContext(ctx, "SELECT COALESCE(SUM(balance), 0) FROM "+n.accounts).Scan(&a); err != nil {
 		return 0, fmt.Errorf("postgres: sum of balances: %w", err)
 	}
-	if err := my.QueryRowContext(ctx, "SELECT COALESCE(SUM(balance), 0) FROM accounts").Scan(&b); err != nil {
+	if err := my.QueryRowContext(ctx, "SELECT COALESCE(SUM(balance), 0) FROM "+n.accounts).Scan(&b); err != nil {
 		return 0, fmt.Errorf("mariadb: sum of balances: %w", err)
 	}
 	return a + b, nil
@@ -414,10 +437,10 @@ func totalBalance(ctx context.Context, pg, my *sql.DB) (int64, error) {
 
 // check verifies the invariants after the run. Prepared branches left by
 // transfers whose outcome was still pending get a grace period to settle.
-func check(ctx context.Context, pg, my *sql.DB, rep *Report, acked *sync.Map) error {
+func check(ctx context.Context, nm names, pg, my *sql.DB, rep *Report, acked *sync.Map) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		n, err := danglingBranches(ctx, pg, my)
+		n, err := danglingBranches(ctx, nm, pg, my)
 		if err != nil {
 			return err
 		}
@@ -427,16 +450,16 @@ func check(ctx context.Context, pg, my *sql.DB, rep *Report, acked *sync.Map) er
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	total, err := totalBalance(ctx, pg, my)
+	total, err := totalBalance(ctx, nm, pg, my)
 	if err != nil {
 		return err
 	}
 	rep.Total = total
-	pgIDs, err := journal(ctx, pg)
+	pgIDs, err := journal(ctx, nm, pg)
 	if err != nil {
 		return fmt.Errorf("postgres journal: %w", err)
 	}
-	myIDs, err := journal(ctx, my)
+	myIDs, err := journal(ctx, nm, my)
 	if err != nil {
 		return fmt.Errorf("mariadb journal: %w", err)
 	}
@@ -478,9 +501,11 @@ func check(ctx context.Context, pg, my *sql.DB, rep *Report, acked *sync.Map) er
 	return nil
 }
 
-func danglingBranches(ctx context.Context, pg, my *sql.DB) (int, error) {
+// danglingBranches counts the prepared branches of this run's resource
+// managers (the bqual is the RM name) on both databases.
+func danglingBranches(ctx context.Context, nm names, pg, my *sql.DB) (int, error) {
 	var n int
-	if err := pg.QueryRowContext(ctx, "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%'").Scan(&n); err != nil {
+	if err := pg.QueryRowContext(ctx, "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%' AND gid LIKE $1", "%:"+nm.pg).Scan(&n); err != nil {
 		return 0, fmt.Errorf("postgres: pg_prepared_xacts: %w", err)
 	}
 	rows, err := my.QueryContext(ctx, "XA RECOVER")
@@ -495,15 +520,15 @@ func danglingBranches(ctx context.Context, pg, my *sql.DB) (int, error) {
 		if err := rows.Scan(&f, &gl, &bl, &data); err != nil {
 			return 0, err
 		}
-		if f == 0x54414E44 {
+		if f == 0x54414E44 && bl == len(nm.maria) && strings.HasSuffix(string(data), nm.maria) {
 			n++
 		}
 	}
 	return n, rows.Err()
 }
 
-func journal(ctx context.Context, db *sql.DB) (map[string]bool, error) {
-	rows, err := db.QueryContext(ctx, "SELECT gtrid FROM transfer_journal")
+func journal(ctx context.Context, n names, db *sql.DB) (map[string]bool, error) {
+	rows, err := db.QueryContext(ctx, "SELECT gtrid FROM "+n.journal)
 	if err != nil {
 		return nil, err
 	}

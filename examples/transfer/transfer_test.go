@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"testing"
@@ -19,6 +20,9 @@ func TestTransferKeepsInvariants(t *testing.T) {
 		t.Skip("TANDEM_PG_DSN / TANDEM_MYSQL_DSN not set")
 	}
 	cfg.Workers, cfg.Transfers, cfg.Accounts, cfg.DataDir = 4, 300, 50, t.TempDir()
+	// Own tables and RM names: another run on the same databases cannot interfere.
+	cfg.Prefix = fmt.Sprintf("t%d_", os.Getpid())
+	cfg.PGName, cfg.MariaName = fmt.Sprintf("pg%d", os.Getpid()), fmt.Sprintf("maria%d", os.Getpid())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, cfg, io.Discard)

@@ -163,7 +163,7 @@ func setup(t *testing.T) *harness {
 	h.coordAddr = l.Addr().String()
 	l.Close()
 	// Fresh accounts.
-	out, err := exec.Command(h.trans, "--pg", pg, "--mysql", my, "--reset", "--check-only", "--accounts", "200").CombinedOutput()
+	out, err := exec.Command(h.trans, "--pg", pg, "--mysql", my, "--reset", "--check-only", "--accounts", "200", "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria").CombinedOutput()
 	if err != nil {
 		t.Fatalf("reset: %v\n%s", err, out)
 	}
@@ -175,8 +175,8 @@ func setup(t *testing.T) *harness {
 func (h *harness) startCoordinator() {
 	args := []string{"serve", "--listen", h.coordAddr, "--data-dir", filepath.Join(h.dir, "coord"),
 		"--orphan-timeout", "2s", "--scan-interval", "500ms", "--log-level", "warn",
-		"--rm", "pg=postgres:" + strings.Replace(h.pgDSN, "127.0.0.1:55432", h.pgProxy.Addr(), 1),
-		"--rm", "maria=mysql:" + strings.Replace(h.myDSN, "127.0.0.1:53306", h.myProxy.Addr(), 1)}
+		"--rm", "chaos_pg=postgres:" + strings.Replace(h.pgDSN, "127.0.0.1:55432", h.pgProxy.Addr(), 1),
+		"--rm", "chaos_maria=mysql:" + strings.Replace(h.myDSN, "127.0.0.1:53306", h.myProxy.Addr(), 1)}
 	cmd := exec.Command(h.bin, args...)
 	cmd.Env = os.Environ()
 	if !h.calm.Load() && h.intn(2) == 0 {
@@ -269,7 +269,7 @@ func (h *harness) round(n, clients int, d time.Duration) {
 	var startClient func()
 	startClient = func() {
 		cmd := exec.Command(h.trans, "--pg", h.pgDSN, "--mysql", h.myDSN, "--coordinator", h.coordAddr, "--reset=false", "--no-check",
-			"--accounts", "200", "--workers", "4", "--duration", d.String(), "--acked", h.acks)
+			"--accounts", "200", "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria", "--workers", "4", "--duration", d.String(), "--acked", h.acks)
 		cmd.Env = os.Environ()
 		withFailpoint := h.intn(3) == 0
 		fp := clientFailpoints[h.intn(len(clientFailpoints))]
@@ -386,7 +386,7 @@ func (h *harness) settleAndCheck() (settle time.Duration, dangling, violations i
 		time.Sleep(100 * time.Millisecond)
 	}
 	settle = time.Since(start)
-	b, err := exec.Command(h.trans, "--pg", h.pgDSN, "--mysql", h.myDSN, "--reset=false", "--check-only", "--accounts", "200", "--acked", h.acks).CombinedOutput()
+	b, err := exec.Command(h.trans, "--pg", h.pgDSN, "--mysql", h.myDSN, "--reset=false", "--check-only", "--accounts", "200", "--acked", h.acks, "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria").CombinedOutput()
 	out = string(b)
 	violations = strings.Count(out, "VIOLATION")
 	if err != nil && violations == 0 {
@@ -407,7 +407,8 @@ func preparedCount(pgDSN, myDSN string) (int, error) {
 	}
 	defer my.Close()
 	var n int
-	if err := pg.QueryRow("SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%'").Scan(&n); err != nil {
+	// Only this run's branches: their bqual is the chaos RM's name.
+	if err := pg.QueryRow("SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%:chaos_pg'").Scan(&n); err != nil {
 		return 0, err
 	}
 	rows, err := my.Query("XA RECOVER")
@@ -422,7 +423,7 @@ func preparedCount(pgDSN, myDSN string) (int, error) {
 		if err := rows.Scan(&f, &a, &b, &d); err != nil {
 			return 0, err
 		}
-		if f == 0x54414E44 {
+		if f == 0x54414E44 && strings.HasSuffix(string(d), "chaos_maria") {
 			n++
 		}
 	}
