@@ -64,6 +64,7 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Txns, "txns", 0, "run this many transactions per workload instead of --duration")
 	fs.DurationVar(&cfg.Slice, "slice", 0, "length of one interleaved slice (default 1s, or a quarter of --duration if shorter)")
 	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured transactions per thread and workload before the run")
+	fs.DurationVar(&cfg.TxnTimeout, "txn-timeout", cfg.TxnTimeout, "a transaction taking longer (a coordinator or database gone) counts as an error, so the run ends")
 	fs.StringVar(&cfg.Coordinator, "coordinator", "", "an external coordinator's gRPC address (default: start one in this process)")
 	fs.StringVar(&cfg.Admin, "admin", "", "with --coordinator: its admin address, to report its waits; without: serve /waits and /metrics here during the run")
 	fs.StringVar(&cfg.Dir, "dir", ".", "directory under which the in-process coordinator's decision log is made (and removed): put it on the disk to measure")

@@ -55,6 +55,10 @@ type DBConfig struct {
 	Slice time.Duration
 	// Warmup transactions per thread and workload before measuring.
 	Warmup int
+	// TxnTimeout bounds one transaction (default 30s): one that takes longer
+	// (a coordinator or database gone) counts as an error, so that a run
+	// always ends.
+	TxnTimeout time.Duration
 	// AuthToken is the external coordinator's shared token, if it requires one.
 	AuthToken string
 	// Coordinator is an external coordinator's gRPC address; "" starts one
@@ -111,7 +115,7 @@ var Workloads = []struct{ Name, Summary string }{
 
 // DefaultDBConfig returns the defaults of `tandem bench`.
 func DefaultDBConfig() DBConfig {
-	return DBConfig{Threads: 2, Duration: 10 * time.Second, Warmup: 5, OLTPRows: 10000}
+	return DBConfig{Threads: 2, Duration: 10 * time.Second, Warmup: 5, OLTPRows: 10000, TxnTimeout: 30 * time.Second}
 }
 
 func (c *DBConfig) validate() error {
@@ -145,6 +149,9 @@ func (c *DBConfig) validate() error {
 	}
 	if c.OneRM == "" {
 		c.OneRM = c.RMs[0].Name
+	}
+	if c.TxnTimeout <= 0 {
+		c.TxnTimeout = 30 * time.Second
 	}
 	if c.OneRM != c.RMs[0].Name && c.OneRM != c.RMs[1].Name {
 		return fmt.Errorf("--one %q is not one of the two resource managers", c.OneRM)
@@ -662,7 +669,9 @@ func (e *env) slice(ctx context.Context, st *wlState, stopAt time.Time, budget *
 				tr.Reset("")
 				w.trips, w.calls, w.reg = [2]int{}, 0, st.reg
 				t0 := time.Now()
-				err := st.run(ctx, w, st, tr, keep)
+				tctx, cancel := context.WithTimeout(ctx, e.cfg.TxnTimeout)
+				err := st.run(tctx, w, st, tr, keep)
+				cancel()
 				t1 := time.Now()
 				tr.Finish()
 				if err != nil {
