@@ -254,12 +254,23 @@ func openEnv(ctx context.Context, cfg *DBConfig) (_ *env, err error) {
 
 func (e *env) close() {
 	for _, w := range e.workers {
-		w.close()
+		w.close() // also lets go of any MariaDB branch a failed transaction left prepared
 	}
+	keepLog := false
 	if e.srv != nil {
+		// Its decision log may be deleted only once every decision's phase 2
+		// is done: a COMMIT still owed to a branch must not be forgotten.
+		deadline := time.Now().Add(30 * time.Second)
+		for e.srv.Coord.Phase2Backlog() > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		keepLog = e.srv.Coord.Phase2Backlog() > 0
 		_ = e.srv.Stop(5 * time.Second)
 	}
-	if e.logDir != "" {
+	if e.logDir != "" && keepLog {
+		fmt.Fprintf(os.Stderr, "bench: the in-process coordinator still owed phase 2 to some branches after 30s; its decision log is kept in %s: "+
+			"run `tandem serve --data-dir %s/data` with the same --rm flags to finish them\n", e.logDir, e.logDir)
+	} else if e.logDir != "" {
 		_ = os.RemoveAll(e.logDir)
 	}
 	for _, r := range e.rms {
