@@ -123,6 +123,7 @@ func (c *Coordinator) settleBranch(t *txn, b *branchProgress, recovered bool) {
 	waitForClient := b.clientSettles && !recovered
 	c.mu.Unlock()
 	backoff := phase2FirstBackoff
+	var scanSince time.Time // the oldest recover scan that can confirm this branch
 	if waitForClient {
 		backoff = clientSettleFirstCheck
 	}
@@ -155,7 +156,14 @@ func (c *Coordinator) settleBranch(t *txn, b *branchProgress, recovered bool) {
 		}
 		heldElsewhere := false
 		if errors.Is(err, rm.ErrBranchNotFound) && bound {
-			prepared, perr := conn.IsPrepared(ctx, id, time.Now())
+			if scanSince.IsZero() {
+				scanSince = t.decidedAt
+			}
+			// Any scan that started after the decision will do: a branch once
+			// gone never comes back (its XID is never prepared again), so
+			// "absent" is final; "present" is retried with a later scan. This
+			// lets every branch decided before a scan share it.
+			prepared, perr := conn.IsPrepared(ctx, id, scanSince)
 			switch {
 			case perr != nil:
 				err = perr
@@ -167,6 +175,9 @@ func (c *Coordinator) settleBranch(t *txn, b *branchProgress, recovered bool) {
 		c.mu.Lock()
 		if called {
 			b.attempts++
+		}
+		if heldElsewhere {
+			scanSince = time.Now() // seen present: the next check needs a newer scan
 		}
 		switch {
 		case heldElsewhere:
