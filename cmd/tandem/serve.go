@@ -30,7 +30,13 @@ resource manager is scanned for prepared branches in Tandem's format.
 SIGINT or SIGTERM stops it cleanly; unfinished phase 2 resumes at the next start.
 
 The admin listener (--admin, plain HTTP: keep it on loopback) serves /waits
-(wait events as JSON, read by "tandem waits") and /metrics (Prometheus).`,
+(wait events as JSON, read by "tandem waits"), /metrics (Prometheus) and
+/standby (the standby state as JSON).
+
+A standby pair:
+  tandem serve --data-dir /a --standby-listen 127.0.0.1:7072 --protection max-protection --rm ...
+  tandem serve --data-dir /b --listen 127.0.0.1:7080 --admin 127.0.0.1:7081 --standby-of 127.0.0.1:7072 --rm ...
+Failover: stop the standby, "tandem promote --data-dir /b", start it as a primary.`,
 		run: runServe,
 	})
 }
@@ -58,6 +64,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	logSize := fs.String("log-size", "", "decision log size, e.g. 64MiB: circular, in 8 segments; past 80% new commits are throttled, past 90% refused (default 64MiB)")
 	tokenFile := fs.String("auth-token-file", "", "file holding a shared token every API call must carry (required to listen on anything but loopback)")
 	insecure := fs.Bool("insecure-no-auth", false, "allow an API without authentication on a non-loopback address (only on a network you trust)")
+	standbyListen := fs.String("standby-listen", "", "primary: address standbys connect to (e.g. 0.0.0.0:7072); the decision log is shipped to the standby that connects (plain TCP: a trusted network only)")
+	standbyOf := fs.String("standby-of", "", "run a standby of the primary whose --standby-listen is ADDR: copy its decision log into --data-dir, decide nothing (Commit is refused, naming the primary); \"tandem promote\" makes it a primary")
+	transport := fs.String("transport", "", "with --standby-listen: sync (a decision is acknowledged once the standby has it on disk; one round trip per group commit) or async (the stream runs behind, never delays a commit) (default: from --protection)")
+	protection := fs.String("protection", "", "with --standby-listen: max-performance (async), max-availability (sync; after --net-timeout without the standby, carry on unprotected, loudly) or max-protection (sync; stall rather than acknowledge a decision the standby lacks) (default max-performance, or max-availability with --transport sync)")
+	netTimeout := fs.Duration("net-timeout", 10*time.Second, "standby: how long max-availability waits for the standby before going on unprotected; deadline of the handshake and of each write")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -125,11 +136,21 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	s, err := server.Start(cfg, server.Options{Logger: logger, Admin: *admin, AdminBestEffort: !adminSet, AuthToken: token, InsecureNoAuth: *insecure})
+	so := server.StandbyOptions{Listen: *standbyListen, Of: *standbyOf, Transport: *transport, Protection: *protection, NetTimeout: *netTimeout}
+	s, err := server.Start(cfg, server.Options{Logger: logger, Admin: *admin, AdminBestEffort: !adminSet, AuthToken: token, InsecureNoAuth: *insecure, Standby: so})
 	if err != nil {
 		return err
 	}
 	cfg.SetDefaults()
+	if st, ok := s.StandbyStatus(); ok {
+		if st.Role == "standby" {
+			logger.Info("tandem standby serving: copying the primary's decision log, deciding nothing", "listen", s.Addr(), "admin", s.AdminAddr(),
+				"primary", *standbyOf, "data_dir", cfg.DataDir, "pid", os.Getpid())
+		} else {
+			logger.Info("shipping the decision log to a standby", "standby_listen", *standbyListen, "transport", st.Transport,
+				"protection", st.Protection, "net_timeout", *netTimeout, "cluster", st.Cluster, "epoch", st.Epoch)
+		}
+	}
 	logger.Info("tandem coordinator serving", "listen", s.Addr(), "admin", s.AdminAddr(), "data_dir", cfg.DataDir, "rms", cfg.RMNames(), "pid", os.Getpid(),
 		"durability", cfg.Durability, "write", cfg.Write, "batch_window", cfg.LogBatchWindow(), "visibility", cfg.Visibility, "log_size", cfg.LogSize.String())
 

@@ -290,6 +290,9 @@ func (c *Coordinator) checkpoint(closing bool) (bool, error) {
 	if err := c.log.Release(bound); err != nil {
 		return false, fmt.Errorf("coord: checkpoint: %w", err)
 	}
+	if c.opts.LogHook != nil {
+		c.opts.LogHook.Released(bound)
+	}
 	if err := failpoint.Inject("checkpoint-after-release"); err != nil {
 		return true, err
 	}

@@ -66,6 +66,12 @@ type Options struct {
 	NoSync bool
 	Logger *slog.Logger
 
+	// LogHook, when set, sees the decision log's records: those replayed
+	// at Open, those written since (wal.Options.OnWrite: it may block the
+	// writer, as the standby's sync transport does) and the releases of
+	// old segments. The standby shipper (internal/standby) is one.
+	LogHook LogHook
+
 	// settle, if set, replaces the resource managers' COMMIT PREPARED and
 	// ROLLBACK PREPARED in phase 2: a test seam, so that unit tests without
 	// databases can make phase 2 fail (an unreachable RM) or succeed.
@@ -73,6 +79,13 @@ type Options struct {
 	// checkpointEvery is how often the checkpointer looks at the log's use
 	// (default 1s): tests shorten it.
 	checkpointEvery time.Duration
+}
+
+// LogHook sees the decision log's records (Options.LogHook).
+type LogHook interface {
+	Replayed(pos wal.Position, typ wal.Type, payload []byte) // payload valid during the call
+	Written(recs []wal.Written, synced bool)                 // see wal.Options.OnWrite
+	Released(before uint64)                                  // segments below before were released
 }
 
 // DefaultLogSize is the decision log size when Options.LogSize is 0.
@@ -171,10 +184,17 @@ func Open(opts Options) (*Coordinator, error) {
 	}
 	start := time.Now()
 	var replayed int
-	l, err := wal.Open(wal.Options{Dir: filepath.Join(opts.Dir, "log"), SegmentSize: opts.SegmentSize, MaxSize: opts.LogSize,
-		NoSync: opts.NoSync, BatchWindow: opts.BatchWindow},
+	wopts := wal.Options{Dir: filepath.Join(opts.Dir, "log"), SegmentSize: opts.SegmentSize, MaxSize: opts.LogSize,
+		NoSync: opts.NoSync, BatchWindow: opts.BatchWindow}
+	if opts.LogHook != nil {
+		wopts.OnWrite = opts.LogHook.Written
+	}
+	l, err := wal.Open(wopts,
 		func(pos wal.Position, typ wal.Type, payload []byte) error {
 			replayed++
+			if opts.LogHook != nil {
+				opts.LogHook.Replayed(pos, typ, payload)
+			}
 			if err := c.apply(pos, typ, payload); err != nil {
 				return fmt.Errorf("record at segment %d offset %d: %w", pos.Segment, pos.Offset, err)
 			}
@@ -267,6 +287,8 @@ func (c *Coordinator) apply(pos wal.Position, typ wal.Type, payload []byte) erro
 			t.markEnded(cr.endedAt)
 		}
 		c.txns[cr.gtrid] = t
+	case RecStandbyMark:
+		// Where a standby's copy of the log had got to: nothing to apply.
 	case recEnd:
 		g, err := decodeEnd(payload)
 		if err != nil {

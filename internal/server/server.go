@@ -18,6 +18,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/service"
+	"github.com/tandem-tx/tandem/internal/standby"
 )
 
 // Server is a running coordinator and its gRPC listener.
@@ -30,6 +31,9 @@ type Server struct {
 	admin      *http.Server // nil without Options.Admin
 	adminLis   net.Listener
 	unregister func()
+
+	shipper  *standby.Shipper  // a primary with --standby-listen
+	receiver *standby.Receiver // a standby (--standby-of): Coord is nil
 }
 
 // Options beyond the configuration file.
@@ -50,6 +54,8 @@ type Options struct {
 	AuthToken string
 	// InsecureNoAuth allows an unauthenticated API on a non-loopback address.
 	InsecureNoAuth bool
+	// Standby: the decision-log transport; zero for none.
+	Standby StandbyOptions
 }
 
 // Start opens the coordinator (replaying its log) and serves its API.
@@ -70,13 +76,49 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
 	}
 
-	c, err := coord.Open(coord.Options{
+	so := o.Standby
+	if so.Of != "" && so.Listen != "" {
+		_ = lis.Close()
+		return nil, errors.New("server: --standby-of (run a standby) and --standby-listen (a primary serving standbys) exclude each other; a standby serves no cascaded standby yet")
+	}
+	if so.Listen == "" && (so.Transport != "" || so.Protection != "") && so.Of == "" {
+		_ = lis.Close()
+		return nil, errors.New("server: --transport and --protection need --standby-listen (the address standbys connect to)")
+	}
+	if so.Of != "" {
+		s, err := startStandby(cfg, o, lis)
+		if err != nil {
+			_ = lis.Close()
+		}
+		return s, err
+	}
+	copts := coord.Options{
 		Dir: cfg.DataDir, RMs: rms, OrphanTimeout: cfg.OrphanTimeout, ScanInterval: cfg.ScanInterval,
 		Phase2Wait: cfg.Phase2Wait, MaxTxnAge: cfg.MaxTxnAge, NoSync: o.NoSync, Logger: o.Logger,
 		NoWait: cfg.Durability == "nowait", BatchWindow: cfg.LogBatchWindow(), LogSize: int64(cfg.LogSize),
-	})
+	}
+	var sh *standby.Shipper
+	if so.Listen != "" {
+		tr, prot, err := standby.ParseMode(so.Transport, so.Protection)
+		if err == nil {
+			var id standby.Identity
+			if id, err = standby.PrimaryIdentity(cfg.DataDir); err == nil {
+				sh, err = standby.NewShipper(standby.ShipperConfig{Listen: so.Listen, Transport: tr, Protection: prot,
+					NetTimeout: so.NetTimeout, Identity: id, MaxRetained: int64(cfg.LogSize), Logger: o.Logger})
+			}
+		}
+		if err != nil {
+			_ = lis.Close()
+			return nil, err
+		}
+		copts.LogHook = sh
+	}
+	c, err := coord.Open(copts)
 	if err != nil {
 		_ = lis.Close()
+		if sh != nil {
+			_ = sh.Close()
+		}
 		return nil, err
 	}
 	var adminLis net.Listener
@@ -84,6 +126,9 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		if adminLis, err = net.Listen("tcp", o.Admin); err != nil {
 			if !o.AdminBestEffort {
 				_ = lis.Close()
+				if sh != nil {
+					_ = sh.Close()
+				}
 				_ = c.Close()
 				return nil, fmt.Errorf("server: admin listener on %s: %w (choose another address, or none)", o.Admin, err)
 			}
@@ -98,12 +143,26 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		sopts = append(sopts, grpc.UnaryInterceptor(tokenInterceptor(o.AuthToken)), grpc.StreamInterceptor(streamTokenInterceptor(o.AuthToken)))
 	}
 	g := grpc.NewServer(sopts...)
-	api.RegisterCoordinatorServer(g, service.New(c, service.Defaults{AsyncVisibility: cfg.Visibility == "async"}))
-	s := &Server{Coord: c, grpc: g, lis: lis, done: make(chan error, 1)}
-	s.unregister = s.registerGauges()
-	go func() { s.done <- g.Serve(lis) }()
+	s := &Server{Coord: c, grpc: g, lis: lis, done: make(chan error, 1), shipper: sh}
+	d := service.Defaults{AsyncVisibility: cfg.Visibility == "async"}
+	if sh != nil {
+		d.HealthNote = func() string { return describe(sh.Status()) }
+	}
+	api.RegisterCoordinatorServer(g, service.New(c, d))
+	gauges, standbyGauges := s.registerGauges(), s.registerStandbyGauges()
+	s.unregister = func() { gauges(); standbyGauges() }
+	s.serve(adminLis, o)
+	return s, nil
+}
+
+// serve starts the gRPC server and the admin listener.
+func (s *Server) serve(adminLis net.Listener, o Options) {
+	go func() { s.done <- s.grpc.Serve(s.lis) }()
 	if adminLis != nil {
-		s.admin = &http.Server{Handler: AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		mux := http.NewServeMux()
+		mux.Handle("/", AdminHandler())
+		s.standbyHandler(mux)
+		s.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		s.adminLis = adminLis
 		go func() {
 			if err := s.admin.Serve(adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) && o.Logger != nil {
@@ -111,7 +170,6 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 			}
 		}()
 	}
-	return s, nil
 }
 
 // AdminAddr is the admin listener's address, "" without one.
@@ -147,5 +205,43 @@ func (s *Server) Stop(grace time.Duration) error {
 		cancel()
 	}
 	s.unregister()
+	if s.receiver != nil {
+		return s.receiver.Close()
+	}
+	if s.shipper != nil {
+		// Before the coordinator: its last checkpoint must not wait for a
+		// standby (the records it carries are already shipped).
+		_ = s.shipper.Close()
+	}
 	return s.Coord.Close()
+}
+
+// startStandby runs a standby: the receiver and an API that refuses to
+// decide.
+func startStandby(cfg config.Config, o Options, lis net.Listener) (*Server, error) {
+	r, err := standby.OpenReceiver(standby.ReceiverConfig{Primary: o.Standby.Of, Dir: cfg.DataDir,
+		SegmentSize: coord.SegmentSizeFor(int64(cfg.LogSize)), NoSync: o.NoSync, NetTimeout: o.Standby.NetTimeout, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	var adminLis net.Listener
+	if o.Admin != "" {
+		if adminLis, err = net.Listen("tcp", o.Admin); err != nil {
+			if !o.AdminBestEffort {
+				_ = r.Close()
+				return nil, fmt.Errorf("server: admin listener on %s: %w (choose another address, or none)", o.Admin, err)
+			}
+			adminLis = nil
+		}
+	}
+	sopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20)}
+	if o.AuthToken != "" {
+		sopts = append(sopts, grpc.UnaryInterceptor(tokenInterceptor(o.AuthToken)), grpc.StreamInterceptor(streamTokenInterceptor(o.AuthToken)))
+	}
+	g := grpc.NewServer(sopts...)
+	api.RegisterCoordinatorServer(g, &standbyService{r: r})
+	s := &Server{grpc: g, lis: lis, done: make(chan error, 1), receiver: r}
+	s.unregister = s.registerStandbyGauges()
+	s.serve(adminLis, o)
+	return s, nil
 }

@@ -42,6 +42,9 @@ type Service struct {
 type Defaults struct {
 	// AsyncVisibility: reply right after the decision, not after phase 2.
 	AsyncVisibility bool
+	// HealthNote, if set, adds a line to Health's message (the standby
+	// state: role, epoch, protection, lag).
+	HealthNote func() string
 }
 
 // New returns the gRPC face of c.
@@ -160,6 +163,12 @@ func (s *Service) Health(ctx context.Context, _ *api.HealthRequest) (*api.Health
 	}
 	if !serving {
 		resp.Message = "the decision log failed a write: restart the coordinator to replay it"
+	}
+	if s.d.HealthNote != nil {
+		if resp.Message != "" {
+			resp.Message += "\n"
+		}
+		resp.Message += s.d.HealthNote()
 	}
 	return resp, nil
 }

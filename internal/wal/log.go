@@ -60,6 +60,26 @@ type Options struct {
 	// OpenFile opens segment files; nil means os.OpenFile with fdatasync
 	// as File.Sync. Tests use it to inject faults.
 	OpenFile func(name string, flag int, perm os.FileMode) (File, error)
+
+	// OnWrite, when set, is called by whoever writes a batch (the writer
+	// goroutine, or an Append writing directly), holding the write lock,
+	// after the batch's records are written (and fdatasynced when synced
+	// is true) and before any of its Appends returns: records in log order,
+	// each with its Position. synced means every record written so far,
+	// in this batch and before, is durable. A batch of AppendNoWait
+	// records only is passed with synced false. The payloads are valid only
+	// during the call. A standby shipper uses it: it may block (the
+	// standby's acknowledgement under the sync transport), which delays
+	// every Append of the batch and lets the next batch grow meanwhile. Nil
+	// (the default) costs nothing.
+	OnWrite func(recs []Written, synced bool)
+}
+
+// Written is one record passed to Options.OnWrite.
+type Written struct {
+	Pos     Position
+	Type    Type
+	Payload []byte
 }
 
 // Position is where a record starts: its segment's sequence number and its
@@ -118,6 +138,7 @@ type Log struct {
 	recycled bool
 	buf      []byte
 	batch    []*request
+	written  []Written // reused for Options.OnWrite
 	// batchLimit is the record bytes at which the writer stops adding
 	// requests to a batch: BatchMaxBytes in batch mode, else maxBatchBytes.
 	batchLimit int64

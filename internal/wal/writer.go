@@ -240,8 +240,22 @@ func (l *Log) flush(buf []byte, reqs []*request) bool {
 			return false
 		}
 	}
-	if slices.ContainsFunc(reqs, (*request).durable) && !l.sync(reqs) {
+	synced := slices.ContainsFunc(reqs, (*request).durable)
+	if synced && !l.sync(reqs) {
 		return false
+	}
+	if l.opts.OnWrite != nil {
+		w := l.written[:0]
+		for _, r := range reqs {
+			if r.isRecord() {
+				w = append(w, Written{Pos: r.pos, Type: r.typ, Payload: r.payload})
+			}
+		}
+		if len(w) > 0 || synced {
+			l.opts.OnWrite(w, synced)
+		}
+		clear(w)
+		l.written = w[:0]
 	}
 	if len(buf) > 0 {
 		l.off += int64(len(buf))

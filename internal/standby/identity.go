@@ -1,0 +1,123 @@
+package standby
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// IdentityFile is the file in a data directory that names the cluster and
+// the epoch the coordinator there belongs to.
+const IdentityFile = "cluster"
+
+// Identity is a data directory's cluster and epoch. The epoch grows by one
+// at every promotion: a primary with an older epoch has been superseded.
+type Identity struct {
+	Cluster ClusterID
+	Epoch   uint64
+}
+
+// LoadIdentity reads dir's identity; ok is false when it has none yet.
+func LoadIdentity(dir string) (id Identity, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, IdentityFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return id, false, nil
+	}
+	if err != nil {
+		return id, false, fmt.Errorf("standby: read the cluster identity: %w", err)
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("standby: %s: %s", filepath.Join(dir, IdentityFile), why)
+	}
+	var haveID, haveEpoch bool
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
+		switch k {
+		case "cluster":
+			raw, err := hex.DecodeString(v)
+			if err != nil || len(raw) != 16 {
+				return id, false, bad("cluster is not 32 hexadecimal digits")
+			}
+			copy(id.Cluster[:], raw)
+			haveID = true
+		case "epoch":
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || n == 0 {
+				return id, false, bad("epoch is not a positive number")
+			}
+			id.Epoch, haveEpoch = n, true
+		}
+	}
+	if !haveID || !haveEpoch {
+		return id, false, bad("cluster or epoch missing")
+	}
+	return id, true, nil
+}
+
+// SaveIdentity writes dir's identity durably (a temporary file, fsync,
+// rename, directory fsync).
+func SaveIdentity(dir string, id Identity) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, IdentityFile+".tmp")
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("standby: write the cluster identity: %w", err)
+	}
+	_, err = fmt.Fprintf(f, "cluster %s\nepoch %d\n", id.Cluster, id.Epoch)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, IdentityFile))
+	}
+	if err == nil {
+		var d *os.File
+		if d, err = os.Open(dir); err == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("standby: write the cluster identity: %w", err)
+	}
+	return nil
+}
+
+// PrimaryIdentity returns dir's identity, making a new cluster at epoch 1
+// if it has none.
+func PrimaryIdentity(dir string) (Identity, error) {
+	id, ok, err := LoadIdentity(dir)
+	if err != nil || ok {
+		return id, err
+	}
+	if _, err := rand.Read(id.Cluster[:]); err != nil {
+		return id, err
+	}
+	id.Epoch = 1
+	return id, SaveIdentity(dir, id)
+}
+
+// Promote bumps dir's epoch by one: the standby there becomes the primary
+// of a new epoch, and a primary of an older one is fenced. It returns the
+// new identity.
+func Promote(dir string) (Identity, error) {
+	id, ok, err := LoadIdentity(dir)
+	if err != nil {
+		return id, err
+	}
+	if !ok {
+		return id, fmt.Errorf("standby: %s has no cluster identity: it never received a primary's log, there is nothing to promote", dir)
+	}
+	id.Epoch++
+	return id, SaveIdentity(dir, id)
+}

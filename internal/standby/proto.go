@@ -1,0 +1,274 @@
+// Package standby ships the coordinator's decision log to a standby
+// coordinator and writes it there: the primary's Shipper and the standby's
+// Receiver, over a small framed TCP protocol.
+//
+// # What is shipped
+//
+// Records, not segment bytes. The Shipper sees every record the primary's
+// log writes (wal.Options.OnWrite, through coord.Options.LogHook) with its
+// Position in the primary's log, and every record replayed at start. The
+// Receiver appends the same records, in the same order, to the standby's
+// own decision log with wal (AppendNoWait for each, then one Append of a
+// MARK record carrying the primary's position and epoch: one fdatasync
+// per shipped batch), and acknowledges that position. So the standby's log
+// is an ordinary Tandem decision log (checksummed, segmented, replayed by
+// the same code) and a promoted standby opens it like any coordinator:
+// replay, phase 2 of every unfinished COMMIT, the in-doubt scan. Copying
+// segment bytes instead would tie the standby's segment layout to the
+// primary's (size, recycling, the CRC seeded by segment number) and need a
+// raw-write path through wal; records need nothing new in wal but a hook.
+//
+// Positions are the primary's: the standby's position is the Position of
+// the last primary record it has on disk (the zero Position: none). A
+// primary restarted after a crash never reuses a position the standby has,
+// because only records that are durable on the primary are shipped.
+//
+// # Protocol
+//
+// Every frame: kind u8 | length u32 LE | CRC-32C u32 LE (of kind, length and
+// payload) | payload. The standby connects to the primary's
+// --standby-listen address and sends HELLO; the primary answers WELCOME or
+// REFUSE, then sends RECORDS frames; the standby answers each with ACK.
+//
+//	HELLO    version u8 | cluster [16] | epoch u64 | segment u64 | offset u64
+//	WELCOME  version u8 | cluster [16] | epoch u64
+//	RECORDS  n u32 | n × (segment u64 | offset u64 | type u8 | length u32 | payload)
+//	ACK      segment u64 | offset u64
+//	REFUSE   message (UTF-8)
+//
+// A frame with a bad checksum, an unknown kind, a length past MaxFrame, a
+// truncated frame, a stream from another cluster or an older epoch, or
+// records out of order: the connection is closed with an error that says
+// which, and nothing of that frame is written.
+package standby
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/wal"
+)
+
+// Version is the protocol version.
+const Version = 1
+
+// MaxFrame bounds a frame's payload.
+const MaxFrame = 64 << 20
+
+// Frame kinds.
+const (
+	kindHello   = 1
+	kindWelcome = 2
+	kindRecords = 3
+	kindAck     = 4
+	kindRefuse  = 5
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrProtocol is wrapped by every error about bytes a peer sent.
+var ErrProtocol = errors.New("standby: protocol error")
+
+// ErrRefused is wrapped by errors the peer sent in a REFUSE frame.
+var ErrRefused = errors.New("standby: refused by the peer")
+
+func writeFrame(w *bufio.Writer, kind byte, payload []byte) error {
+	var h [9]byte
+	h[0] = kind
+	binary.LittleEndian.PutUint32(h[1:5], uint32(len(payload)))
+	crc := crc32.Update(0, castagnoli, h[:5])
+	crc = crc32.Update(crc, castagnoli, payload)
+	binary.LittleEndian.PutUint32(h[5:9], crc)
+	if _, err := w.Write(h[:]); err != nil {
+		return err
+	}
+	if _, err := w.Write(payload); err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
+// readFrame reads one frame. buf is reused when large enough.
+func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
+	var h [9]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, nil, fmt.Errorf("%w: truncated frame header", ErrProtocol)
+		}
+		return 0, nil, err
+	}
+	kind := h[0]
+	if kind < kindHello || kind > kindRefuse {
+		return 0, nil, fmt.Errorf("%w: unknown frame kind %d (not a Tandem standby stream?)", ErrProtocol, kind)
+	}
+	n := binary.LittleEndian.Uint32(h[1:5])
+	if n > MaxFrame {
+		return 0, nil, fmt.Errorf("%w: frame of %d bytes is larger than the limit %d", ErrProtocol, n, MaxFrame)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return 0, nil, fmt.Errorf("%w: truncated frame: %d-byte payload of a kind %d frame cut short: %v", ErrProtocol, n, kind, err)
+	}
+	crc := crc32.Update(0, castagnoli, h[:5])
+	crc = crc32.Update(crc, castagnoli, buf)
+	if crc != binary.LittleEndian.Uint32(h[5:9]) {
+		return 0, nil, fmt.Errorf("%w: checksum mismatch in a kind %d frame of %d bytes", ErrProtocol, kind, n)
+	}
+	if kind == kindRefuse {
+		return 0, nil, fmt.Errorf("%w: %s", ErrRefused, buf)
+	}
+	return kind, buf, nil
+}
+
+// ClusterID names a primary/standby pair; a standby takes it from the first
+// primary it copies.
+type ClusterID [16]byte
+
+func (c ClusterID) String() string { return fmt.Sprintf("%x", c[:]) }
+
+// IsZero reports whether c is unset.
+func (c ClusterID) IsZero() bool { return c == ClusterID{} }
+
+type hello struct {
+	cluster ClusterID
+	epoch   uint64
+	pos     wal.Position
+}
+
+func (h hello) encode() []byte {
+	b := []byte{Version}
+	b = append(b, h.cluster[:]...)
+	b = binary.LittleEndian.AppendUint64(b, h.epoch)
+	b = binary.LittleEndian.AppendUint64(b, h.pos.Segment)
+	return binary.LittleEndian.AppendUint64(b, uint64(h.pos.Offset))
+}
+
+func decodeHello(b []byte) (hello, error) {
+	var h hello
+	if len(b) != 1+16+24 {
+		return h, fmt.Errorf("%w: HELLO of %d bytes, want 41", ErrProtocol, len(b))
+	}
+	if b[0] != Version {
+		return h, fmt.Errorf("%w: protocol version %d, this build speaks %d", ErrProtocol, b[0], Version)
+	}
+	copy(h.cluster[:], b[1:17])
+	h.epoch = binary.LittleEndian.Uint64(b[17:])
+	h.pos.Segment = binary.LittleEndian.Uint64(b[25:])
+	h.pos.Offset = int64(binary.LittleEndian.Uint64(b[33:]))
+	return h, nil
+}
+
+type welcome struct {
+	cluster ClusterID
+	epoch   uint64
+}
+
+func (w welcome) encode() []byte {
+	b := []byte{Version}
+	b = append(b, w.cluster[:]...)
+	return binary.LittleEndian.AppendUint64(b, w.epoch)
+}
+
+func decodeWelcome(b []byte) (welcome, error) {
+	var w welcome
+	if len(b) != 1+16+8 {
+		return w, fmt.Errorf("%w: WELCOME of %d bytes, want 25", ErrProtocol, len(b))
+	}
+	if b[0] != Version {
+		return w, fmt.Errorf("%w: protocol version %d, this build speaks %d", ErrProtocol, b[0], Version)
+	}
+	copy(w.cluster[:], b[1:17])
+	w.epoch = binary.LittleEndian.Uint64(b[17:])
+	return w, nil
+}
+
+// record is one shipped record; payload owned.
+type record struct {
+	pos     wal.Position
+	typ     wal.Type
+	payload []byte
+	at      time.Time // when the primary wrote it (zero: replayed at start)
+}
+
+func recordsSize(recs []record) int {
+	n := 4
+	for _, r := range recs {
+		n += 21 + len(r.payload)
+	}
+	return n
+}
+
+func encodeRecords(b []byte, recs []record) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(recs)))
+	for _, r := range recs {
+		b = binary.LittleEndian.AppendUint64(b, r.pos.Segment)
+		b = binary.LittleEndian.AppendUint64(b, uint64(r.pos.Offset))
+		b = append(b, byte(r.typ))
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(r.payload)))
+		b = append(b, r.payload...)
+	}
+	return b
+}
+
+// decodeRecords decodes a RECORDS payload; the payloads alias b. after is
+// the standby's position: every record must come after it, in order.
+func decodeRecords(b []byte, after wal.Position) ([]record, error) {
+	if len(b) < 4 {
+		return nil, fmt.Errorf("%w: RECORDS frame of %d bytes", ErrProtocol, len(b))
+	}
+	n := binary.LittleEndian.Uint32(b)
+	b = b[4:]
+	if uint64(n) > uint64(len(b))/21 {
+		return nil, fmt.Errorf("%w: RECORDS frame claims %d records in %d bytes", ErrProtocol, n, len(b))
+	}
+	recs := make([]record, 0, n)
+	prev := after
+	for i := range n {
+		if len(b) < 21 {
+			return nil, fmt.Errorf("%w: record %d of %d cut short", ErrProtocol, i, n)
+		}
+		var r record
+		r.pos.Segment = binary.LittleEndian.Uint64(b)
+		r.pos.Offset = int64(binary.LittleEndian.Uint64(b[8:]))
+		r.typ = wal.Type(b[16])
+		l := binary.LittleEndian.Uint32(b[17:])
+		b = b[21:]
+		if uint64(l) > uint64(len(b)) {
+			return nil, fmt.Errorf("%w: record %d of %d: payload of %d bytes runs past the frame", ErrProtocol, i, n, l)
+		}
+		r.payload = b[:l]
+		b = b[l:]
+		if r.typ == 0 || r.typ == 255 {
+			return nil, fmt.Errorf("%w: record %d at %s has reserved type %d", ErrProtocol, i, r.pos, r.typ)
+		}
+		if !prev.Less(r.pos) {
+			return nil, fmt.Errorf("%w: record at %s is not after %s: out of order or repeated", ErrProtocol, r.pos, prev)
+		}
+		prev = r.pos
+		recs = append(recs, r)
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last record of a RECORDS frame", ErrProtocol, len(b))
+	}
+	return recs, nil
+}
+
+func encodePos(p wal.Position) []byte {
+	b := binary.LittleEndian.AppendUint64(nil, p.Segment)
+	return binary.LittleEndian.AppendUint64(b, uint64(p.Offset))
+}
+
+func decodeAck(b []byte) (wal.Position, error) {
+	if len(b) != 16 {
+		return wal.Position{}, fmt.Errorf("%w: ACK of %d bytes, want 16", ErrProtocol, len(b))
+	}
+	return wal.Position{Segment: binary.LittleEndian.Uint64(b), Offset: int64(binary.LittleEndian.Uint64(b[8:]))}, nil
+}

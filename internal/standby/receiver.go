@@ -1,0 +1,276 @@
+package standby
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/internal/wal"
+)
+
+// RecMark is the type of the MARK record a standby writes after each batch
+// it copied: the primary's position and epoch (coord.RecStandbyMark, which
+// a coordinator replaying the log skips).
+const RecMark wal.Type = 5
+
+// ReceiverConfig configures a standby's Receiver.
+type ReceiverConfig struct {
+	// Primary is the primary's --standby-listen address.
+	Primary string
+	// Dir is the standby's data directory: the log goes in Dir/log, as a
+	// coordinator's, so that a promoted standby opens it as its own.
+	Dir         string
+	SegmentSize int64 // of the standby's log (default 8 MiB)
+	NoSync      bool  // tests only
+	NetTimeout  time.Duration
+	Logger      *slog.Logger
+}
+
+// Receiver is the standby's side: it follows one primary, writes what it
+// receives to its own decision log and acknowledges it.
+type Receiver struct {
+	cfg ReceiverConfig
+	log *wal.Log
+
+	mu        sync.Mutex
+	id        Identity
+	haveID    bool
+	pos       wal.Position // the primary's position of the last record on disk here
+	connected bool
+	lastErr   error
+	lastAt    time.Time // when the last batch was made durable
+	primaryAt wal.Position
+	conn      net.Conn
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// OpenReceiver opens (or creates) the standby's log, replays it to find its
+// position, and starts following the primary.
+func OpenReceiver(cfg ReceiverConfig) (*Receiver, error) {
+	if cfg.NetTimeout <= 0 {
+		cfg.NetTimeout = 10 * time.Second
+	}
+	if cfg.SegmentSize == 0 {
+		cfg.SegmentSize = 8 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Receiver{cfg: cfg, done: make(chan struct{})}
+	id, ok, err := LoadIdentity(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	r.id, r.haveID = id, ok
+	l, err := wal.Open(wal.Options{Dir: filepath.Join(cfg.Dir, "log"), SegmentSize: cfg.SegmentSize, NoSync: cfg.NoSync},
+		func(_ wal.Position, typ wal.Type, payload []byte) error {
+			if typ != RecMark {
+				return nil
+			}
+			m, err := decodeHello(payload)
+			if err != nil {
+				return fmt.Errorf("standby MARK record: %w", err)
+			}
+			r.pos = m.pos
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("standby: open the log in %s: %w", cfg.Dir, err)
+	}
+	r.log = l
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go r.run(ctx)
+	return r, nil
+}
+
+// Position is the primary's position of the last record on disk here.
+func (r *Receiver) Position() wal.Position {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pos
+}
+
+// Close stops following and closes the log.
+func (r *Receiver) Close() error {
+	r.cancel()
+	r.mu.Lock()
+	if r.conn != nil {
+		r.conn.Close()
+	}
+	r.mu.Unlock()
+	<-r.done
+	return r.log.Close()
+}
+
+func (r *Receiver) run(ctx context.Context) {
+	defer close(r.done)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := r.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.mu.Lock()
+		r.connected, r.lastErr = false, err
+		r.mu.Unlock()
+		if errors.Is(err, ErrRefused) || errors.Is(err, ErrProtocol) || errors.Is(err, errRejected) {
+			r.cfg.Logger.Error("standby: the primary's stream is refused; nothing of it was written", "primary", r.cfg.Primary, "error", err)
+		} else {
+			r.cfg.Logger.Warn("standby: not connected to the primary; retrying", "primary", r.cfg.Primary, "error", err)
+		}
+		if time.Since(start) > 5*time.Second {
+			backoff = 100 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+// errRejected is wrapped by the standby's own refusals of a primary.
+var errRejected = errors.New("standby: primary rejected")
+
+// session is one connection to the primary.
+func (r *Receiver) session(ctx context.Context) error {
+	d := net.Dialer{Timeout: r.cfg.NetTimeout, KeepAlive: r.cfg.NetTimeout}
+	c, err := d.DialContext(ctx, "tcp", r.cfg.Primary)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r.mu.Lock()
+	r.conn = c
+	h := hello{epoch: r.id.Epoch, pos: r.pos}
+	if r.haveID {
+		h.cluster = r.id.Cluster
+	}
+	r.mu.Unlock()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	br := bufio.NewReaderSize(c, 256<<10)
+	bw := bufio.NewWriterSize(c, 4<<10)
+	_ = c.SetDeadline(time.Now().Add(r.cfg.NetTimeout))
+	if err := writeFrame(bw, kindHello, h.encode()); err != nil {
+		return err
+	}
+	kind, b, err := readFrame(br, nil)
+	if err != nil {
+		return err
+	}
+	if kind != kindWelcome {
+		return fmt.Errorf("%w: expected WELCOME, got a kind %d frame", ErrProtocol, kind)
+	}
+	w, err := decodeWelcome(b)
+	if err != nil {
+		return err
+	}
+	if err := r.accept(w); err != nil {
+		return err
+	}
+	_ = c.SetDeadline(time.Time{})
+	r.mu.Lock()
+	r.connected, r.lastErr = true, nil
+	r.mu.Unlock()
+	r.cfg.Logger.Info("standby: following the primary", "primary", r.cfg.Primary, "cluster", w.cluster.String(), "epoch", w.epoch, "from", h.pos.String())
+	for {
+		kind, b, err := readFrame(br, nil) // a new buffer: AppendNoWait keeps the payloads
+		if err != nil {
+			return err
+		}
+		if kind != kindRecords {
+			return fmt.Errorf("%w: expected RECORDS, got a kind %d frame", ErrProtocol, kind)
+		}
+		recs, err := decodeRecords(b, r.Position())
+		if err != nil {
+			return err
+		}
+		if len(recs) == 0 {
+			continue
+		}
+		last := recs[len(recs)-1].pos
+		start := time.Now()
+		for _, rec := range recs {
+			if _, err := r.log.AppendNoWait(rec.typ, rec.payload); err != nil {
+				return fmt.Errorf("standby: write the log: %w", err)
+			}
+		}
+		mark := hello{cluster: w.cluster, epoch: w.epoch, pos: last}
+		if _, err := r.log.Append(RecMark, mark.encode()); err != nil {
+			return fmt.Errorf("standby: write the log: %w", err)
+		}
+		waits.Coordinator.Since(waits.StandbyLogWrite, start)
+		r.mu.Lock()
+		r.pos, r.lastAt, r.primaryAt = last, time.Now(), last
+		r.mu.Unlock()
+		_ = c.SetWriteDeadline(time.Now().Add(r.cfg.NetTimeout))
+		if err := writeFrame(bw, kindAck, encodePos(last)); err != nil {
+			return err
+		}
+	}
+}
+
+// accept checks the primary's identity against this standby's, adopting it
+// the first time.
+func (r *Receiver) accept(w welcome) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.haveID {
+		if w.cluster != r.id.Cluster {
+			return fmt.Errorf("%w: the primary at %s belongs to cluster %s, this standby to cluster %s: refusing its log (to follow it, re-seed this standby: stop it, empty %s, start it again)",
+				errRejected, r.cfg.Primary, w.cluster, r.id.Cluster, r.cfg.Dir)
+		}
+		if w.epoch < r.id.Epoch {
+			return fmt.Errorf("%w: the primary at %s is at epoch %d, older than this standby's epoch %d: it was superseded by a promotion and must not be followed",
+				errRejected, r.cfg.Primary, w.epoch, r.id.Epoch)
+		}
+		if w.epoch == r.id.Epoch {
+			return nil
+		}
+	}
+	id := Identity{Cluster: w.cluster, Epoch: w.epoch}
+	if err := SaveIdentity(r.cfg.Dir, id); err != nil {
+		return err
+	}
+	r.id, r.haveID = id, true
+	return nil
+}
+
+// Status reports the standby's state.
+func (r *Receiver) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := Status{Role: "standby", Epoch: r.id.Epoch, Standby: r.cfg.Primary, Connected: r.connected,
+		StandbyAt: r.pos.String(), PrimaryAt: r.primaryAt.String()}
+	if r.haveID {
+		st.Cluster = r.id.Cluster.String()
+	}
+	if !r.lastAt.IsZero() {
+		st.LagSeconds = time.Since(r.lastAt).Seconds() // since the last batch received
+	}
+	return st
+}
+
+// LastError is why the standby is not following its primary, nil when it is.
+func (r *Receiver) LastError() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastErr
+}

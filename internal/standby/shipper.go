@@ -1,0 +1,519 @@
+package standby
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/internal/wal"
+)
+
+// Transport says how the primary ships its log.
+type Transport string
+
+const (
+	// Sync: every flush is shipped as it happens and the primary's Appends
+	// return only once the standby has it on disk (AFFIRM): one standby
+	// round trip per group commit.
+	Sync Transport = "sync"
+	// Async: the stream runs behind the writer and never delays a commit.
+	Async Transport = "async"
+)
+
+// Protection is the Data Guard protection mode.
+type Protection string
+
+const (
+	// MaxPerformance: async transport; commits never wait for the standby.
+	MaxPerformance Protection = "max-performance"
+	// MaxAvailability: sync, but after NetTimeout without the standby's
+	// acknowledgement commits carry on unprotected (loudly), and the
+	// shipper returns to sync by itself once the standby has caught up.
+	MaxAvailability Protection = "max-availability"
+	// MaxProtection: sync, and commits stall rather than be acknowledged
+	// before the standby has them.
+	MaxProtection Protection = "max-protection"
+)
+
+// ParseMode checks a transport and protection pair; empty values take the
+// defaults (max-performance, whose transport is async; sync for the other
+// two).
+func ParseMode(transport, protection string) (Transport, Protection, error) {
+	p := Protection(protection)
+	switch p {
+	case "":
+		p = MaxPerformance
+		if transport == string(Sync) {
+			p = MaxAvailability
+		}
+	case MaxPerformance, MaxAvailability, MaxProtection:
+	default:
+		return "", "", fmt.Errorf("standby: unknown protection mode %q: use max-performance, max-availability or max-protection", protection)
+	}
+	t := Transport(transport)
+	switch t {
+	case "":
+		t = Sync
+		if p == MaxPerformance {
+			t = Async
+		}
+	case Sync, Async:
+	case "arch":
+		return "", "", errors.New("standby: transport arch (ship completed segments only) is not built yet: use sync or async")
+	default:
+		return "", "", fmt.Errorf("standby: unknown transport %q: use sync or async", transport)
+	}
+	if t == Async && p != MaxPerformance {
+		return "", "", fmt.Errorf("standby: protection %s needs transport sync (async never waits for the standby)", p)
+	}
+	if t == Sync && p == MaxPerformance {
+		return "", "", errors.New("standby: protection max-performance is the async transport: use --transport async, or max-availability/max-protection with sync")
+	}
+	return t, p, nil
+}
+
+// ShipperConfig configures a primary's Shipper.
+type ShipperConfig struct {
+	// Listen is the address standbys connect to (--standby-listen).
+	Listen     string
+	Transport  Transport
+	Protection Protection
+	// NetTimeout: under max-availability, how long a flush waits for the
+	// standby before the primary goes on unprotected; also the deadline of
+	// a standby's HELLO and of every write to it (default 10s).
+	NetTimeout time.Duration
+	Identity   Identity
+	// MaxRetained bounds the bytes of records of released segments kept in
+	// memory for a standby that has not acknowledged them (default 64 MiB).
+	// Records of live segments are always kept.
+	MaxRetained int64
+	Logger      *slog.Logger
+}
+
+// Shipper is the primary's side: it keeps the records a standby may still
+// need, serves standbys on a listener and, under the sync transport, holds
+// each flush until the standby has it. It implements coord.LogHook.
+type Shipper struct {
+	cfg ShipperConfig
+	lis net.Listener
+	log *slog.Logger
+
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced at every change below
+	recs     []record      // retained, in log order
+	recBytes int64
+	synced   int          // recs[:synced] are durable on the primary
+	last     wal.Position // the last durable record on the primary
+	first    uint64       // first live segment (Released)
+	acked    wal.Position // the standby's durable position, highest seen
+	ackedAt  time.Time
+	conn     net.Conn // the standby's connection, nil when none
+	peer     string
+	// unprotected: max-availability went on without the standby.
+	unprotected bool
+	since       time.Time // when unprotected began
+	closed      bool
+	started     time.Time
+	conns       sync.WaitGroup
+}
+
+// NewShipper checks cfg and listens; call Serve to accept standbys.
+func NewShipper(cfg ShipperConfig) (*Shipper, error) {
+	if cfg.NetTimeout <= 0 {
+		cfg.NetTimeout = 10 * time.Second
+	}
+	if cfg.MaxRetained <= 0 {
+		cfg.MaxRetained = 64 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Identity.Cluster.IsZero() || cfg.Identity.Epoch == 0 {
+		return nil, errors.New("standby: the shipper needs the primary's cluster identity")
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("standby: listen for standbys on %s: %w", cfg.Listen, err)
+	}
+	s := &Shipper{cfg: cfg, lis: lis, log: cfg.Logger, changed: make(chan struct{}), started: time.Now()}
+	go s.serve()
+	return s, nil
+}
+
+// Addr is the address standbys connect to.
+func (s *Shipper) Addr() string { return s.lis.Addr().String() }
+
+func (s *Shipper) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Replayed keeps a record replayed at the primary's start: a standby may
+// need it.
+func (s *Shipper) Replayed(pos wal.Position, typ wal.Type, payload []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keepLocked(pos, typ, payload, time.Time{})
+	s.synced = len(s.recs)
+	s.last = pos
+	if s.first == 0 {
+		s.first = pos.Segment
+	}
+}
+
+func (s *Shipper) keepLocked(pos wal.Position, typ wal.Type, payload []byte, at time.Time) {
+	if n := len(s.recs); n > 0 && !s.recs[n-1].pos.Less(pos) {
+		return // replayed again after a crash in Release: already kept
+	}
+	s.recs = append(s.recs, record{pos: pos, typ: typ, payload: append([]byte(nil), payload...), at: at})
+	s.recBytes += int64(len(payload) + 32)
+}
+
+// Written is wal.Options.OnWrite: it keeps the batch's records and, under
+// the sync transport, returns only once the standby has them on disk (or,
+// under max-availability, once NetTimeout has passed without it).
+func (s *Shipper) Written(recs []wal.Written, synced bool) {
+	now := time.Now()
+	s.mu.Lock()
+	for _, r := range recs {
+		s.keepLocked(r.Pos, r.Type, r.Payload, now)
+	}
+	if !synced {
+		s.mu.Unlock()
+		return
+	}
+	s.synced = len(s.recs)
+	if len(s.recs) > 0 {
+		s.last = s.recs[len(s.recs)-1].pos
+	}
+	s.notifyLocked()
+	target := s.last
+	if s.cfg.Transport != Sync || s.unprotected || s.closed || !s.acked.Less(target) {
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	start := time.Now()
+	s.waitAck(target)
+	waits.Coordinator.Since(waits.StandbySyncAck, start)
+}
+
+// waitAck waits until the standby has target, per the protection mode.
+func (s *Shipper) waitAck(target wal.Position) {
+	var timeout <-chan time.Time
+	if s.cfg.Protection == MaxAvailability {
+		t := time.NewTimer(s.cfg.NetTimeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	warn := time.NewTicker(s.cfg.NetTimeout)
+	defer warn.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.acked.Less(target) && !s.closed && !s.unprotected {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timeout:
+			s.mu.Lock()
+			if s.acked.Less(target) && !s.unprotected {
+				s.unprotected, s.since = true, time.Now()
+				s.log.Error("STANDBY UNPROTECTED: no acknowledgement from the standby within the net timeout; max-availability carries on without it, and decisions acknowledged from now on are not on the standby until it catches up",
+					"net_timeout", s.cfg.NetTimeout, "standby", s.peerLocked(), "standby_at", s.acked.String(), "primary_at", target.String())
+				s.notifyLocked()
+			}
+			s.mu.Unlock()
+		case <-warn.C:
+			s.mu.Lock()
+			s.log.Error("commits stalled: max-protection waits for the standby, which has not acknowledged",
+				"standby", s.peerLocked(), "standby_at", s.acked.String(), "primary_at", target.String())
+			s.mu.Unlock()
+		}
+		s.mu.Lock()
+	}
+}
+
+func (s *Shipper) peerLocked() string {
+	if s.conn == nil {
+		return "none connected"
+	}
+	return s.peer
+}
+
+// Released drops kept records of segments below before that the standby has
+// (or, past MaxRetained, that it has not: it then gets the live segments,
+// which hold the whole state).
+func (s *Shipper) Released(before uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.first = max(s.first, before)
+	s.pruneLocked()
+}
+
+func (s *Shipper) pruneLocked() {
+	i := 0
+	bytes := s.recBytes
+	for i < s.synced && s.recs[i].pos.Segment < s.first {
+		if s.acked.Less(s.recs[i].pos) && bytes <= s.cfg.MaxRetained {
+			break
+		}
+		bytes -= int64(len(s.recs[i].payload) + 32)
+		i++
+	}
+	if i == 0 {
+		return
+	}
+	clear(s.recs[:i])
+	s.recs = s.recs[i:]
+	s.synced -= i
+	s.recBytes = bytes
+}
+
+// Close stops serving standbys and releases every flush waiting for one.
+func (s *Shipper) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	s.notifyLocked()
+	s.mu.Unlock()
+	err := s.lis.Close()
+	s.conns.Wait()
+	return err
+}
+
+func (s *Shipper) serve() {
+	for {
+		c, err := s.lis.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Warn("standby listener: accept failed", "error", err)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.conns.Done()
+			if err := s.handle(c); err != nil {
+				s.log.Warn("standby connection ended", "standby", c.RemoteAddr().String(), "error", err)
+			}
+		}()
+	}
+}
+
+func (s *Shipper) refuse(c net.Conn, w *bufio.Writer, msg string) error {
+	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
+	_ = writeFrame(w, kindRefuse, []byte(msg))
+	return errors.New("refused the standby: " + msg)
+}
+
+// handle serves one standby connection.
+func (s *Shipper) handle(c net.Conn) error {
+	defer c.Close()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	r := bufio.NewReaderSize(c, 64<<10)
+	w := bufio.NewWriterSize(c, 256<<10)
+	_ = c.SetReadDeadline(time.Now().Add(s.cfg.NetTimeout))
+	kind, b, err := readFrame(r, nil)
+	if err != nil {
+		return fmt.Errorf("reading HELLO: %w", err)
+	}
+	if kind != kindHello {
+		return s.refuse(c, w, fmt.Sprintf("expected HELLO, got a kind %d frame", kind))
+	}
+	h, err := decodeHello(b)
+	if err != nil {
+		return s.refuse(c, w, err.Error())
+	}
+	id := s.cfg.Identity
+	if !h.cluster.IsZero() && h.cluster != id.Cluster {
+		return s.refuse(c, w, fmt.Sprintf("the standby belongs to cluster %s, this primary (%s) to cluster %s: to follow this primary it must be re-seeded (stop it, empty its data directory, start it again with --standby-of %s)",
+			h.cluster, s.Addr(), id.Cluster, s.Addr()))
+	}
+	if h.epoch > id.Epoch {
+		s.log.Error("FENCED: a standby reports a newer epoch: another coordinator was promoted since this one became primary; this primary is superseded",
+			"standby", c.RemoteAddr().String(), "standby_epoch", h.epoch, "epoch", id.Epoch)
+		return s.refuse(c, w, fmt.Sprintf("the standby is at epoch %d, this primary at epoch %d: it follows a newer primary", h.epoch, id.Epoch))
+	}
+	s.mu.Lock()
+	last := s.last
+	s.mu.Unlock()
+	if last.Less(h.pos) {
+		return s.refuse(c, w, fmt.Sprintf("the standby's log reaches %s, past this primary's last durable record %s: it holds records this primary does not (it diverged): it must be re-seeded (stop it, empty its data directory, start it again with --standby-of %s)",
+			h.pos, last, s.Addr()))
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
+	if err := writeFrame(w, kindWelcome, welcome{cluster: id.Cluster, epoch: id.Epoch}.encode()); err != nil {
+		return err
+	}
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.conn != nil {
+		s.conn.Close() // a standby reconnecting: the old connection is dead
+	}
+	s.conn, s.peer = c, c.RemoteAddr().String()
+	if s.acked.Less(h.pos) {
+		s.acked = h.pos
+	}
+	s.notifyLocked()
+	s.mu.Unlock()
+	s.log.Info("standby connected", "standby", c.RemoteAddr().String(), "standby_at", h.pos.String(), "primary_at", last.String(),
+		"transport", s.cfg.Transport, "protection", s.cfg.Protection)
+	defer func() {
+		s.mu.Lock()
+		if s.conn == c {
+			s.conn = nil
+			s.notifyLocked()
+		}
+		s.mu.Unlock()
+	}()
+
+	readErr := make(chan error, 1)
+	go func() { readErr <- s.readAcks(c, r) }()
+	sent := h.pos
+	var buf []byte
+	for {
+		s.mu.Lock()
+		var batch []record
+		for {
+			if s.closed || s.conn != c {
+				s.mu.Unlock()
+				return nil
+			}
+			i := sort.Search(s.synced, func(i int) bool { return sent.Less(s.recs[i].pos) })
+			if i < s.synced {
+				j, size := i, 0
+				for j < s.synced && size < 1<<20 {
+					size += len(s.recs[j].payload) + 21
+					j++
+				}
+				batch = append(batch[:0], s.recs[i:j]...) // payloads are never modified
+				break
+			}
+			ch := s.changed
+			s.mu.Unlock()
+			select {
+			case <-ch:
+			case err := <-readErr:
+				return err
+			}
+			s.mu.Lock()
+		}
+		s.mu.Unlock()
+		buf = encodeRecords(buf[:0], batch)
+		_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
+		if err := writeFrame(w, kindRecords, buf); err != nil {
+			return fmt.Errorf("sending records: %w", err)
+		}
+		sent = batch[len(batch)-1].pos
+	}
+}
+
+func (s *Shipper) readAcks(c net.Conn, r *bufio.Reader) error {
+	var buf []byte
+	for {
+		kind, b, err := readFrame(r, buf)
+		if err != nil {
+			c.Close()
+			return err
+		}
+		buf = b
+		if kind != kindAck {
+			c.Close()
+			return fmt.Errorf("%w: expected ACK, got a kind %d frame", ErrProtocol, kind)
+		}
+		pos, err := decodeAck(b)
+		if err != nil {
+			c.Close()
+			return err
+		}
+		s.mu.Lock()
+		if s.acked.Less(pos) {
+			s.acked, s.ackedAt = pos, time.Now()
+			if s.unprotected && !s.acked.Less(s.last) {
+				s.log.Warn("standby caught up: protected again (sync)", "standby", s.peer, "unprotected_for", time.Since(s.since).Round(time.Millisecond))
+				s.unprotected = false
+			}
+			s.pruneLocked()
+			s.notifyLocked()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// Status is what `tandem status` and the metrics show of the primary's
+// standby.
+type Status struct {
+	Role       string `json:"role"`
+	Cluster    string `json:"cluster"`
+	Epoch      uint64 `json:"epoch"`
+	Transport  string `json:"transport,omitempty"`
+	Protection string `json:"protection,omitempty"`
+	Standby    string `json:"standby,omitempty"` // the connected standby's address ("" none); the primary's on a standby
+	Connected  bool   `json:"connected"`
+	// Protected: under a sync protection mode, every acknowledged decision
+	// is on the standby (false while max-availability runs without it).
+	Protected   bool    `json:"protected"`
+	PrimaryAt   string  `json:"primary_at"`
+	StandbyAt   string  `json:"standby_at"`
+	LagBytes    int64   `json:"lag_bytes"`
+	LagSeconds  float64 `json:"lag_seconds"`
+	LagRecords  int     `json:"lag_records"` // data-loss exposure: durable on the primary, not on the standby
+	Unprotected float64 `json:"unprotected_seconds,omitempty"`
+}
+
+// Status reports the shipping state.
+func (s *Shipper) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Status{Role: "primary", Cluster: s.cfg.Identity.Cluster.String(), Epoch: s.cfg.Identity.Epoch,
+		Transport: string(s.cfg.Transport), Protection: string(s.cfg.Protection), Connected: s.conn != nil,
+		PrimaryAt: s.last.String(), StandbyAt: s.acked.String()}
+	if s.conn != nil {
+		st.Standby = s.peer
+	}
+	i := sort.Search(s.synced, func(i int) bool { return s.acked.Less(s.recs[i].pos) })
+	st.LagRecords = s.synced - i
+	for _, r := range s.recs[i:s.synced] {
+		st.LagBytes += int64(len(r.payload) + 8)
+	}
+	if i < s.synced {
+		if at := s.recs[i].at; !at.IsZero() {
+			st.LagSeconds = time.Since(at).Seconds()
+		} else {
+			st.LagSeconds = time.Since(s.ackedAt.Add(0)).Seconds()
+			if s.ackedAt.Before(s.started) {
+				st.LagSeconds = time.Since(s.started).Seconds()
+			}
+		}
+	}
+	st.Protected = s.cfg.Transport == Sync && !s.unprotected
+	if s.unprotected {
+		st.Unprotected = time.Since(s.since).Seconds()
+	}
+	return st
+}

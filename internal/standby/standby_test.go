@@ -1,0 +1,381 @@
+package standby
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/wal"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func testID() Identity { return Identity{Cluster: ClusterID{1, 2, 3}, Epoch: 3} }
+
+// primary is a decision log whose writes go through a Shipper.
+type primary struct {
+	log *wal.Log
+	sh  *Shipper
+}
+
+func startPrimary(t *testing.T, dir string, p Protection, netTimeout time.Duration) *primary {
+	t.Helper()
+	tr := Sync
+	if p == MaxPerformance {
+		tr = Async
+	}
+	sh, err := NewShipper(ShipperConfig{Listen: "127.0.0.1:0", Transport: tr, Protection: p, NetTimeout: netTimeout, Identity: testID(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := wal.Open(wal.Options{Dir: dir, SegmentSize: 64 << 10, NoSync: true, OnWrite: sh.Written}, func(pos wal.Position, typ wal.Type, b []byte) error { sh.Replayed(pos, typ, b); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Close(); l.Close() })
+	return &primary{log: l, sh: sh}
+}
+
+func startStandby(t *testing.T, dir, addr string) *Receiver {
+	t.Helper()
+	r, err := OpenReceiver(ReceiverConfig{Primary: addr, Dir: dir, SegmentSize: 64 << 10, NoSync: true, NetTimeout: 2 * time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// standbyRecords reads the records (not the MARKs) of a closed standby's log.
+func standbyRecords(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	l, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "log"), SegmentSize: 64 << 10, NoSync: true}, func(_ wal.Position, typ wal.Type, p []byte) error {
+		if typ != RecMark {
+			out = append(out, string(p))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	return out
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Under max-protection every Append returns only once the standby has the
+// record on disk, and the standby's log holds every record in order.
+func TestSyncEveryAcknowledgedRecordIsOnTheStandby(t *testing.T) {
+	p := startPrimary(t, t.TempDir(), MaxProtection, time.Second)
+	sdir := t.TempDir()
+	r := startStandby(t, sdir, p.sh.Addr())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var want []string
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				payload := fmt.Sprintf("g%d-%d", g, i)
+				pos, err := p.log.Append(1, []byte(payload))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if got := r.Position(); got.Less(pos) {
+					t.Errorf("Append of %s at %s returned, the standby has only %s", payload, pos, got)
+				}
+				mu.Lock()
+				want = append(want, payload)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	st := p.sh.Status()
+	if !st.Protected || st.LagRecords != 0 || !st.Connected {
+		t.Errorf("status after the load: %+v", st)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := standbyRecords(t, sdir)
+	if len(got) != len(want) {
+		t.Fatalf("standby has %d records, want %d", len(got), len(want))
+	}
+	seen := map[string]bool{}
+	for _, g := range got {
+		seen[g] = true
+	}
+	for _, w := range want {
+		if !seen[w] {
+			t.Fatalf("acknowledged record %s is not on the standby", w)
+		}
+	}
+}
+
+// A standby started late (or down for a while) catches up from what the
+// primary kept, including what the primary replayed at its start; a
+// restarted standby goes on from its own position without duplicates.
+func TestCatchUp(t *testing.T) {
+	pdir := t.TempDir()
+	p := startPrimary(t, pdir, MaxPerformance, time.Second)
+	for i := range 500 {
+		if _, err := p.log.Append(1, []byte(fmt.Sprintf("a%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.sh.Close()
+	p.log.Close()
+	p = startPrimary(t, pdir, MaxPerformance, time.Second) // replays 500
+	sdir := t.TempDir()
+	r := startStandby(t, sdir, p.sh.Addr())
+	for i := range 300 {
+		if _, err := p.log.Append(1, []byte(fmt.Sprintf("b%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caughtUp := func() bool { st := p.sh.Status(); return st.Connected && st.LagRecords == 0 }
+	waitFor(t, "the standby to catch up", caughtUp)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if _, err := p.log.Append(1, []byte(fmt.Sprintf("c%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := p.sh.Status(); st.Connected || st.LagRecords == 0 || st.LagBytes == 0 {
+		t.Errorf("status with the standby down: %+v", st)
+	}
+	r = startStandby(t, sdir, p.sh.Addr())
+	waitFor(t, "the restarted standby to catch up", caughtUp)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := standbyRecords(t, sdir)
+	var want []string
+	for i := range 500 {
+		want = append(want, fmt.Sprintf("a%d", i))
+	}
+	for i := range 300 {
+		want = append(want, fmt.Sprintf("b%d", i))
+	}
+	for i := range 100 {
+		want = append(want, fmt.Sprintf("c%d", i))
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("standby log: %d records %v..., want %d", len(got), got[:min(5, len(got))], len(want))
+	}
+}
+
+// max-availability: without the standby, a commit waits the net timeout,
+// then the primary carries on unprotected and says so; once the standby is
+// back and caught up, it is protected again.
+func TestMaxAvailabilityGoesOnAndComesBack(t *testing.T) {
+	p := startPrimary(t, t.TempDir(), MaxAvailability, 300*time.Millisecond)
+	start := time.Now()
+	if _, err := p.log.Append(1, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 250*time.Millisecond {
+		t.Errorf("the first commit without a standby took %v, want about the net timeout", d)
+	}
+	start = time.Now()
+	for i := range 50 {
+		if _, err := p.log.Append(1, []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d > 250*time.Millisecond {
+		t.Errorf("unprotected commits took %v: they must not wait for the standby", d)
+	}
+	if st := p.sh.Status(); st.Protected || st.LagRecords != 51 || st.Unprotected == 0 {
+		t.Errorf("status unprotected: %+v", st)
+	}
+	sdir := t.TempDir()
+	r := startStandby(t, sdir, p.sh.Addr())
+	defer r.Close()
+	waitFor(t, "the standby to catch up", func() bool { st := p.sh.Status(); return st.Connected && st.LagRecords == 0 })
+	// The next flush sees it caught up: protected again.
+	if _, err := p.log.Append(1, []byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "protected again", func() bool { return p.sh.Status().Protected })
+}
+
+// fakePrimary accepts one standby, reads its HELLO, then does what do says.
+func fakePrimary(t *testing.T, do func(w *bufio.Writer, c net.Conn)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, _, err := readFrame(c, nil); err != nil {
+					return
+				}
+				do(bufio.NewWriter(c), c)
+				time.Sleep(50 * time.Millisecond)
+			}()
+		}
+	}()
+	return lis.Addr().String()
+}
+
+func goodRecords() []byte {
+	return encodeRecords(nil, []record{{pos: wal.Position{Segment: 1, Offset: 32}, typ: 1, payload: []byte("decision")}})
+}
+
+func TestBadStreamsAreRefusedAndNothingIsWritten(t *testing.T) {
+	other := testID()
+	other.Cluster[0] = 9
+	older := testID()
+	older.Epoch = 2
+	frame := func(kind byte, payload []byte) []byte {
+		var b bytes.Buffer
+		w := bufio.NewWriter(&b)
+		writeFrame(w, kind, payload)
+		return b.Bytes()
+	}
+	welcomeOK := frame(kindWelcome, welcome{cluster: testID().Cluster, epoch: testID().Epoch}.encode())
+	recs := frame(kindRecords, goodRecords())
+	badCRC := bytes.Clone(recs)
+	badCRC[len(badCRC)-1] ^= 1
+	outOfOrder := frame(kindRecords, encodeRecords(nil, []record{
+		{pos: wal.Position{Segment: 1, Offset: 64}, typ: 1, payload: []byte("a")},
+		{pos: wal.Position{Segment: 1, Offset: 32}, typ: 1, payload: []byte("b")}}))
+	cases := []struct {
+		name, want string
+		send       []byte
+	}{
+		{"garbage", "unknown frame kind", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")},
+		{"truncated frame", "truncated frame", append(bytes.Clone(welcomeOK), recs[:len(recs)-3]...)},
+		{"bad checksum", "checksum mismatch", append(bytes.Clone(welcomeOK), badCRC...)},
+		{"records out of order", "out of order", append(bytes.Clone(welcomeOK), outOfOrder...)},
+		{"unknown cluster", "belongs to cluster", append(frame(kindWelcome, welcome{cluster: other.Cluster, epoch: other.Epoch}.encode()), recs...)},
+		{"older epoch", "older than this standby's epoch 3", append(frame(kindWelcome, welcome{cluster: older.Cluster, epoch: older.Epoch}.encode()), recs...)},
+		{"refused", "refused by the peer: go away", frame(kindRefuse, []byte("go away"))},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := fakePrimary(t, func(w *bufio.Writer, c net.Conn) { c.Write(tc.send) })
+			dir := t.TempDir()
+			if err := SaveIdentity(dir, testID()); err != nil {
+				t.Fatal(err)
+			}
+			r := startStandby(t, dir, addr)
+			waitFor(t, "an error", func() bool { return r.LastError() != nil })
+			err := r.LastError()
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not say %q", err, tc.want)
+			}
+			r.Close()
+			if got := standbyRecords(t, dir); len(got) != 0 {
+				t.Errorf("the standby wrote %d records from a refused stream", len(got))
+			}
+			if id, _, _ := LoadIdentity(dir); id != testID() {
+				t.Errorf("identity changed to %+v", id)
+			}
+		})
+	}
+}
+
+// The primary refuses a standby of another cluster, one of a newer epoch
+// (this primary is superseded), one ahead of it, and garbage; it goes on
+// serving afterwards.
+func TestShipperRefusesBadStandbys(t *testing.T) {
+	p := startPrimary(t, t.TempDir(), MaxPerformance, time.Second)
+	if _, err := p.log.Append(1, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	other := testID()
+	other.Cluster[0] = 9
+	newer := testID()
+	newer.Epoch = 4
+	cases := []struct {
+		name, want string
+		hello      []byte
+	}{
+		{"other cluster", "belongs to cluster", hello{cluster: other.Cluster, epoch: 1}.encode()},
+		{"newer epoch", "is at epoch 4, this primary at epoch 3", hello{cluster: newer.Cluster, epoch: newer.Epoch}.encode()},
+		{"ahead", "diverged", hello{cluster: testID().Cluster, epoch: 3, pos: wal.Position{Segment: 99}}.encode()},
+		{"bad version", "protocol version", append([]byte{7}, make([]byte, 40)...)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", p.sh.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			w := bufio.NewWriter(c)
+			writeFrame(w, kindHello, tc.hello)
+			_, _, err = readFrame(c, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want a refusal saying %q", err, tc.want)
+			}
+		})
+	}
+	c, err := net.Dial("tcp", p.sh.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("\x00\x01garbage that is no frame at all"))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Log(err)
+	}
+	c.Close()
+	r := startStandby(t, t.TempDir(), p.sh.Addr())
+	defer r.Close()
+	waitFor(t, "a good standby after the bad ones", func() bool { st := p.sh.Status(); return st.Connected && st.LagRecords == 0 })
+}
+
+func TestParseMode(t *testing.T) {
+	for _, tc := range []struct{ tr, p, wantT, wantP, err string }{
+		{"", "", "async", "max-performance", ""},
+		{"sync", "", "sync", "max-availability", ""},
+		{"", "max-protection", "sync", "max-protection", ""},
+		{"async", "max-protection", "", "", "needs transport sync"},
+		{"arch", "", "", "", "not built yet"},
+		{"tcp", "", "", "", "unknown transport"},
+	} {
+		tr, p, err := ParseMode(tc.tr, tc.p)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseMode(%q, %q) = %v, want error %q", tc.tr, tc.p, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || string(tr) != tc.wantT || string(p) != tc.wantP {
+			t.Errorf("ParseMode(%q, %q) = %s %s %v", tc.tr, tc.p, tr, p, err)
+		}
+	}
+}

@@ -1,0 +1,289 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/client"
+)
+
+// startIn starts `tandem serve` on a fresh port with the given data directory
+// and flags (besides --listen, --data-dir, the RMs and fast scans).
+func startIn(t *testing.T, dir string, extra ...string) *coordinator {
+	t.Helper()
+	c := &coordinator{t: t, addr: freeAddr(t), dataDir: dir}
+	c.args = []string{"serve", "--listen", c.addr, "--data-dir", dir, "--admin", "", "--scan-interval", "200ms", "--orphan-timeout", "2s",
+		"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN}
+	c.args = append(c.args, extra...)
+	c.start()
+	t.Cleanup(c.stop)
+	return c
+}
+
+func healthMessage(c *coordinator) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	h, err := c.api().Health(ctx, &api.HealthRequest{})
+	if err != nil {
+		return err.Error()
+	}
+	return h.Message
+}
+
+// bank is the money of the failover test: accounts on both databases and a
+// journal row per transfer on each.
+type bank struct {
+	d        dbs
+	accounts int
+	total    int64
+}
+
+func newBank(t *testing.T, d dbs, accounts int) *bank {
+	t.Helper()
+	ctx := context.Background()
+	for _, db := range []*sql.DB{d.pg, d.my} {
+		for _, s := range []string{"DROP TABLE IF EXISTS e2e_fo_acct", "DROP TABLE IF EXISTS e2e_fo_j",
+			"CREATE TABLE e2e_fo_acct (id int PRIMARY KEY, bal bigint NOT NULL)", "CREATE TABLE e2e_fo_j (g varchar(64) PRIMARY KEY)"} {
+			if _, err := db.ExecContext(ctx, s); err != nil {
+				t.Fatal(s, err)
+			}
+		}
+		for i := range accounts {
+			if _, err := db.ExecContext(ctx, "INSERT INTO e2e_fo_acct VALUES ("+itoa(i)+", 1000)"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return &bank{d: d, accounts: accounts, total: int64(2 * accounts * 1000)}
+}
+
+// transfer moves 1 from account a on PostgreSQL to account a on MariaDB.
+func (b *bank) transfer(ctx context.Context, cli *client.Client, a int) (string, error) {
+	pc, err := b.d.pg.Conn(ctx)
+	if err != nil {
+		return "", err
+	}
+	mc, err := b.d.my.Conn(ctx)
+	if err != nil {
+		pc.Close()
+		return "", err
+	}
+	ok := false
+	defer func() {
+		if !ok { // whatever state the branch is in, do not reuse the session
+			_ = pc.Raw(func(any) error { return errBadConn })
+			_ = mc.Raw(func(any) error { return errBadConn })
+		}
+		pc.Close()
+		mc.Close()
+	}()
+	tx := cli.Begin()
+	g := tx.GTRID().String()
+	pb, err := tx.Branch(ctx, "pg", pc)
+	if err != nil {
+		return g, err
+	}
+	mb, err := tx.Branch(ctx, "maria", mc)
+	if err != nil {
+		return g, err
+	}
+	if _, err := pb.ExecContext(ctx, "UPDATE e2e_fo_acct SET bal = bal - 1 WHERE id = $1", a); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return g, err
+	}
+	if _, err := pb.ExecContext(ctx, "INSERT INTO e2e_fo_j VALUES ($1)", g); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return g, err
+	}
+	if _, err := mb.ExecContext(ctx, "UPDATE e2e_fo_acct SET bal = bal + 1 WHERE id = ?", a); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return g, err
+	}
+	if _, err := mb.ExecContext(ctx, "INSERT INTO e2e_fo_j VALUES (?)", g); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return g, err
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		return g, err
+	}
+	ok = true
+	return g, nil
+}
+
+func (b *bank) journal(t *testing.T, db *sql.DB) map[string]bool {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), "SELECT g FROM e2e_fo_j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var g string
+		_ = rows.Scan(&g)
+		out[g] = true
+	}
+	return out
+}
+
+func (b *bank) sum(t *testing.T) int64 {
+	t.Helper()
+	var total int64
+	for _, db := range []*sql.DB{b.d.pg, b.d.my} {
+		var s int64
+		if err := db.QueryRowContext(context.Background(), "SELECT COALESCE(SUM(bal), 0) FROM e2e_fo_acct").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		total += s
+	}
+	return total
+}
+
+func promote(t *testing.T, dir string) string {
+	t.Helper()
+	out, err := exec.Command(tandemBin, "promote", "--data-dir", dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tandem promote: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// Failover under load in max-protection, round after round: a primary with a
+// fresh standby takes transfers from 4 clients; it is SIGKILLed mid-run; the
+// standby is stopped, promoted, and started as the primary (with a fresh
+// standby of its own for the next round). Every transfer acknowledged to a
+// client is COMMITTED on the new primary; in the end no branch is left in
+// doubt, every transfer is on both databases or on neither, and the money
+// adds up. Rounds run for TANDEM_FAILOVER_SECONDS (default 30), at least 3.
+func TestFailoverUnderLoadMaxProtection(t *testing.T) {
+	budget := 30 * time.Second
+	if s := os.Getenv("TANDEM_FAILOVER_SECONDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		budget = time.Duration(n) * time.Second
+	}
+	d := openDBs(t)
+	b := newBank(t, d, 8)
+	primaryFlags := func() []string {
+		return []string{"--standby-listen", freeAddr(t), "--protection", "max-protection", "--net-timeout", "2s"}
+	}
+	flagValue := func(args []string, name string) string {
+		for i, a := range args {
+			if a == name {
+				return args[i+1]
+			}
+		}
+		return ""
+	}
+	prim := startIn(t, t.TempDir(), primaryFlags()...)
+	var acked []string
+	start := time.Now()
+	rounds := 0
+	for rounds < 3 || time.Since(start) < budget {
+		rounds++
+		sdir := t.TempDir()
+		sb := startIn(t, sdir, "--standby-of", flagValue(prim.args, "--standby-listen"))
+		eventually(t, 10*time.Second, "the standby connected", func() bool {
+			return strings.Contains(healthMessage(prim), "(protected) standby=127.0.0.1")
+		})
+		if rounds == 1 {
+			// A standby decides nothing, and says who does.
+			_, err := sb.api().Commit(context.Background(), &api.CommitRequest{Gtrid: newGTRIDString()})
+			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "standby of the primary at 127.0.0.1") {
+				t.Fatalf("Commit on a standby = %v, want FAILED_PRECONDITION naming the primary", err)
+			}
+		}
+		cli := newClient(t, prim.addr)
+		ctx, cancel := context.WithCancel(context.Background())
+		var mu sync.Mutex
+		var roundAcked []string
+		var wg sync.WaitGroup
+		var errs atomic.Int32
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+					g, err := b.transfer(cctx, cli, w)
+					ccancel()
+					if err == nil {
+						mu.Lock()
+						roundAcked = append(roundAcked, g)
+						mu.Unlock()
+					} else if ctx.Err() == nil {
+						if errs.Add(1) <= 3 {
+							t.Logf("round %d: transfer: %v", rounds, err)
+						}
+						time.Sleep(20 * time.Millisecond)
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(400+rounds*97%400) * time.Millisecond)
+		prim.kill()
+		cancel()
+		wg.Wait()
+		sb.stop()
+		if out := promote(t, sdir); !strings.Contains(out, "epoch") {
+			t.Fatalf("promote said: %s", out)
+		}
+		prim = startIn(t, sdir, primaryFlags()...)
+		mu.Lock()
+		if len(roundAcked) == 0 {
+			t.Fatalf("round %d: no transfer acknowledged before the kill", rounds)
+		}
+		for _, g := range roundAcked {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			st, err := prim.api().Status(ctx, &api.StatusRequest{Gtrid: g})
+			cancel()
+			if err != nil || st.Outcome != api.Outcome_COMMITTED {
+				t.Fatalf("round %d: transfer %s was acknowledged to its client; the promoted standby answers %v, %v", rounds, g, st, err)
+			}
+		}
+		acked = append(acked, roundAcked...)
+		mu.Unlock()
+	}
+	// In max-protection the last primary writes no decision (the ABORT of an
+	// orphaned branch, say) until a standby has it: give it one.
+	startIn(t, t.TempDir(), "--standby-of", flagValue(prim.args, "--standby-listen"))
+	eventually(t, 30*time.Second, "every in-doubt branch settled by the last primary", func() bool { return len(d.prepared(t)) == 0 })
+	pj, mj := b.journal(t, d.pg), b.journal(t, d.my)
+	for g := range pj {
+		if !mj[g] {
+			t.Errorf("transfer %s committed on PostgreSQL only", g)
+		}
+	}
+	for g := range mj {
+		if !pj[g] {
+			t.Errorf("transfer %s committed on MariaDB only", g)
+		}
+	}
+	for _, g := range acked {
+		if !pj[g] || !mj[g] {
+			t.Errorf("acknowledged transfer %s is missing from the databases", g)
+		}
+	}
+	if s := b.sum(t); s != b.total {
+		t.Errorf("money: %d, want %d", s, b.total)
+	}
+	if !strings.Contains(healthMessage(prim), fmt.Sprintf("epoch=%d", rounds+1)) {
+		t.Errorf("after %d promotions the primary says: %s", rounds, healthMessage(prim))
+	}
+	t.Logf("%d failovers in %v; %d transfers acknowledged, %d committed", rounds, time.Since(start).Round(time.Millisecond), len(acked), len(pj))
+}
