@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/failpoint"
+	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
 	"github.com/tandem-tx/tandem/xid"
 )
@@ -249,7 +250,9 @@ func (c *Coordinator) decideMode(ctx context.Context, g xid.GTRID, outcome Outco
 		var pos wal.Position
 		if err == nil {
 			if durable {
+				start := time.Now()
 				pos, err = c.log.Append(typ, d.encode())
+				waits.Coordinator.SinceTx(waits.LogFileSync, start, g, "")
 			} else {
 				pos, err = c.log.AppendAsync(typ, d.encode())
 			}
