@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
 	"github.com/tandem-tx/tandem/xid"
 )
@@ -185,7 +186,7 @@ func Open(opts Options) (*Coordinator, error) {
 	start := time.Now()
 	var replayed int
 	wopts := wal.Options{Dir: filepath.Join(opts.Dir, "log"), SegmentSize: opts.SegmentSize, MaxSize: opts.LogSize,
-		NoSync: opts.NoSync, BatchWindow: opts.BatchWindow}
+		NoSync: opts.NoSync, BatchWindow: opts.BatchWindow, Waits: waits.Coordinator}
 	if opts.LogHook != nil {
 		wopts.OnWrite = opts.LogHook.Written
 	}

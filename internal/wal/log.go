@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"github.com/tandem-tx/tandem/internal/waits"
 	"os"
 	"path/filepath"
 	"sync"
@@ -73,6 +74,9 @@ type Options struct {
 	// every Append of the batch and lets the next batch grow meanwhile. Nil
 	// (the default) costs nothing.
 	OnWrite func(recs []Written, synced bool)
+	// Waits, if set, records the writer's "log file parallel write" (each
+	// batch's write) and "log file fdatasync" (each fdatasync) wait events.
+	Waits *waits.Registry
 }
 
 // Written is one record passed to Options.OnWrite.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/failpoint"
+	"github.com/tandem-tx/tandem/internal/waits"
 )
 
 const (
@@ -230,7 +231,12 @@ func (l *Log) flush(buf []byte, reqs []*request) bool {
 		if l.recycled && l.off+int64(len(buf))+headerSize <= l.size {
 			out = append(buf, zeroHeader[:]...)
 		}
-		if _, err := l.f.WriteAt(out, l.off); err != nil {
+		start := time.Now()
+		_, err := l.f.WriteAt(out, l.off)
+		if l.opts.Waits != nil {
+			l.opts.Waits.Since(waits.LogFileParallelWrite, start)
+		}
+		if err != nil {
 			l.fail(reqs, "write", l.f.Name(), l.off, err)
 			return false
 		}
@@ -287,7 +293,11 @@ func (l *Log) sync(reqs []*request) bool {
 	if !l.unsynced || l.opts.NoSync {
 		return true
 	}
+	start := time.Now()
 	err := l.f.Sync()
+	if l.opts.Waits != nil {
+		l.opts.Waits.Since(waits.LogFileFdatasync, start)
+	}
 	l.fsyncs.Add(1)
 	if err != nil {
 		l.fail(reqs, "fdatasync", l.f.Name(), l.off, err)
