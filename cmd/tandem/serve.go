@@ -69,6 +69,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	transport := fs.String("transport", "", "with --standby-listen: sync (a decision is acknowledged once the standby has it on disk; one round trip per group commit) or async (the stream runs behind, never delays a commit) (default: from --protection)")
 	protection := fs.String("protection", "", "with --standby-listen: max-performance (async), max-availability (sync; after --net-timeout without the standby, carry on unprotected, loudly) or max-protection (sync; stall rather than acknowledge a decision the standby lacks) (default max-performance, or max-availability with --transport sync)")
 	netTimeout := fs.Duration("net-timeout", 10*time.Second, "standby: how long max-availability waits for the standby before going on unprotected; deadline of the handshake and of each write")
+	peer := fs.String("peer", "", "with --standby-listen: the other coordinator's --standby-listen address; at start this primary asks it for its epoch and refuses to start (to decide or settle anything) if it was promoted since (fencing)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -136,7 +137,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	so := server.StandbyOptions{Listen: *standbyListen, Of: *standbyOf, Transport: *transport, Protection: *protection, NetTimeout: *netTimeout}
+	so := server.StandbyOptions{Listen: *standbyListen, Of: *standbyOf, Transport: *transport, Protection: *protection, NetTimeout: *netTimeout, Peer: *peer}
 	s, err := server.Start(cfg, server.Options{Logger: logger, Admin: *admin, AdminBestEffort: !adminSet, AuthToken: token, InsecureNoAuth: *insecure, Standby: so})
 	if err != nil {
 		return err

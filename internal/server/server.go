@@ -81,9 +81,9 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		_ = lis.Close()
 		return nil, errors.New("server: --standby-of (run a standby) and --standby-listen (a primary serving standbys) exclude each other; a standby serves no cascaded standby yet")
 	}
-	if so.Listen == "" && (so.Transport != "" || so.Protection != "") && so.Of == "" {
+	if so.Listen == "" && (so.Transport != "" || so.Protection != "" || so.Peer != "") && so.Of == "" {
 		_ = lis.Close()
-		return nil, errors.New("server: --transport and --protection need --standby-listen (the address standbys connect to)")
+		return nil, errors.New("server: --transport, --protection and --peer need --standby-listen (the address standbys connect to)")
 	}
 	if so.Of != "" {
 		s, err := startStandby(cfg, o, lis)
@@ -102,7 +102,14 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		tr, prot, err := standby.ParseMode(so.Transport, so.Protection)
 		if err == nil {
 			var id standby.Identity
-			if id, err = standby.PrimaryIdentity(cfg.DataDir); err == nil {
+			if id, err = standby.PrimaryIdentity(cfg.DataDir); err == nil && so.Peer != "" {
+				var info string
+				info, err = standby.CheckPeer(so.Peer, id, max(so.NetTimeout, time.Second))
+				if err == nil && o.Logger != nil {
+					o.Logger.Info("fencing check at start: not superseded", "peer", info)
+				}
+			}
+			if err == nil {
 				sh, err = standby.NewShipper(standby.ShipperConfig{Listen: so.Listen, Transport: tr, Protection: prot,
 					NetTimeout: so.NetTimeout, Identity: id, MaxRetained: int64(cfg.LogSize), Logger: o.Logger})
 			}

@@ -29,6 +29,10 @@ type StandbyOptions struct {
 	// Of (standby): the primary's --standby-listen address. The process
 	// then runs a standby: it copies the primary's log and decides nothing.
 	Of string
+	// Peer (primary): the other coordinator's --standby-listen address. At
+	// start the primary asks it for its epoch and refuses to start (to
+	// decide or settle anything) when it is newer: fencing after a failover.
+	Peer string
 }
 
 // standbyStatus is what the process shows of its standby role.

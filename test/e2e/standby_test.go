@@ -235,7 +235,14 @@ func TestFailoverUnderLoadMaxProtection(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(time.Duration(400+rounds*97%400) * time.Millisecond)
+		// Until a few transfers are through (the previous round's orphans
+		// hold row locks until the orphan timeout), then a little more.
+		eventually(t, 20*time.Second, "transfers acknowledged by the new primary", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(roundAcked) >= 5
+		})
+		time.Sleep(time.Duration(rounds*97%300) * time.Millisecond)
 		prim.kill()
 		cancel()
 		wg.Wait()
@@ -286,4 +293,126 @@ func TestFailoverUnderLoadMaxProtection(t *testing.T) {
 		t.Errorf("after %d promotions the primary says: %s", rounds, healthMessage(prim))
 	}
 	t.Logf("%d failovers in %v; %d transfers acknowledged, %d committed", rounds, time.Since(start).Round(time.Millisecond), len(acked), len(pj))
+}
+
+// max-availability with the standby cut off (a TCP proxy between them):
+// protected while it is there; once cut, a commit waits the net timeout, then
+// commits go on and the primary says UNPROTECTED with the exposure counted;
+// once the network is back the standby catches up and the primary is
+// protected again by itself; promoted, the standby has every acknowledged
+// transfer, those made while it was cut included.
+func TestMaxAvailabilityStandbyCutAndBack(t *testing.T) {
+	d := openDBs(t)
+	b := newBank(t, d, 2)
+	sbListen := freeAddr(t)
+	prim := startIn(t, t.TempDir(), "--standby-listen", sbListen, "--protection", "max-availability", "--net-timeout", "1s")
+	px, err := newProxy(sbListen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	sdir := t.TempDir()
+	sb := startIn(t, sdir, "--standby-of", px.Addr())
+	protected := func() bool { return strings.Contains(healthMessage(prim), "(protected) standby=127.0.0.1") }
+	eventually(t, 10*time.Second, "protected", protected)
+	cli := newClient(t, prim.addr)
+	var acked []string
+	commit := func() time.Duration {
+		t.Helper()
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		g, err := b.transfer(ctx, cli, 0)
+		if err != nil {
+			t.Fatalf("transfer: %v", err)
+		}
+		acked = append(acked, g)
+		return time.Since(start)
+	}
+	for range 5 {
+		commit()
+	}
+	px.Cut()
+	if d := commit(); d < 900*time.Millisecond {
+		t.Errorf("the first commit after the cut took %v: it must wait the net timeout (1s) for the standby", d)
+	}
+	var slowest time.Duration
+	for range 10 {
+		slowest = max(slowest, commit())
+	}
+	if slowest > 900*time.Millisecond {
+		t.Errorf("unprotected commits took up to %v: they must not wait for the standby", slowest)
+	}
+	msg := healthMessage(prim)
+	if !strings.Contains(msg, "UNPROTECTED") || strings.Contains(msg, "exposure=0 ") {
+		t.Errorf("the primary without its standby says: %s", msg)
+	}
+	if !strings.Contains(prim.out.String(), "STANDBY UNPROTECTED") {
+		t.Errorf("the primary's log does not say it runs unprotected:\n%s", prim.out.String())
+	}
+	px.Restore()
+	eventually(t, 15*time.Second, "the standby caught up and protected again", func() bool {
+		commit()
+		return protected() && strings.Contains(healthMessage(prim), "exposure=0 ")
+	})
+	prim.stop()
+	sb.stop()
+	promote(t, sdir)
+	np := startIn(t, sdir)
+	for _, g := range acked {
+		st, err := np.api().Status(context.Background(), &api.StatusRequest{Gtrid: g})
+		if err != nil || st.Outcome != api.Outcome_COMMITTED {
+			t.Fatalf("transfer %s, acknowledged, on the promoted standby: %v, %v", g, st, err)
+		}
+	}
+	eventually(t, 15*time.Second, "nothing left prepared", func() bool { return len(d.prepared(t)) == 0 })
+	if s := b.sum(t); s != b.total {
+		t.Errorf("money: %d, want %d", s, b.total)
+	}
+}
+
+// Fencing: after a failover, the old primary restarted with --peer naming the
+// new one refuses to start (so it decides and settles nothing: an orphaned
+// prepared branch stays as it was), with an error naming the new primary and
+// its epoch; the new primary settles the branch.
+func TestOldPrimaryIsFenced(t *testing.T) {
+	d := openDBs(t)
+	b := newBank(t, d, 1)
+	d.table(t, "e2e_fence")
+	listenA, listenB := freeAddr(t), freeAddr(t)
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a := startIn(t, dirA, "--standby-listen", listenA, "--protection", "max-availability", "--net-timeout", "1s")
+	sb := startIn(t, dirB, "--standby-of", listenA)
+	eventually(t, 10*time.Second, "protected", func() bool { return strings.Contains(healthMessage(a), "(protected) standby=127.0.0.1") })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := b.transfer(ctx, newClient(t, a.addr), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.kill()
+	sb.stop()
+	promote(t, dirB)
+	nb := startIn(t, dirB, "--standby-listen", listenB, "--peer", listenA)
+	if st, err := nb.api().Status(ctx, &api.StatusRequest{Gtrid: g}); err != nil || st.Outcome != api.Outcome_COMMITTED {
+		t.Fatalf("the acknowledged transfer on the new primary: %v, %v", st, err)
+	}
+	orphan := prepareAndDie(t, "e2e_fence", 1)
+	// The old primary comes back: it must not start.
+	args := append(append([]string(nil), a.args...), "--peer", listenB)
+	cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer ccancel()
+	out, err := exec.CommandContext(cctx, tandemBin, args...).CombinedOutput()
+	if err == nil {
+		t.Fatalf("the old primary started after a failover:\n%s", out)
+	}
+	for _, want := range []string{"fenced", listenB, "epoch 2", "must not decide or settle anything"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the old primary's refusal does not say %q:\n%s", want, out)
+		}
+	}
+	if n := len(d.preparedFor(t, orphan.String())); n != 2 {
+		t.Errorf("%d branches of the orphan left after the old primary's attempt, want 2 (untouched)", n)
+	}
+	eventually(t, 20*time.Second, "the new primary settles the orphan", func() bool { return len(d.preparedFor(t, orphan.String())) == 0 })
 }

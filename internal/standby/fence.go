@@ -1,0 +1,48 @@
+package standby
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// ErrFenced is wrapped by the error of a primary that learns that another
+// coordinator of its cluster was promoted since (a newer epoch).
+var ErrFenced = errors.New("standby: fenced")
+
+// CheckPeer asks the coordinator at peer (its --standby-listen address) for
+// its cluster and epoch, as a standby would, and hangs up. It returns an
+// error wrapping ErrFenced when peer is of the same cluster and a newer
+// epoch than id: this coordinator was superseded and must not decide or
+// settle anything. A peer that cannot be reached, refuses, or is of an
+// older or the same epoch returns nil with what was learnt in info.
+func CheckPeer(peer string, id Identity, timeout time.Duration) (info string, err error) {
+	c, err := net.DialTimeout("tcp", peer, timeout)
+	if err != nil {
+		return fmt.Sprintf("peer %s not reachable: %v", peer, err), nil
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	w := bufio.NewWriter(c)
+	if err := writeFrame(w, kindHello, hello{cluster: id.Cluster, epoch: id.Epoch}.encode()); err != nil {
+		return fmt.Sprintf("peer %s: %v", peer, err), nil
+	}
+	kind, b, err := readFrame(bufio.NewReader(c), nil)
+	if err != nil {
+		return fmt.Sprintf("peer %s: %v", peer, err), nil
+	}
+	if kind != kindWelcome {
+		return fmt.Sprintf("peer %s: answered a kind %d frame", peer, kind), nil
+	}
+	wl, err := decodeWelcome(b)
+	if err != nil {
+		return fmt.Sprintf("peer %s: %v", peer, err), nil
+	}
+	if wl.cluster == id.Cluster && wl.epoch > id.Epoch {
+		return "", fmt.Errorf("%w: the coordinator at %s is the primary of cluster %s at epoch %d, this one is at epoch %d: it was promoted since, so this coordinator must not decide or settle anything; re-seed this one as its standby (stop it, empty its data directory, tandem serve --standby-of %s)",
+			ErrFenced, peer, wl.cluster, wl.epoch, id.Epoch, peer)
+	}
+	return fmt.Sprintf("peer %s is at epoch %d of cluster %s", peer, wl.epoch, wl.cluster), nil
+}
