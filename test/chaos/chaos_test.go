@@ -36,6 +36,8 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/tandem-tx/tandem/internal/testproxy"
 )
 
 // Failpoints a coordinator may be started with (each kills it at first hit).
@@ -59,7 +61,7 @@ type harness struct {
 	pgDSN, myDSN     string
 	coordAddr, dir   string
 	acks             string
-	pgProxy, myProxy *proxy
+	pgProxy, myProxy *testproxy.Proxy
 	rngMu            sync.Mutex
 	rng              *rand.Rand
 	mu               sync.Mutex
@@ -153,10 +155,10 @@ func setup(t *testing.T) *harness {
 		}
 	}
 	var err error
-	if h.pgProxy, err = newProxy("127.0.0.1:55432"); err != nil {
+	if h.pgProxy, err = testproxy.New("127.0.0.1:55432"); err != nil {
 		t.Fatal(err)
 	}
-	if h.myProxy, err = newProxy("127.0.0.1:53306"); err != nil {
+	if h.myProxy, err = testproxy.New("127.0.0.1:53306"); err != nil {
 		t.Fatal(err)
 	}
 	l, _ := net.Listen("tcp", "127.0.0.1:0")

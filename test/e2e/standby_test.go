@@ -18,6 +18,7 @@ import (
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/client"
+	"github.com/tandem-tx/tandem/internal/testproxy"
 )
 
 // startIn starts `tandem serve` on a fresh port with the given data directory
@@ -306,7 +307,7 @@ func TestMaxAvailabilityStandbyCutAndBack(t *testing.T) {
 	b := newBank(t, d, 2)
 	sbListen := freeAddr(t)
 	prim := startIn(t, t.TempDir(), "--standby-listen", sbListen, "--protection", "max-availability", "--net-timeout", "1s")
-	px, err := newProxy(sbListen)
+	px, err := testproxy.New(sbListen)
 	if err != nil {
 		t.Fatal(err)
 	}

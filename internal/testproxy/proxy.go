@@ -1,6 +1,8 @@
-//go:build chaos
-
-package chaos
+// Package testproxy is a TCP proxy for tests on loopback: it forwards
+// connections to a target and can cut the network (Cut drops every open
+// connection and refuses new ones until Restore). Tests use it to cut a
+// coordinator off a database or a primary off its standby.
+package testproxy
 
 import (
 	"io"
@@ -11,7 +13,8 @@ import (
 // proxy forwards TCP connections from a loopback port to a target, and can
 // cut the network: Cut closes every open connection and refuses new ones
 // until Restore.
-type proxy struct {
+// Proxy forwards TCP connections; see the package doc.
+type Proxy struct {
 	lis    net.Listener
 	target string
 	mu     sync.Mutex
@@ -19,19 +22,21 @@ type proxy struct {
 	conns  map[net.Conn]bool
 }
 
-func newProxy(target string) (*proxy, error) {
+// New listens on a free loopback port and forwards to target.
+func New(target string) (*Proxy, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{lis: lis, target: target, conns: map[net.Conn]bool{}}
+	p := &Proxy{lis: lis, target: target, conns: map[net.Conn]bool{}}
 	go p.serve()
 	return p, nil
 }
 
-func (p *proxy) Addr() string { return p.lis.Addr().String() }
+// Addr is the address to connect to instead of the target.
+func (p *Proxy) Addr() string { return p.lis.Addr().String() }
 
-func (p *proxy) serve() {
+func (p *Proxy) serve() {
 	for {
 		c, err := p.lis.Accept()
 		if err != nil {
@@ -48,7 +53,7 @@ func (p *proxy) serve() {
 	}
 }
 
-func (p *proxy) pipe(c net.Conn) {
+func (p *Proxy) pipe(c net.Conn) {
 	up, err := net.Dial("tcp", p.target)
 	if err != nil {
 		c.Close()
@@ -76,7 +81,7 @@ func (p *proxy) pipe(c net.Conn) {
 }
 
 // Cut drops every connection and refuses new ones.
-func (p *proxy) Cut() {
+func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = true
@@ -86,10 +91,11 @@ func (p *proxy) Cut() {
 }
 
 // Restore lets connections through again.
-func (p *proxy) Restore() {
+func (p *Proxy) Restore() {
 	p.mu.Lock()
 	p.cut = false
 	p.mu.Unlock()
 }
 
-func (p *proxy) Close() { p.lis.Close(); p.Cut() }
+// Close stops the proxy and drops every connection.
+func (p *Proxy) Close() { p.lis.Close(); p.Cut() }
