@@ -112,13 +112,7 @@ func benchFlags(b *subBenchmark, stderr io.Writer) *flag.FlagSet {
 	fs := newFlags(&command{name: "bench " + b.name, summary: b.summary, usage: b.usage}, stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: tandem bench %s %s\n\nMeasures %s.\n\n%s\n", b.name, b.usage, b.summary, b.help)
-		var sb strings.Builder
-		fs.SetOutput(&sb)
-		fs.PrintDefaults()
-		fs.SetOutput(stderr)
-		if sb.Len() > 0 {
-			fmt.Fprintf(stderr, "\nFlags:\n%s", sb.String())
-		}
+		printFlags(fs, stderr)
 	}
 	return fs
 }

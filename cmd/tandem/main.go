@@ -91,15 +91,20 @@ func newFlags(c *command, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: tandem %s %s\n\n%s\n", c.name, c.usage, c.summary)
-		var b strings.Builder
-		fs.SetOutput(&b)
-		fs.PrintDefaults()
-		fs.SetOutput(stderr)
-		if b.Len() > 0 {
-			fmt.Fprintf(stderr, "\nFlags:\n%s", b.String())
-		}
+		printFlags(fs, stderr)
 	}
 	return fs
+}
+
+// printFlags writes a "Flags:" section with fs's defaults, if it has any.
+func printFlags(fs *flag.FlagSet, w io.Writer) {
+	var b strings.Builder
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(w)
+	if b.Len() > 0 {
+		fmt.Fprintf(w, "\nFlags:\n%s", b.String())
+	}
 }
 
 // parse parses flags; errors already printed become errUsage.

@@ -181,11 +181,27 @@ func (w *worker) sdkResult(res client.Result) {
 // txnXA: one insert on each RM as one global transaction through the SDK:
 // statements pipelined with the begin, prepares in parallel, one Commit RPC.
 func txnXA(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, traceCoord bool) error {
+	all := make([]int, len(w.e.rms))
+	for i := range all {
+		all[i] = i
+	}
+	return sdkInserts(ctx, w, st, tr, traceCoord, all)
+}
+
+// txnOnePC: one insert on one RM through the SDK: one-phase commit.
+func txnOnePC(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, traceCoord bool) error {
+	return sdkInserts(ctx, w, st, tr, traceCoord, []int{w.e.one})
+}
+
+// sdkInserts runs one insert on each of the given RMs in one transaction
+// through the SDK and commits it; the SDK picks the commit path.
+func sdkInserts(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, traceCoord bool, rms []int) error {
 	id := w.e.nextID.Add(1)
 	v := "row " + strconv.FormatInt(id, 10)
 	tx := st.cli.Begin()
 	tx.SetTrace(tr, traceCoord)
-	for i, r := range w.e.rms {
+	for _, i := range rms {
+		r := w.e.rms[i]
 		b, err := tx.Branch(ctx, r.Name, w.conns[i])
 		if err == nil {
 			_, err = b.ExecContext(ctx, r.insertSQL(), id, v)
@@ -194,29 +210,6 @@ func txnXA(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, traceCo
 			_ = tx.Rollback(ctx)
 			return err
 		}
-	}
-	res, err := tx.Commit(ctx)
-	if err != nil {
-		return err
-	}
-	w.sdkResult(res)
-	return nil
-}
-
-// txnOnePC: one insert on one RM through the SDK: one-phase commit.
-func txnOnePC(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, traceCoord bool) error {
-	i := w.e.one
-	r := w.e.rms[i]
-	id := w.e.nextID.Add(1)
-	tx := st.cli.Begin()
-	tx.SetTrace(tr, traceCoord)
-	b, err := tx.Branch(ctx, r.Name, w.conns[i])
-	if err == nil {
-		_, err = b.ExecContext(ctx, r.insertSQL(), id, "row "+strconv.FormatInt(id, 10))
-	}
-	if err != nil {
-		_ = tx.Rollback(ctx)
-		return err
 	}
 	res, err := tx.Commit(ctx)
 	if err != nil {
