@@ -94,6 +94,11 @@ type ShipperConfig struct {
 	// Records of live segments are always kept.
 	MaxRetained int64
 	Logger      *slog.Logger
+	// OnFenced, when set, is called (once per such peer, from the
+	// connection's goroutine) when a peer of this cluster reports a newer
+	// epoch: another coordinator was promoted, and this primary must stop
+	// deciding and settling. err wraps ErrFenced and names the peer.
+	OnFenced func(err error)
 }
 
 // Shipper is the primary's side: it keeps the records a standby may still
@@ -352,6 +357,10 @@ func (s *Shipper) handle(c net.Conn) error {
 	if h.epoch > id.Epoch {
 		s.log.Error("FENCED: a standby reports a newer epoch: another coordinator was promoted since this one became primary; this primary is superseded",
 			"standby", c.RemoteAddr().String(), "standby_epoch", h.epoch, "epoch", id.Epoch)
+		if s.cfg.OnFenced != nil && h.cluster == id.Cluster {
+			s.cfg.OnFenced(fmt.Errorf("%w: a coordinator of cluster %s at epoch %d (connected from %s) was promoted since this primary took epoch %d: this coordinator must not decide or settle anything; re-seed it as a standby of the new primary (tandem reseed, then tandem serve --standby-of)",
+				ErrFenced, id.Cluster, h.epoch, c.RemoteAddr(), id.Epoch))
+		}
 		return s.refuse(c, w, fmt.Sprintf("the standby is at epoch %d, this primary at epoch %d: it follows a newer primary", h.epoch, id.Epoch))
 	}
 	s.mu.Lock()
