@@ -13,7 +13,9 @@ import (
 var ErrFenced = errors.New("standby: fenced")
 
 // CheckPeer asks the coordinator at peer (its --standby-listen address) for
-// its cluster and epoch, as a standby would, and hangs up. It returns an
+// its cluster and epoch with a PROBE frame (which never displaces the
+// peer's standby) and hangs up; a peer of the same cluster at an older
+// epoch learns id's epoch from it and fences itself (ShipperConfig.OnFenced). It returns an
 // error wrapping ErrFenced when peer is of the same cluster and a newer
 // epoch than id: this coordinator was superseded and must not decide or
 // settle anything. A peer that cannot be reached, refuses, or is of an
@@ -26,7 +28,7 @@ func CheckPeer(peer string, id Identity, timeout time.Duration) (info string, er
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	w := bufio.NewWriter(c)
-	if err := writeFrame(w, kindHello, hello{cluster: id.Cluster, epoch: id.Epoch}.encode()); err != nil {
+	if err := writeFrame(w, kindProbe, hello{cluster: id.Cluster, epoch: id.Epoch}.encode()); err != nil {
 		return fmt.Sprintf("peer %s: %v", peer, err), nil
 	}
 	kind, b, err := readFrame(bufio.NewReader(c), nil)

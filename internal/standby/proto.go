@@ -35,6 +35,7 @@
 //	RECORDS  n u32 | n × (segment u64 | offset u64 | type u8 | length u32 | payload)
 //	ACK      segment u64 | offset u64
 //	REFUSE   message (UTF-8)
+//	PROBE    as HELLO: asks for WELCOME only (fencing checks); never a standby
 //
 // A frame with a bad checksum, an unknown kind, a length past MaxFrame, a
 // truncated frame, a stream from another cluster or an older epoch, or
@@ -67,6 +68,11 @@ const (
 	kindRecords = 3
 	kindAck     = 4
 	kindRefuse  = 5
+	// kindProbe is a HELLO that only asks for the primary's identity (the
+	// fencing check of --peer, a promoted standby announcing its epoch):
+	// the primary answers WELCOME (or REFUSE) and hangs up; it never takes
+	// the prober for its standby.
+	kindProbe = 16
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -103,7 +109,7 @@ func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
 		return 0, nil, err
 	}
 	kind := h[0]
-	if kind < kindHello || kind > kindRefuse {
+	if (kind < kindHello || kind > kindRefuse) && kind != kindProbe {
 		return 0, nil, fmt.Errorf("%w: unknown frame kind %d (not a Tandem standby stream?)", ErrProtocol, kind)
 	}
 	n := binary.LittleEndian.Uint32(h[1:5])

@@ -342,7 +342,8 @@ func (s *Shipper) handle(c net.Conn) error {
 	if err != nil {
 		return fmt.Errorf("reading HELLO: %w", err)
 	}
-	if kind != kindHello {
+	probe := kind == kindProbe
+	if kind != kindHello && !probe {
 		return s.refuse(c, w, fmt.Sprintf("expected HELLO, got a kind %d frame", kind))
 	}
 	h, err := decodeHello(b)
@@ -355,13 +356,17 @@ func (s *Shipper) handle(c net.Conn) error {
 			h.cluster, s.Addr(), id.Cluster, s.Addr()))
 	}
 	if h.epoch > id.Epoch {
-		s.log.Error("FENCED: a standby reports a newer epoch: another coordinator was promoted since this one became primary; this primary is superseded",
+		s.log.Error("FENCED: a peer reports a newer epoch: another coordinator was promoted since this one became primary; this primary is superseded",
 			"standby", c.RemoteAddr().String(), "standby_epoch", h.epoch, "epoch", id.Epoch)
 		if s.cfg.OnFenced != nil && h.cluster == id.Cluster {
 			s.cfg.OnFenced(fmt.Errorf("%w: a coordinator of cluster %s at epoch %d (connected from %s) was promoted since this primary took epoch %d: this coordinator must not decide or settle anything; re-seed it as a standby of the new primary (tandem reseed, then tandem serve --standby-of)",
 				ErrFenced, id.Cluster, h.epoch, c.RemoteAddr(), id.Epoch))
 		}
 		return s.refuse(c, w, fmt.Sprintf("the standby is at epoch %d, this primary at epoch %d: it follows a newer primary", h.epoch, id.Epoch))
+	}
+	if probe {
+		_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
+		return writeFrame(w, kindWelcome, welcome{cluster: id.Cluster, epoch: id.Epoch}.encode())
 	}
 	s.mu.Lock()
 	last := s.last
