@@ -208,6 +208,11 @@ func (r *Receiver) session(ctx context.Context) error {
 		last := recs[len(recs)-1].pos
 		start := time.Now()
 		for _, rec := range recs {
+			if rec.typ == RecMark {
+				// Never written (a shipper does not send them): a foreign
+				// MARK here would be taken for this standby's own at replay.
+				continue
+			}
 			if _, err := r.log.AppendNoWait(rec.typ, rec.payload); err != nil {
 				return fmt.Errorf("standby: write the log: %w", err)
 			}

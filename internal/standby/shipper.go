@@ -164,20 +164,30 @@ func (s *Shipper) notifyLocked() {
 func (s *Shipper) Replayed(pos wal.Position, typ wal.Type, payload []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.keepLocked(pos, typ, payload, time.Time{})
-	s.synced = len(s.recs)
-	s.last = pos
 	if s.first == 0 {
 		s.first = pos.Segment
 	}
+	if s.keepLocked(pos, typ, payload, time.Time{}) {
+		s.synced = len(s.recs)
+		s.last = pos
+	}
 }
 
-func (s *Shipper) keepLocked(pos wal.Position, typ wal.Type, payload []byte, at time.Time) {
+// keepLocked keeps a record for the standby and reports whether it did.
+// MARK records are never kept, so never shipped: a promoted standby's log
+// holds its own MARKs (the old primary's positions), which a standby of the
+// new primary must not take for its own. s.last is therefore always the
+// position of a shipped record, one a standby can acknowledge.
+func (s *Shipper) keepLocked(pos wal.Position, typ wal.Type, payload []byte, at time.Time) bool {
+	if typ == RecMark {
+		return false
+	}
 	if n := len(s.recs); n > 0 && !s.recs[n-1].pos.Less(pos) {
-		return // replayed again after a crash in Release: already kept
+		return false // replayed again after a crash in Release: already kept
 	}
 	s.recs = append(s.recs, record{pos: pos, typ: typ, payload: append([]byte(nil), payload...), at: at})
 	s.recBytes += int64(len(payload) + 32)
+	return true
 }
 
 // Written is wal.Options.OnWrite: it keeps the batch's records and, under

@@ -408,3 +408,118 @@ func TestCheckPeerFences(t *testing.T) {
 		t.Errorf("CheckPeer of nobody = %q, %v", info, err)
 	}
 }
+
+// standbyMarks reads the MARK records of a closed standby's log.
+func standbyMarks(t *testing.T, dir string) []hello {
+	t.Helper()
+	var out []hello
+	l, err := wal.Open(wal.Options{Dir: filepath.Join(dir, "log"), SegmentSize: 64 << 10, NoSync: true}, func(_ wal.Position, typ wal.Type, p []byte) error {
+		if typ == RecMark {
+			m, err := decodeHello(p)
+			if err != nil {
+				return err
+			}
+			out = append(out, m)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	return out
+}
+
+// A promoted standby's log holds its own MARK records; as a primary it must
+// not ship them (replayed or written), and a standby must never write one
+// it receives: after a crash it would take the foreign MARK's position for
+// its own.
+func TestMarksAreNeitherShippedNorWritten(t *testing.T) {
+	foreign := hello{cluster: ClusterID{7}, epoch: 99, pos: wal.Position{Segment: 77, Offset: 77}}.encode()
+	pdir := t.TempDir()
+	p := startPrimary(t, pdir, MaxPerformance, time.Second)
+	var want []string
+	for i := range 200 {
+		if _, err := p.log.Append(1, []byte(fmt.Sprintf("a%d", i))); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, fmt.Sprintf("a%d", i))
+		if _, err := p.log.AppendNoWait(RecMark, foreign); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.sh.Close()
+	p.log.Close()
+	p = startPrimary(t, pdir, MaxPerformance, time.Second) // replays the MARKs
+	var last wal.Position
+	for i := range 100 {
+		if _, err := p.log.AppendNoWait(RecMark, foreign); err != nil {
+			t.Fatal(err)
+		}
+		pos, err := p.log.Append(1, []byte(fmt.Sprintf("b%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, fmt.Sprintf("b%d", i))
+		last = pos
+	}
+	if _, err := p.log.Append(RecMark, foreign); err != nil { // the last record: a MARK
+		t.Fatal(err)
+	}
+	if st := p.sh.Status(); st.PrimaryAt != last.String() {
+		t.Errorf("the primary's position is %s, want %s: the last record that is shipped", st.PrimaryAt, last)
+	}
+	sdir := t.TempDir()
+	r := startStandby(t, sdir, p.sh.Addr())
+	waitFor(t, "the standby to catch up", func() bool { return r.Position() == last })
+	if st := p.sh.Status(); st.LagRecords != 0 || st.StandbyAt != last.String() {
+		t.Errorf("status after catch-up: %+v", st)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := standbyRecords(t, sdir); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("standby records: %d, want %d (%v...)", len(got), len(want), got[:min(4, len(got))])
+	}
+	for _, m := range standbyMarks(t, sdir) {
+		if m.epoch != testID().Epoch || m.cluster != testID().Cluster {
+			t.Fatalf("the standby's log holds a foreign MARK: %+v", m)
+		}
+	}
+	r = startStandby(t, sdir, "127.0.0.1:1")
+	if got := r.Position(); got != last {
+		t.Errorf("reopened standby at %s, want %s", got, last)
+	}
+	r.Close()
+}
+
+// A MARK in a RECORDS frame (a primary that ships them) is not written;
+// the records around it are, and the standby's position is the frame's
+// last.
+func TestReceiverDoesNotWriteAShippedMark(t *testing.T) {
+	foreign := hello{cluster: ClusterID{7}, epoch: 99, pos: wal.Position{Segment: 77, Offset: 77}}.encode()
+	recs := encodeRecords(nil, []record{
+		{pos: wal.Position{Segment: 1, Offset: 32}, typ: 1, payload: []byte("x")},
+		{pos: wal.Position{Segment: 1, Offset: 64}, typ: RecMark, payload: foreign},
+		{pos: wal.Position{Segment: 1, Offset: 128}, typ: 1, payload: []byte("y")},
+		{pos: wal.Position{Segment: 1, Offset: 160}, typ: RecMark, payload: foreign},
+	})
+	addr := fakePrimary(t, func(w *bufio.Writer, c net.Conn) {
+		writeFrame(w, kindWelcome, welcome{cluster: testID().Cluster, epoch: testID().Epoch}.encode())
+		writeFrame(w, kindRecords, recs)
+		readFrame(c, nil) // the ACK
+	})
+	dir := t.TempDir()
+	r := startStandby(t, dir, addr)
+	want := wal.Position{Segment: 1, Offset: 160}
+	waitFor(t, "the frame to be written", func() bool { return r.Position() == want })
+	r.Close()
+	if got := standbyRecords(t, dir); strings.Join(got, ",") != "x,y" {
+		t.Errorf("standby records %q, want x,y", got)
+	}
+	for _, m := range standbyMarks(t, dir) {
+		if m.epoch == 99 {
+			t.Fatalf("the standby wrote the shipped MARK %+v", m)
+		}
+	}
+}
