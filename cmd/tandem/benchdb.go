@@ -21,12 +21,12 @@ import (
 func init() {
 	var list strings.Builder
 	for _, w := range bench.Workloads {
-		fmt.Fprintf(&list, "  %-7s %s\n", w.Name, w.Summary)
+		fmt.Fprintf(&list, "  %-10s %s\n", w.Name, w.Summary)
 	}
 	registerBench(&subBenchmark{
 		name:    "db",
-		summary: "transactions against the real databases: sql, raw2pc, xa, 1pc, plain, oltp (also: tandem bench --workload W)",
-		usage:   "[--workload W | --compare A,B] [--threads N] [--duration D | --txns N] [--coordinator ADDR] [--json] [--trace N]",
+		summary: "transactions against the real databases: sql, raw2pc, xa, 1pc, plain, oltp, xa-standby (also: tandem bench --workload W)",
+		usage:   "[--workload W | --compare A,B] [--threads N] [--duration D | --txns N] [--coordinator ADDR] [--standby sync|async [--standby-rtt D] ...] [--json] [--trace N]",
 		help: `The unit of work of the Oracle XA report (LESSONS.md §1): one insert on each of
 two resource managers, PostgreSQL and MariaDB by default. Workloads:
 ` + list.String() + `
@@ -42,6 +42,24 @@ per transaction (to each RM and to the coordinator), the client's wait table
 and the coordinator's, and the unaccounted share: the part of the latency
 spent in no named wait (CPU, scheduling, the SDK's own work).
 
+The standby's cost: --compare xa,xa-standby --standby sync|async runs xa
+against two in-process coordinators in the same run, interleaved: the usual
+one, and a second one (the primary) that ships its decision log to a standby
+started in this process (its own log), through a TCP proxy on loopback that
+adds --standby-rtt of round trip (half each way) and, with
+--standby-bandwidth, limits the link. Both coordinators and the standby
+fdatasync their logs on the disk of --dir. --protection picks the Data Guard
+mode (sync: max-availability, the default, or max-protection; async:
+max-performance). Measuring starts once the standby is connected and has
+every record; between slices the run waits, unmeasured, until the idle
+coordinator owes nothing (phase 2, the standby's copy). The standby section
+of the report: transport, protection, the link, the primary's lag behind the
+standby sampled every 100 ms during xa-standby's slices (bytes, seconds: the
+data-loss exposure in time, and records: the decisions a failover would
+lose; max and mean), and both workloads' log and standby wait events
+(log file sync, which on the primary includes standby sync ack; log file
+fdatasync; standby sync ack; standby log write), per committed transaction.
+
 Tables tandem_bench and tandem_bench_oltp are created on both databases;
 tandem_bench is emptied at the start.
 
@@ -49,7 +67,10 @@ Examples:
   tandem bench --compare sql,xa --duration 10s
   tandem bench --compare raw2pc,xa --threads 32 --json
   tandem bench --workload oltp --threads 256 --duration 30s
-  tandem bench --workload xa --txns 200 --trace 3`,
+  tandem bench --workload xa --txns 200 --trace 3
+  tandem bench --compare xa,xa-standby --standby sync --threads 8 --duration 20s
+  tandem bench --compare xa,xa-standby --standby async --standby-rtt 100ms
+  tandem bench --compare xa,xa-standby --standby sync --standby-rtt 10ms --threads 64`,
 		run: runBenchDB,
 	})
 }
@@ -57,7 +78,7 @@ Examples:
 func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	cfg := bench.DefaultDBConfig()
 	fs := benchFlags(benchmarks["db"], stderr)
-	workload := fs.String("workload", "", "one workload: sql, raw2pc, xa, 1pc, plain or oltp")
+	workload := fs.String("workload", "", "one workload: sql, raw2pc, xa, 1pc, plain, oltp, oltp-sql or xa-standby")
 	compare := fs.String("compare", "", "two workloads A,B to run interleaved; the ratio is TPS(B)/TPS(A)")
 	fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "concurrent clients")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured time per workload")
@@ -74,6 +95,14 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.CoordConns, "coord-conns", 0, "the in-process coordinator's connections per RM (max_conns; default 16, or threads/4 if larger)")
 	fs.BoolVar(&cfg.CoordNoSync, "unsafe-coordinator-nosync", false, "EXPERIMENT: the in-process coordinator skips fdatasync of its decision log, to show what it costs (never durable)")
 	fs.IntVar(&cfg.OLTPRows, "oltp-rows", cfg.OLTPRows, "rows of the oltp table on each RM")
+	fs.StringVar(&cfg.Standby.Transport, "standby", "", "xa-standby: the transport of its coordinator's decision log to the standby, sync or async")
+	fs.StringVar(&cfg.Standby.Protection, "protection", "", "xa-standby: max-availability (sync's default), max-protection (sync) or max-performance (async)")
+	fs.DurationVar(&cfg.Standby.RTT, "standby-rtt", 0, "xa-standby: round-trip delay the proxy adds between primary and standby (half each way)")
+	fs.Func("standby-bandwidth", "xa-standby: the link's bandwidth, e.g. 4MB/s, 100Mbit/s (default unlimited)", func(v string) error {
+		b, err := bench.ParseBandwidth(v)
+		cfg.Standby.Bandwidth = b
+		return err
+	})
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
 	fs.IntVar(&cfg.Trace, "trace", 0, "keep the full wait trace (client and coordinator) of this many transactions per workload")
 	traceFile := fs.String("trace-file", "-", "where --trace writes (JSON lines, one transaction each); - is stdout, after the report (with --json, the traces are in the report instead)")

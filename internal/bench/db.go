@@ -82,6 +82,8 @@ type DBConfig struct {
 	CoordNoSync bool
 	// OLTPRows is the size of the oltp table on each RM.
 	OLTPRows int
+	// Standby configures the xa-standby workload's coordinator pair.
+	Standby StandbyConfig
 	// Trace: keep the full trace (client and coordinator waits) of this
 	// many transactions per workload, in Report.Traces.
 	Trace int
@@ -100,6 +102,9 @@ const (
 	WorkloadPlain   = "plain"    // the same insert as a plain local commit, without the SDK
 	WorkloadOLTP    = "oltp"     // sysbench-like: 4 point reads, an update, a delete and an insert on each RM, as a global transaction
 	WorkloadOLTPSQL = "oltp-sql" // the same statements with two independent local commits: the baseline of oltp
+	// WorkloadXAStandby is xa against a second in-process coordinator that
+	// ships its decision log to a standby (DBConfig.Standby).
+	WorkloadXAStandby = "xa-standby"
 )
 
 // Workloads lists them with a line each, for --help.
@@ -111,6 +116,7 @@ var Workloads = []struct{ Name, Summary string }{
 	{WorkloadPlain, "the same single insert as a plain local commit without the SDK: the baseline of 1pc"},
 	{WorkloadOLTP, "sysbench-like: an update, 4 point reads, a delete and an insert on each RM, as one global transaction"},
 	{WorkloadOLTPSQL, "the same statements with two independent local commits (not atomic): the baseline of oltp"},
+	{WorkloadXAStandby, "xa against a second in-process coordinator that ships its decision log to a standby in this process (--standby sync|async, through a proxy adding --standby-rtt): compare with xa"},
 }
 
 // DefaultDBConfig returns the defaults of `tandem bench`.
@@ -139,8 +145,11 @@ func (c *DBConfig) validate() error {
 	}
 	for _, w := range c.Workloads {
 		if !slices.ContainsFunc(Workloads, func(x struct{ Name, Summary string }) bool { return x.Name == w }) {
-			return fmt.Errorf("unknown workload %q: use sql, raw2pc, xa, 1pc, plain, oltp or oltp-sql", w)
+			return fmt.Errorf("unknown workload %q: use sql, raw2pc, xa, 1pc, plain, oltp, oltp-sql or xa-standby", w)
 		}
+	}
+	if err := c.validateStandby(); err != nil {
+		return err
 	}
 	for _, r := range c.RMs {
 		if r.DSN == "" {
@@ -181,6 +190,9 @@ type env struct {
 	srv      *server.Server
 	coordAt  string
 	logDir   string
+	sb       *standbyPair // xa-standby's coordinator pair
+	sbDir    string
+	sbAt     string // its primary's gRPC address
 	fs       FSInfo
 	nextID   atomic.Int64
 	workers  []*worker
@@ -258,20 +270,16 @@ func (e *env) close() {
 	}
 	keepLog := false
 	if e.srv != nil {
-		// Its decision log may be deleted only once every decision's phase 2
-		// is done: a COMMIT still owed to a branch must not be forgotten.
-		deadline := time.Now().Add(30 * time.Second)
-		for e.srv.Coord.Phase2Backlog() > 0 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		keepLog = e.srv.Coord.Phase2Backlog() > 0
-		_ = e.srv.Stop(5 * time.Second)
+		keepLog = drainAndStop(e.srv)
 	}
-	if e.logDir != "" && keepLog {
-		fmt.Fprintf(os.Stderr, "bench: the in-process coordinator still owed phase 2 to some branches after 30s; its decision log is kept in %s: "+
-			"run `tandem serve --data-dir %s/data` with the same --rm flags to finish them\n", e.logDir, e.logDir)
-	} else if e.logDir != "" {
-		_ = os.RemoveAll(e.logDir)
+	if e.logDir != "" {
+		removeOrKeep(e.logDir, filepath.Join(e.logDir, "data"), keepLog)
+	}
+	if e.sb != nil {
+		keepLog = e.sb.close()
+	}
+	if e.sbDir != "" {
+		removeOrKeep(e.sbDir, filepath.Join(e.sbDir, "primary"), keepLog)
 	}
 	for _, r := range e.rms {
 		if r != nil {
@@ -285,29 +293,19 @@ func (e *env) needs(ws ...string) bool {
 }
 
 // startCoordinator starts the in-process coordinator when the run needs
-// one and no external one is given.
+// one and no external one is given, and xa-standby's coordinator pair.
 func (e *env) startCoordinator() error {
-	if !e.needs(WorkloadXA, WorkloadOLTP) {
+	needXA, needPair := e.needs(WorkloadXA, WorkloadOLTP), e.needs(WorkloadXAStandby)
+	if !needXA && !needPair {
 		return nil
 	}
 	if e.cfg.Coordinator != "" {
 		e.coordAt = e.cfg.Coordinator
-		return nil
+		return nil // validate refused xa-standby with --coordinator
 	}
 	parent := e.cfg.Dir
 	if parent == "" {
 		parent = "."
-	}
-	dir, err := os.MkdirTemp(parent, ".tandem-bench-coordinator-")
-	if err != nil {
-		return fmt.Errorf("bench: a directory for the in-process coordinator's log under %s: %w", parent, err)
-	}
-	if abs, aerr := filepath.Abs(dir); aerr == nil {
-		dir = abs
-	}
-	e.logDir = dir
-	if e.fs, err = fsInfo(dir); err == nil && noDurableSync(e.fs.Type) {
-		e.warnings = append(e.warnings, fmt.Sprintf("the in-process coordinator's log is on %s, where fdatasync makes nothing durable: use --dir on a real disk", e.fs.Type))
 	}
 	logger := e.cfg.Logger
 	if logger == nil {
@@ -321,14 +319,63 @@ func (e *env) startCoordinator() error {
 	for _, r := range e.rms {
 		rms[r.Name] = config.RM{Driver: string(r.Driver), DSN: r.DSN, MaxConns: e.cfg.CoordConns}
 	}
-	srv, err := server.Start(config.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "data"), RMs: rms},
-		server.Options{Logger: logger, Admin: e.cfg.Admin, NoSync: e.cfg.CoordNoSync})
-	if err != nil {
-		return fmt.Errorf("bench: start the in-process coordinator: %w", err)
+	cfg := config.Config{Listen: "127.0.0.1:0", RMs: rms}
+	if needXA && needPair {
+		// Two coordinators on the same RMs each see the other's prepared
+		// branches in their in-doubt scans: neither may take one for an
+		// orphan during the run.
+		cfg.OrphanTimeout = time.Hour
 	}
-	e.srv, e.coordAt, e.inProc = srv, srv.Addr(), true
+	mkdir := func(prefix string) (string, error) {
+		dir, err := os.MkdirTemp(parent, prefix)
+		if err != nil {
+			return "", fmt.Errorf("bench: a directory for the in-process coordinator's log under %s: %w", parent, err)
+		}
+		if abs, aerr := filepath.Abs(dir); aerr == nil {
+			dir = abs
+		}
+		if e.fs.Type == "" {
+			if fs, err := fsInfo(dir); err == nil {
+				e.fs = fs
+				if noDurableSync(fs.Type) {
+					e.warnings = append(e.warnings, fmt.Sprintf("the in-process coordinator's log is on %s, where fdatasync makes nothing durable: use --dir on a real disk", fs.Type))
+				}
+			}
+		}
+		return dir, nil
+	}
+	e.inProc = true
 	if e.cfg.CoordNoSync {
 		e.warnings = append(e.warnings, "EXPERIMENT: the in-process coordinator does not fdatasync its decision log (--unsafe-coordinator-nosync): decisions are not durable")
+	}
+	if needXA {
+		dir, err := mkdir(".tandem-bench-coordinator-")
+		if err != nil {
+			return err
+		}
+		e.logDir = dir
+		c := cfg
+		c.DataDir = filepath.Join(dir, "data")
+		srv, err := server.Start(c, server.Options{Logger: logger, Admin: e.cfg.Admin, NoSync: e.cfg.CoordNoSync})
+		if err != nil {
+			return fmt.Errorf("bench: start the in-process coordinator: %w", err)
+		}
+		e.srv, e.coordAt = srv, srv.Addr()
+	}
+	if needPair {
+		dir, err := mkdir(".tandem-bench-standby-")
+		if err != nil {
+			return err
+		}
+		e.sbDir = dir
+		sb, err := startStandbyPair(dir, cfg, e.cfg.Standby, e.cfg.CoordNoSync, logger)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		e.sb, e.sbAt = sb, sb.primary.Addr()
+		if e.coordAt == "" {
+			e.coordAt = e.sbAt
+		}
 	}
 	return nil
 }
@@ -516,7 +563,7 @@ func (e *env) newState(ctx context.Context, name string) (*wlState, error) {
 		st.run = txnRaw2PC
 	case WorkloadPlain:
 		st.run = txnPlain
-	case WorkloadXA:
+	case WorkloadXA, WorkloadXAStandby:
 		st.run = txnXA
 	case WorkloadOnePC:
 		st.run = txnOnePC
@@ -525,8 +572,11 @@ func (e *env) newState(ctx context.Context, name string) (*wlState, error) {
 	case WorkloadOLTPSQL:
 		st.run = txnOLTPSQL
 	}
-	if name == WorkloadXA || name == WorkloadOnePC || name == WorkloadOLTP {
+	if name == WorkloadXA || name == WorkloadOnePC || name == WorkloadOLTP || name == WorkloadXAStandby {
 		cfg := client.Config{Coordinator: e.coordAt, Waits: st.reg}
+		if name == WorkloadXAStandby {
+			cfg.Coordinator = e.sbAt
+		}
 		if !e.inProc {
 			cfg.AuthToken = e.cfg.AuthToken
 		}
@@ -586,6 +636,12 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 		*st = wlState{name: st.name, run: st.run, cli: st.cli, reg: st.reg}
 		st.reg.Reset()
 	}
+	if e.sb != nil {
+		// Measure from a standby that has everything the warm-up wrote.
+		if err := e.sb.waitCaughtUp(30 * time.Second); err != nil {
+			return nil, err
+		}
+	}
 
 	slice := cfg.Slice
 	if slice <= 0 {
@@ -622,11 +678,21 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 			}
 			active++
 			c0, haveCoord := e.coordWaits(ctx)
+			sampling := e.sb != nil && st.name == WorkloadXAStandby
+			if sampling {
+				e.sb.startSampling(lagSampleInterval)
+			}
 			t0 := time.Now()
 			if err := e.slice(ctx, st, stopAt, budget, true); err != nil {
 				return nil, err
 			}
 			st.elapsed += time.Since(t0)
+			if sampling {
+				e.sb.stopSampling()
+			}
+			if e.sb != nil {
+				e.settle(st.name)
+			}
 			if c1, ok := e.coordWaits(ctx); ok && haveCoord {
 				st.coord = st.coord.Add(c1.Sub(c0))
 			}
@@ -648,6 +714,28 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 	}
 	machine := machineUse(before, sampleMachine())
 	return e.report(states, machine), nil
+}
+
+// lagSampleInterval is how often xa-standby's slices sample the primary's
+// standby status.
+const lagSampleInterval = 100 * time.Millisecond
+
+// settle waits, unmeasured, for the coordinator that ran the workload just
+// measured to finish its trailing work (phase 2; the standby's copy), so that
+// it lands in this workload's coordinator waits and not in the next slice.
+func (e *env) settle(workload string) {
+	const limit = 5 * time.Second
+	if workload == WorkloadXAStandby {
+		e.sb.settle(limit)
+		return
+	}
+	if e.srv == nil {
+		return
+	}
+	deadline := time.Now().Add(limit)
+	for phase2Backlog(e.srv) > 0 && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // slice runs st on every worker until stopAt or until the budget is spent.

@@ -65,6 +65,8 @@ type DBReport struct {
 	OthersCPUPercent float64  `json:"others_cpu_percent"`
 	SliceS           float64  `json:"slice_s,omitempty"`
 	Warnings         []string `json:"warnings,omitempty"`
+	// Standby: xa-standby's coordinator pair (absent without xa-standby).
+	Standby *StandbyReport `json:"standby,omitempty"`
 }
 
 func (e *env) report(states []*wlState, m machineUseT) *DBReport {
@@ -117,7 +119,31 @@ func (e *env) report(states []*wlState, m machineUseT) *DBReport {
 		v := round(rep.Results[1].TPS/rep.Results[0].TPS, 3)
 		rep.Ratio = &v
 	}
+	if e.sb != nil {
+		rep.Standby = e.standbyReport(rep.Results)
+	}
 	return rep
+}
+
+// standbyReport is the standby section: the link, the lag sampled during
+// xa-standby's slices, and the log and standby waits of each workload.
+func (e *env) standbyReport(results []DBResult) *StandbyReport {
+	p := e.sb
+	p.mu.Lock()
+	lag := p.lag.result(lagSampleInterval)
+	p.mu.Unlock()
+	sr := &StandbyReport{Workload: WorkloadXAStandby, Transport: string(p.transport), Protection: string(p.protection),
+		RTTms: ms(p.cfg.RTT), BandwidthBytesPerS: p.cfg.Bandwidth, Lag: lag, Note: standbyWaitsNote}
+	for _, ev := range standbyEvents {
+		w := StandbyWait{Event: ev.String(), By: map[string]StandbyWaitStats{}}
+		for _, r := range results {
+			if r.Workload == WorkloadXA || r.Workload == WorkloadXAStandby {
+				w.By[r.Workload] = standbyWaitStats(r.coord, ev, r.Txns)
+			}
+		}
+		sr.Waits = append(sr.Waits, w)
+	}
+	return sr
 }
 
 // WriteTable prints the report for a person: one line per workload, the
@@ -166,7 +192,58 @@ func (r *DBReport) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "last error: %s\n", x.LastError)
 		}
 	}
+	if r.Standby != nil {
+		return r.Standby.WriteTable(w)
+	}
 	return nil
+}
+
+// WriteTable prints the standby section.
+func (s *StandbyReport) WriteTable(w io.Writer) error {
+	link := "no added delay"
+	if s.RTTms > 0 {
+		link = fmt.Sprintf("%.3g ms added round trip (%.3g ms each way)", s.RTTms, s.RTTms/2)
+	}
+	fmt.Fprintf(w, "\n== standby: %s's coordinator ships its decision log to a standby in this process\n", s.Workload)
+	fmt.Fprintf(w, "transport %s, protection %s; link: loopback through a proxy, %s, bandwidth %s; measured from a standby connected and caught up\n",
+		s.Transport, s.Protection, link, FormatBandwidth(s.BandwidthBytesPerS))
+	l := s.Lag
+	fmt.Fprintf(w, "lag during %s's slices (%d samples, every %.0f ms):   max      mean\n", s.Workload, l.Samples, l.SampleIntervalS*1000)
+	fmt.Fprintf(w, "  bytes                                          %9d  %9.1f\n", l.LagBytesMax, l.LagBytesMean)
+	fmt.Fprintf(w, "  seconds (data-loss exposure in time)           %9.4f  %9.4f\n", l.LagSecondsMax, l.LagSecondsMean)
+	fmt.Fprintf(w, "  records (exposure: durable here, not there)    %9d  %9.2f\n", l.ExposureRecordsMax, l.ExposureRecordsMean)
+	if l.DisconnectedSamples > 0 || l.UnprotectedSamples > 0 {
+		fmt.Fprintf(w, "  WARNING: no standby connected in %d samples; primary unprotected in %d samples\n", l.DisconnectedSamples, l.UnprotectedSamples)
+	}
+	var names []string
+	for _, ev := range s.Waits {
+		for n := range ev.By {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names) // xa before xa-standby
+	fmt.Fprintln(w, "coordinator waits per workload's slices:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "  Event\t")
+	for _, n := range names {
+		fmt.Fprintf(tw, "%s: times\tavg ms\tms/txn\t", n)
+	}
+	fmt.Fprintln(tw)
+	for _, ev := range s.Waits {
+		fmt.Fprintf(tw, "  %s\t", ev.Event)
+		for _, n := range names {
+			st := ev.By[n]
+			fmt.Fprintf(tw, "%d\t%.3f\t%.3f\t", st.Count, st.AvgMs, st.MsPerTxn)
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "(%s)\n", s.Note)
+	return err
 }
 
 func (r *DBReport) describe() string {
@@ -180,6 +257,12 @@ func (r *DBReport) describe() string {
 	}
 	if len(names) > 1 && r.SliceS > 0 {
 		s += fmt.Sprintf(", interleaved in %.1fs slices", r.SliceS)
+	}
+	if r.Standby != nil {
+		s += fmt.Sprintf("; %s: standby %s", r.Standby.Workload, r.Standby.Transport)
+		if r.Standby.RTTms > 0 {
+			s += fmt.Sprintf(" at %.3g ms RTT", r.Standby.RTTms)
+		}
 	}
 	return s
 }
