@@ -43,8 +43,11 @@ func CheckPeer(peer string, id Identity, timeout time.Duration) (info string, er
 		return fmt.Sprintf("peer %s: %v", peer, err), nil
 	}
 	if wl.cluster == id.Cluster && wl.epoch > id.Epoch {
-		return "", fmt.Errorf("%w: the coordinator at %s is the primary of cluster %s at epoch %d, this one is at epoch %d: it was promoted since, so this coordinator must not decide or settle anything; re-seed this one as its standby (stop it, empty its data directory, tandem serve --standby-of %s)",
-			ErrFenced, peer, wl.cluster, wl.epoch, id.Epoch, peer)
+		return "", fmt.Errorf("%w: the coordinator at %s is the primary of cluster %s at epoch %d, this one is at epoch %d: it was promoted since, so this coordinator must not decide or settle anything; re-seed this one as its standby (stop it, run %q on its data directory, then tandem serve --standby-of %s)",
+			ErrFenced, peer, wl.cluster, wl.epoch, id.Epoch, ReseedCommand(""), peer)
 	}
 	return fmt.Sprintf("peer %s is at epoch %d of cluster %s", peer, wl.epoch, wl.cluster), nil
 }
+
+// Identity is the primary's cluster and epoch.
+func (s *Shipper) Identity() Identity { return s.cfg.Identity }

@@ -43,6 +43,7 @@ type Receiver struct {
 	id        Identity
 	haveID    bool
 	pos       wal.Position // the primary's position of the last record on disk here
+	records   int          // records in the log (MARKs included): 0 for a fresh or re-seeded standby
 	connected bool
 	lastErr   error
 	lastAt    time.Time // when the last batch was made durable
@@ -73,6 +74,7 @@ func OpenReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	r.id, r.haveID = id, ok
 	l, err := wal.Open(wal.Options{Dir: filepath.Join(cfg.Dir, "log"), SegmentSize: cfg.SegmentSize, NoSync: cfg.NoSync},
 		func(_ wal.Position, typ wal.Type, payload []byte) error {
+			r.records++
 			if typ != RecMark {
 				return nil
 			}
@@ -224,6 +226,7 @@ func (r *Receiver) session(ctx context.Context) error {
 		waits.Coordinator.Since(waits.StandbyLogWrite, start)
 		r.mu.Lock()
 		r.pos, r.lastAt, r.primaryAt = last, time.Now(), last
+		r.records += len(recs) + 1
 		r.mu.Unlock()
 		_ = c.SetWriteDeadline(time.Now().Add(r.cfg.NetTimeout))
 		if err := writeFrame(bw, kindAck, encodePos(last)); err != nil {
@@ -233,14 +236,20 @@ func (r *Receiver) session(ctx context.Context) error {
 }
 
 // accept checks the primary's identity against this standby's, adopting it
-// the first time.
+// when this standby's log is empty (fresh, or re-seeded: any epoch) or the
+// epoch is the same. Another cluster, or an older epoch (a superseded
+// primary), is always refused. Positions are the primary's own log positions, and those of a
+// promoted coordinator are unrelated to the old primary's: a standby whose
+// log holds records must not follow a primary of a newer epoch (it would
+// skip or misplace records), nor of another cluster.
 func (r *Receiver) accept(w welcome) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	empty := r.records == 0 && r.pos == (wal.Position{})
 	if r.haveID {
 		if w.cluster != r.id.Cluster {
-			return fmt.Errorf("%w: the primary at %s belongs to cluster %s, this standby to cluster %s: refusing its log (to follow it, re-seed this standby: stop it, empty %s, start it again)",
-				errRejected, r.cfg.Primary, w.cluster, r.id.Cluster, r.cfg.Dir)
+			return fmt.Errorf("%w: the primary at %s belongs to cluster %s, this standby to cluster %s: refusing its log; to follow it, re-seed this standby: stop it, run %q, start it again",
+				errRejected, r.cfg.Primary, w.cluster, r.id.Cluster, ReseedCommand(r.cfg.Dir))
 		}
 		if w.epoch < r.id.Epoch {
 			return fmt.Errorf("%w: the primary at %s is at epoch %d, older than this standby's epoch %d: it was superseded by a promotion and must not be followed",
@@ -249,6 +258,14 @@ func (r *Receiver) accept(w welcome) error {
 		if w.epoch == r.id.Epoch {
 			return nil
 		}
+	}
+	if !empty {
+		why := fmt.Sprintf("is at epoch %d, newer than this standby's epoch %d (a promotion since)", w.epoch, r.id.Epoch)
+		if !r.haveID {
+			why = fmt.Sprintf("is at epoch %d and this standby has no cluster identity (file %q missing)", w.epoch, IdentityFile)
+		}
+		return fmt.Errorf("%w: the primary at %s %s, and this standby's log already holds records (up to the old primary's position %s): a promoted coordinator's log positions are unrelated to the old primary's, so going on from here would skip or misplace records; re-seed this standby: stop it, run %q, start it again",
+			errRejected, r.cfg.Primary, why, r.pos, ReseedCommand(r.cfg.Dir))
 	}
 	id := Identity{Cluster: w.cluster, Epoch: w.epoch}
 	if err := SaveIdentity(r.cfg.Dir, id); err != nil {

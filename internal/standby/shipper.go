@@ -362,8 +362,8 @@ func (s *Shipper) handle(c net.Conn) error {
 	}
 	id := s.cfg.Identity
 	if !h.cluster.IsZero() && h.cluster != id.Cluster {
-		return s.refuse(c, w, fmt.Sprintf("the standby belongs to cluster %s, this primary (%s) to cluster %s: to follow this primary it must be re-seeded (stop it, empty its data directory, start it again with --standby-of %s)",
-			h.cluster, s.Addr(), id.Cluster, s.Addr()))
+		return s.refuse(c, w, fmt.Sprintf("the standby belongs to cluster %s, this primary (%s) to cluster %s: to follow this primary it must be re-seeded (stop it, run %q on its data directory, start it again with --standby-of %s)",
+			h.cluster, s.Addr(), id.Cluster, ReseedCommand(""), s.Addr()))
 	}
 	if h.epoch > id.Epoch {
 		s.log.Error("FENCED: a peer reports a newer epoch: another coordinator was promoted since this one became primary; this primary is superseded",
@@ -378,12 +378,18 @@ func (s *Shipper) handle(c net.Conn) error {
 		_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
 		return writeFrame(w, kindWelcome, welcome{cluster: id.Cluster, epoch: id.Epoch}.encode())
 	}
+	if h.epoch < id.Epoch && h.pos != (wal.Position{}) {
+		// Its position is one of an older primary's log, unrelated to this
+		// one's (a promoted coordinator's positions are its own).
+		return s.refuse(c, w, fmt.Sprintf("the standby is at epoch %d and its log holds records up to %s of an older primary's log; this primary (%s) is at epoch %d and its positions are unrelated: to follow it, the standby must be re-seeded (stop it, run %q on its data directory, start it again with --standby-of %s)",
+			h.epoch, h.pos, s.Addr(), id.Epoch, ReseedCommand(""), s.Addr()))
+	}
 	s.mu.Lock()
 	last := s.last
 	s.mu.Unlock()
 	if last.Less(h.pos) {
-		return s.refuse(c, w, fmt.Sprintf("the standby's log reaches %s, past this primary's last durable record %s: it holds records this primary does not (it diverged): it must be re-seeded (stop it, empty its data directory, start it again with --standby-of %s)",
-			h.pos, last, s.Addr()))
+		return s.refuse(c, w, fmt.Sprintf("the standby's log reaches %s, past this primary's last durable record %s: it holds records this primary does not (it diverged): it must be re-seeded (stop it, run %q on its data directory, start it again with --standby-of %s)",
+			h.pos, last, ReseedCommand(""), s.Addr()))
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))

@@ -330,6 +330,7 @@ func TestShipperRefusesBadStandbys(t *testing.T) {
 		{"other cluster", "belongs to cluster", hello{cluster: other.Cluster, epoch: 1}.encode()},
 		{"newer epoch", "is at epoch 4, this primary at epoch 3", hello{cluster: newer.Cluster, epoch: newer.Epoch}.encode()},
 		{"ahead", "diverged", hello{cluster: testID().Cluster, epoch: 3, pos: wal.Position{Segment: 99}}.encode()},
+		{"older epoch with records", "tandem reseed --data-dir", hello{cluster: testID().Cluster, epoch: 2, pos: wal.Position{Segment: 1, Offset: 32}}.encode()},
 		{"bad version", "protocol version", append([]byte{7}, make([]byte, 40)...)},
 	}
 	for _, tc := range cases {
@@ -521,5 +522,130 @@ func TestReceiverDoesNotWriteAShippedMark(t *testing.T) {
 		if m.epoch == 99 {
 			t.Fatalf("the standby wrote the shipped MARK %+v", m)
 		}
+	}
+}
+
+// startPrimaryAt is startPrimary with another identity.
+func startPrimaryAt(t *testing.T, dir string, id Identity) *primary {
+	t.Helper()
+	sh, err := NewShipper(ShipperConfig{Listen: "127.0.0.1:0", Transport: Async, Protection: MaxPerformance, NetTimeout: time.Second, Identity: id, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := wal.Open(wal.Options{Dir: dir, SegmentSize: 64 << 10, NoSync: true, OnWrite: sh.Written}, func(pos wal.Position, typ wal.Type, b []byte) error { sh.Replayed(pos, typ, b); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Close(); l.Close() })
+	return &primary{log: l, sh: sh}
+}
+
+// A standby whose log holds records refuses a primary of a newer epoch (a
+// promoted coordinator: its positions are unrelated), and the primary
+// refuses it too; both name tandem reseed. Once re-seeded (empty), it
+// adopts the new epoch and copies the new primary's whole log.
+func TestNewerEpochNeedsAReseed(t *testing.T) {
+	p := startPrimary(t, t.TempDir(), MaxPerformance, time.Second) // epoch 3
+	for i := range 50 {
+		if _, err := p.log.Append(1, []byte(fmt.Sprintf("old%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sdir := t.TempDir()
+	r := startStandby(t, sdir, p.sh.Addr())
+	waitFor(t, "the standby to catch up", func() bool { st := p.sh.Status(); return st.Connected && st.LagRecords == 0 })
+	r.Close()
+	oldPos := r.Position()
+
+	// The primary side: a HELLO of an older epoch with a position.
+	newer := testID()
+	newer.Epoch = 4
+	p4 := startPrimaryAt(t, t.TempDir(), newer)
+	for i := range 20 {
+		if _, err := p4.log.Append(1, []byte(fmt.Sprintf("new%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = startStandby(t, sdir, p4.sh.Addr())
+	waitFor(t, "a refusal", func() bool { return r.LastError() != nil })
+	err := r.LastError()
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "tandem reseed") || !strings.Contains(err.Error(), "older primary") {
+		t.Errorf("the epoch-4 primary's refusal: %v", err)
+	}
+	r.Close()
+
+	// The standby side: a WELCOME of a newer epoch to a standby with records.
+	addr := fakePrimary(t, func(w *bufio.Writer, c net.Conn) {
+		writeFrame(w, kindWelcome, welcome{cluster: newer.Cluster, epoch: newer.Epoch}.encode())
+		writeFrame(w, kindRecords, encodeRecords(nil, []record{{pos: wal.Position{Segment: 9, Offset: 32}, typ: 1, payload: []byte("skipped?")}}))
+	})
+	r = startStandby(t, sdir, addr)
+	waitFor(t, "a rejection", func() bool { return r.LastError() != nil })
+	err = r.LastError()
+	if !errors.Is(err, errRejected) || !strings.Contains(err.Error(), "newer than this standby's epoch 3") || !strings.Contains(err.Error(), ReseedCommand(sdir)) {
+		t.Errorf("the standby's rejection: %v", err)
+	}
+	if got := r.Position(); got != oldPos {
+		t.Errorf("position moved from %s to %s", oldPos, got)
+	}
+	if _, err := Reseed(sdir); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Errorf("Reseed of a running standby's directory = %v, want a refusal (in use)", err)
+	}
+	r.Close()
+	if id, _, _ := LoadIdentity(sdir); id != testID() {
+		t.Errorf("identity changed to %+v", id)
+	}
+	if got := standbyRecords(t, sdir); len(got) != 50 || got[0] != "old0" {
+		t.Fatalf("the standby's log changed: %d records", len(got))
+	}
+
+	moved, err := Reseed(sdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(filepath.Base(moved), "reseeded-") || filepath.Dir(moved) != sdir {
+		t.Errorf("moved to %s", moved)
+	}
+	if got := standbyRecords(t, moved); len(got) != 50 {
+		t.Errorf("the log moved aside holds %d records, want 50", len(got))
+	}
+	if id, ok, _ := LoadIdentity(moved); !ok || id != testID() {
+		t.Errorf("the identity moved aside: %+v %v", id, ok)
+	}
+	if _, ok, _ := LoadIdentity(sdir); ok {
+		t.Error("the identity is still in place")
+	}
+	r = startStandby(t, sdir, p4.sh.Addr())
+	waitFor(t, "the re-seeded standby to catch up", func() bool { st := p4.sh.Status(); return st.Connected && st.LagRecords == 0 })
+	r.Close()
+	if id, _, _ := LoadIdentity(sdir); id != newer {
+		t.Errorf("the re-seeded standby's identity is %+v, want %+v", id, newer)
+	}
+	if got := standbyRecords(t, sdir); len(got) != 20 || got[0] != "new0" {
+		t.Errorf("the re-seeded standby holds %d records (%v...), want new0..new19", len(got), got[:min(3, len(got))])
+	}
+	if _, err := Reseed(t.TempDir()); err == nil || !strings.Contains(err.Error(), "nothing to re-seed") {
+		t.Errorf("Reseed of an empty directory = %v", err)
+	}
+}
+
+// An empty standby (it has an identity, no records yet) adopts a newer
+// epoch of its cluster.
+func TestEmptyStandbyAdoptsANewerEpoch(t *testing.T) {
+	newer := testID()
+	newer.Epoch = 7
+	p := startPrimaryAt(t, t.TempDir(), newer)
+	if _, err := p.log.Append(1, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := SaveIdentity(dir, testID()); err != nil {
+		t.Fatal(err)
+	}
+	r := startStandby(t, dir, p.sh.Addr())
+	waitFor(t, "the standby to catch up", func() bool { st := p.sh.Status(); return st.Connected && st.LagRecords == 0 })
+	r.Close()
+	if id, _, _ := LoadIdentity(dir); id != newer {
+		t.Errorf("identity %+v, want %+v", id, newer)
 	}
 }
