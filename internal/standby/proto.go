@@ -21,20 +21,51 @@
 // Positions are the primary's: the standby's position is the Position of
 // the last primary record it has on disk (the zero Position: none). A
 // primary restarted after a crash never reuses a position the standby has,
-// because only records that are durable on the primary are shipped.
+// because only records that are durable on the primary are shipped. A
+// promoted coordinator's positions are its own log's, unrelated to the old
+// primary's: a standby whose log holds records refuses a primary of a newer
+// epoch (and a primary refuses a standby of an older epoch that has a
+// position); it must be re-seeded (Reseed, tandem reseed), after which it
+// is empty and adopts any epoch.
+//
+// MARK records are never shipped: a promoted standby's log holds its own,
+// and a standby must never take another's MARK for its own at replay. A
+// Receiver does not write one it receives.
+//
+// # Recycling the standby's log
+//
+// The primary's checkpoint carries the decisions it still needs forward
+// (re-appends them), makes them durable, then releases its segments below
+// a boundary B (coord.LogHook.Released). The Shipper turns that into a
+// RELEASE notice (B, P), P being its last durable record when Released was
+// called, so every carried copy is at or before P; it sends the notice
+// once it has sent the records up to P. The Receiver keeps the latest
+// notice and, once its position is at or past P, releases (wal.Release)
+// its own segments whose records all have primary positions before
+// segment B: it knows, for each own segment, the highest primary position
+// written in it (from the MARKs). It never releases the segment of its
+// latest MARK. A notice is not persisted: after a restart of either side
+// the primary sends its latest again (a restarted primary: at its next
+// checkpoint). So the standby's log stays about as large as the primary's,
+// and replaying it (a promoted standby) still finds every decision the
+// primary's own replay would.
 //
 // # Protocol
 //
 // Every frame: kind u8 | length u32 LE | CRC-32C u32 LE (of kind, length and
 // payload) | payload. The standby connects to the primary's
 // --standby-listen address and sends HELLO; the primary answers WELCOME or
-// REFUSE, then sends RECORDS frames; the standby answers each with ACK.
+// REFUSE, then sends RECORDS and RELEASE frames; the standby answers each
+// RECORDS with ACK, once the records are on its disk.
 //
 //	HELLO    version u8 | cluster [16] | epoch u64 | segment u64 | offset u64
 //	WELCOME  version u8 | cluster [16] | epoch u64
 //	RECORDS  n u32 | n × (segment u64 | offset u64 | type u8 | length u32 | payload)
 //	ACK      segment u64 | offset u64
 //	REFUSE   message (UTF-8)
+//	RELEASE  before u64 | segment u64 | offset u64: the primary released its
+//	         segments < before; valid once the standby has every record up
+//	         to (segment, offset)
 //	PROBE    as HELLO: asks for WELCOME only (fencing checks); never a standby
 //
 // A frame with a bad checksum, an unknown kind, a length past MaxFrame, a
@@ -55,8 +86,9 @@ import (
 	"github.com/tandem-tx/tandem/internal/wal"
 )
 
-// Version is the protocol version.
-const Version = 1
+// Version is the protocol version. 2: RELEASE frames; MARK records are
+// never shipped.
+const Version = 2
 
 // MaxFrame bounds a frame's payload.
 const MaxFrame = 64 << 20
@@ -68,6 +100,7 @@ const (
 	kindRecords = 3
 	kindAck     = 4
 	kindRefuse  = 5
+	kindRelease = 6
 	// kindProbe is a HELLO that only asks for the primary's identity (the
 	// fencing check of --peer, a promoted standby announcing its epoch):
 	// the primary answers WELCOME (or REFUSE) and hangs up; it never takes
@@ -109,7 +142,7 @@ func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
 		return 0, nil, err
 	}
 	kind := h[0]
-	if (kind < kindHello || kind > kindRefuse) && kind != kindProbe {
+	if (kind < kindHello || kind > kindRelease) && kind != kindProbe {
 		return 0, nil, fmt.Errorf("%w: unknown frame kind %d (not a Tandem standby stream?)", ErrProtocol, kind)
 	}
 	n := binary.LittleEndian.Uint32(h[1:5])
@@ -265,6 +298,19 @@ func decodeRecords(b []byte, after wal.Position) ([]record, error) {
 		return nil, fmt.Errorf("%w: %d bytes after the last record of a RECORDS frame", ErrProtocol, len(b))
 	}
 	return recs, nil
+}
+
+func (n release) encode() []byte {
+	b := binary.LittleEndian.AppendUint64(nil, n.before)
+	return append(b, encodePos(n.at)...)
+}
+
+func decodeRelease(b []byte) (release, error) {
+	if len(b) != 24 {
+		return release{}, fmt.Errorf("%w: RELEASE of %d bytes, want 24", ErrProtocol, len(b))
+	}
+	at, _ := decodeAck(b[8:])
+	return release{before: binary.LittleEndian.Uint64(b), at: at}, nil
 }
 
 func encodePos(p wal.Position) []byte {

@@ -26,9 +26,19 @@ type ReceiverConfig struct {
 	Primary string
 	// Dir is the standby's data directory: the log goes in Dir/log, as a
 	// coordinator's, so that a promoted standby opens it as its own.
-	Dir         string
-	SegmentSize int64 // of the standby's log (default 8 MiB)
-	NoSync      bool  // tests only
+	Dir string
+	// LogSize is the size the standby's log is budgeted, as a
+	// coordinator's --log-size (wal.Options.MaxSize): released segment
+	// files are kept for reuse only while they fit in it. The standby
+	// releases its own segments as the primary's checkpoints release the
+	// primary's (a RELEASE notice), so it holds about what the primary
+	// holds. Default 8 × SegmentSize, or 64 MiB.
+	LogSize int64
+	// SegmentSize of the standby's log (default LogSize/8: 8 MiB). A
+	// record larger than a segment cannot be copied: use the primary's
+	// segment size or larger.
+	SegmentSize int64
+	NoSync      bool // tests only
 	NetTimeout  time.Duration
 	Logger      *slog.Logger
 }
@@ -50,6 +60,21 @@ type Receiver struct {
 	primaryAt wal.Position
 	conn      net.Conn
 
+	// Recycling of the standby's own log, under tmu (the log's writer
+	// updates them in onWrite). bound[s]: no record in own segment s has a
+	// primary position past it; unbound (at replay only): own segments
+	// holding records no MARK covers yet; queued: the primary positions of
+	// the records queued for the log and not yet written, in order;
+	// markSeg: the own segment of the latest MARK, never released (replay
+	// takes the position from it).
+	tmu     sync.Mutex
+	bound   map[uint64]wal.Position
+	unbound map[uint64]bool
+	queued  []wal.Position
+	markSeg uint64
+	notice  release // the latest RELEASE from the primary (before 0: none)
+	acted   uint64  // the before of the latest notice recycle acted on
+
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -60,22 +85,29 @@ func OpenReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	if cfg.NetTimeout <= 0 {
 		cfg.NetTimeout = 10 * time.Second
 	}
-	if cfg.SegmentSize == 0 {
-		cfg.SegmentSize = 8 << 20
+	switch {
+	case cfg.LogSize <= 0 && cfg.SegmentSize <= 0:
+		cfg.LogSize = 64 << 20
+	case cfg.LogSize <= 0:
+		cfg.LogSize = 8 * cfg.SegmentSize
+	}
+	if cfg.SegmentSize <= 0 {
+		cfg.SegmentSize = max(cfg.LogSize/8&^7, 64)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	r := &Receiver{cfg: cfg, done: make(chan struct{})}
+	r := &Receiver{cfg: cfg, done: make(chan struct{}), bound: map[uint64]wal.Position{}, unbound: map[uint64]bool{}}
 	id, ok, err := LoadIdentity(cfg.Dir)
 	if err != nil {
 		return nil, err
 	}
 	r.id, r.haveID = id, ok
-	l, err := wal.Open(wal.Options{Dir: filepath.Join(cfg.Dir, "log"), SegmentSize: cfg.SegmentSize, NoSync: cfg.NoSync},
-		func(_ wal.Position, typ wal.Type, payload []byte) error {
+	l, err := wal.Open(wal.Options{Dir: filepath.Join(cfg.Dir, "log"), SegmentSize: cfg.SegmentSize, MaxSize: cfg.LogSize, NoSync: cfg.NoSync, OnWrite: r.onWrite},
+		func(own wal.Position, typ wal.Type, payload []byte) error {
 			r.records++
 			if typ != RecMark {
+				r.unbound[own.Segment] = true
 				return nil
 			}
 			m, err := decodeHello(payload)
@@ -83,6 +115,14 @@ func OpenReceiver(cfg ReceiverConfig) (*Receiver, error) {
 				return fmt.Errorf("standby MARK record: %w", err)
 			}
 			r.pos = m.pos
+			// The records since the previous MARK have primary positions
+			// up to this one's (their own are not known at replay).
+			for s := range r.unbound {
+				r.bound[s] = maxPos(r.bound[s], m.pos)
+				delete(r.unbound, s)
+			}
+			r.bound[own.Segment] = maxPos(r.bound[own.Segment], m.pos)
+			r.markSeg = own.Segment
 			return nil
 		})
 	if err != nil {
@@ -197,8 +237,18 @@ func (r *Receiver) session(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if kind == kindRelease {
+			n, err := decodeRelease(b)
+			if err != nil {
+				return err
+			}
+			if err := r.noted(n); err != nil {
+				return err
+			}
+			continue
+		}
 		if kind != kindRecords {
-			return fmt.Errorf("%w: expected RECORDS, got a kind %d frame", ErrProtocol, kind)
+			return fmt.Errorf("%w: expected RECORDS or RELEASE, got a kind %d frame", ErrProtocol, kind)
 		}
 		recs, err := decodeRecords(b, r.Position())
 		if err != nil {
@@ -208,31 +258,138 @@ func (r *Receiver) session(ctx context.Context) error {
 			continue
 		}
 		last := recs[len(recs)-1].pos
-		start := time.Now()
-		for _, rec := range recs {
-			if rec.typ == RecMark {
-				// Never written (a shipper does not send them): a foreign
-				// MARK here would be taken for this standby's own at replay.
-				continue
-			}
-			if _, err := r.log.AppendNoWait(rec.typ, rec.payload); err != nil {
-				return fmt.Errorf("standby: write the log: %w", err)
-			}
+		if err := r.write(recs, hello{cluster: w.cluster, epoch: w.epoch, pos: last}); err != nil {
+			return err
 		}
-		mark := hello{cluster: w.cluster, epoch: w.epoch, pos: last}
-		if _, err := r.log.Append(RecMark, mark.encode()); err != nil {
-			return fmt.Errorf("standby: write the log: %w", err)
-		}
-		waits.Coordinator.Since(waits.StandbyLogWrite, start)
-		r.mu.Lock()
-		r.pos, r.lastAt, r.primaryAt = last, time.Now(), last
-		r.records += len(recs) + 1
-		r.mu.Unlock()
 		_ = c.SetWriteDeadline(time.Now().Add(r.cfg.NetTimeout))
 		if err := writeFrame(bw, kindAck, encodePos(last)); err != nil {
 			return err
 		}
 	}
+}
+
+// write appends recs to the standby's log, then the MARK (its Append makes
+// them all durable with one fdatasync), and releases the standby's own
+// segments that the primary's latest RELEASE notice allows.
+func (r *Receiver) write(recs []record, mark hello) error {
+	start := time.Now()
+	r.tmu.Lock()
+	n := len(r.queued)
+	for _, rec := range recs {
+		if rec.typ != RecMark {
+			r.queued = append(r.queued, rec.pos)
+		}
+	}
+	n = len(r.queued) - n
+	r.tmu.Unlock()
+	for _, rec := range recs {
+		if rec.typ == RecMark {
+			// Never written (a shipper does not send them): a foreign
+			// MARK here would be taken for this standby's own at replay.
+			continue
+		}
+		if _, err := r.log.AppendNoWait(rec.typ, rec.payload); err != nil {
+			return fmt.Errorf("standby: write the log: %w", err)
+		}
+	}
+	if _, err := r.log.Append(RecMark, mark.encode()); err != nil {
+		return fmt.Errorf("standby: write the log: %w", err)
+	}
+	waits.Coordinator.Since(waits.StandbyLogWrite, start)
+	r.mu.Lock()
+	r.pos, r.lastAt, r.primaryAt = mark.pos, time.Now(), mark.pos
+	r.records += n + 1
+	r.mu.Unlock()
+	return r.recycle()
+}
+
+// onWrite is the standby log's wal.Options.OnWrite: it learns the own
+// segment of every record written, and so the highest primary position in
+// each own segment.
+func (r *Receiver) onWrite(recs []wal.Written, _ bool) {
+	r.tmu.Lock()
+	defer r.tmu.Unlock()
+	for _, w := range recs {
+		var p wal.Position
+		if w.Type == RecMark {
+			m, err := decodeHello(w.Payload)
+			if err != nil {
+				continue // not one of ours; cannot happen
+			}
+			p = m.pos
+			r.markSeg = w.Pos.Segment
+		} else if len(r.queued) > 0 {
+			p = r.queued[0]
+			r.queued = r.queued[1:]
+		}
+		r.bound[w.Pos.Segment] = maxPos(r.bound[w.Pos.Segment], p)
+	}
+	if len(r.queued) == 0 {
+		r.queued = nil
+	}
+}
+
+func maxPos(a, b wal.Position) wal.Position {
+	if a.Less(b) {
+		return b
+	}
+	return a
+}
+
+// release is a RELEASE notice: the primary released its segments before
+// before, having carried every record it still needs from them to
+// positions up to at.
+type release struct {
+	before uint64
+	at     wal.Position
+}
+
+// noted keeps the primary's latest RELEASE notice and acts on it.
+func (r *Receiver) noted(n release) error {
+	r.tmu.Lock()
+	if n.before > r.notice.before {
+		r.notice = n
+	}
+	r.tmu.Unlock()
+	return r.recycle()
+}
+
+// recycle releases the standby's own segments whose records all have
+// primary positions before the notice's segment, once the standby has
+// every record up to the notice's position: those records are then all
+// either released by the primary or carried forward, and the copies are
+// here. It never releases the segment of the latest MARK (nor the
+// segment being written).
+func (r *Receiver) recycle() error {
+	pos := r.Position()
+	r.tmu.Lock()
+	defer r.tmu.Unlock()
+	n := r.notice
+	if n.before == 0 || pos.Less(n.at) {
+		return nil
+	}
+	limit := wal.Position{Segment: n.before}
+	u := r.log.Usage()
+	upto := u.First
+	for s := u.First; s < r.markSeg && !r.unbound[s]; s++ {
+		b, ok := r.bound[s]
+		if !ok || !b.Less(limit) {
+			break
+		}
+		upto = s + 1
+	}
+	if upto > u.First {
+		if err := r.log.Release(upto); err != nil {
+			return fmt.Errorf("standby: release the log's segments before %d: %w", upto, err)
+		}
+		for s := range r.bound {
+			if s < upto {
+				delete(r.bound, s)
+			}
+		}
+	}
+	r.acted = n.before
+	return nil
 }
 
 // accept checks the primary's identity against this standby's, adopting it

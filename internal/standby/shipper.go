@@ -116,6 +116,7 @@ type Shipper struct {
 	synced   int          // recs[:synced] are durable on the primary
 	last     wal.Position // the last durable record on the primary
 	first    uint64       // first live segment (Released)
+	notice   release      // the latest Released, for the standby (before 0: none)
 	acked    wal.Position // the standby's durable position, highest seen
 	ackedAt  time.Time
 	conn     net.Conn // the standby's connection, nil when none
@@ -265,10 +266,18 @@ func (s *Shipper) peerLocked() string {
 // Released drops kept records of segments below before that the standby has
 // (or, past MaxRetained, that it has not: it then gets the live segments,
 // which hold the whole state).
+//
+// It also tells the standby (a RELEASE notice, after the records up to the
+// last durable one, which include the checkpoint's carried copies) so that
+// it releases its own copies of those segments.
 func (s *Shipper) Released(before uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.first = max(s.first, before)
+	if before > s.notice.before {
+		s.notice = release{before: before, at: s.last}
+		s.notifyLocked()
+	}
 	s.pruneLocked()
 }
 
@@ -425,14 +434,20 @@ func (s *Shipper) handle(c net.Conn) error {
 	readErr := make(chan error, 1)
 	go func() { readErr <- s.readAcks(c, r) }()
 	sent := h.pos
+	var sentNotice uint64 // the last RELEASE notice sent: its before
 	var buf []byte
 	for {
 		s.mu.Lock()
 		var batch []record
+		var notice release
 		for {
 			if s.closed || s.conn != c {
 				s.mu.Unlock()
 				return nil
+			}
+			if n := s.notice; n.before > sentNotice && !sent.Less(n.at) {
+				notice = n
+				break
 			}
 			i := sort.Search(s.synced, func(i int) bool { return sent.Less(s.recs[i].pos) })
 			if i < s.synced {
@@ -454,6 +469,14 @@ func (s *Shipper) handle(c net.Conn) error {
 			s.mu.Lock()
 		}
 		s.mu.Unlock()
+		if notice.before != 0 {
+			_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
+			if err := writeFrame(w, kindRelease, notice.encode()); err != nil {
+				return fmt.Errorf("sending a RELEASE notice: %w", err)
+			}
+			sentNotice = notice.before
+			continue
+		}
 		buf = encodeRecords(buf[:0], batch)
 		_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
 		if err := writeFrame(w, kindRecords, buf); err != nil {
