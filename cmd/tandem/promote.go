@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
+	"time"
 
 	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/standby"
@@ -14,10 +17,19 @@ import (
 func init() {
 	register(&command{
 		name:    "promote",
-		summary: "make a stopped standby's data directory a primary's (failover): bump its epoch",
-		usage: `--data-dir DIR
+		summary: "make a standby the primary (failover): a running one (--admin) or a stopped one's data directory",
+		usage: `--admin ADDR | --data-dir DIR
 
-Failover, step by step:
+A running standby (its tandem serve --admin address):
+  tandem promote --admin 127.0.0.1:7081
+It stops following, bumps the cluster's epoch, replays its copy of the log,
+drives phase 2 of every COMMIT without END, scans every database for
+in-doubt branches, and serves decisions (and ships to a standby of its own
+on its --standby-listen). It tells the old primary, if reachable, that it is
+superseded: a primary that learns of a newer epoch stops deciding and
+settling ("FENCED").
+
+A stopped standby, step by step:
   1. stop the standby (tandem serve --standby-of ...), e.g. with SIGTERM;
   2. tandem promote --data-dir DIR      (the cluster's epoch goes up by one)
   3. tandem serve --data-dir DIR --rm ... [--standby-listen ADDR ...]
@@ -33,9 +45,29 @@ newer epoch ("FENCED" in its log).`,
 
 func runPromote(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags(commands["promote"], stderr)
-	dir := fs.String("data-dir", config.DefaultDataDir, "the standby's data directory")
+	dir := fs.String("data-dir", "", "a stopped standby's data directory (default "+config.DefaultDataDir+")")
+	admin := fs.String("admin", "", "a running standby's admin address (its tandem serve --admin)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *admin != "" {
+		if *dir != "" {
+			return errors.New("--admin (a running standby) and --data-dir (a stopped one) exclude each other")
+		}
+		var out struct {
+			Cluster string `json:"cluster"`
+			Epoch   uint64 `json:"epoch"`
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := adminCall(ctx, http.MethodPost, *admin, "/role/promote", &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "promoted the standby at %s: cluster %s, epoch %d; it serves decisions now\n", *admin, out.Cluster, out.Epoch)
+		return nil
+	}
+	if *dir == "" {
+		*dir = config.DefaultDataDir
 	}
 	if _, ok, err := standby.LoadIdentity(*dir); err != nil || !ok {
 		if err == nil {

@@ -33,10 +33,14 @@ The admin listener (--admin, plain HTTP: keep it on loopback) serves /waits
 (wait events as JSON, read by "tandem waits"), /metrics (Prometheus) and
 /standby (the standby state as JSON).
 
-A standby pair:
-  tandem serve --data-dir /a --standby-listen 127.0.0.1:7072 --protection max-protection --rm ...
-  tandem serve --data-dir /b --listen 127.0.0.1:7080 --admin 127.0.0.1:7081 --standby-of 127.0.0.1:7072 --rm ...
-Failover: stop the standby, "tandem promote --data-dir /b", start it as a primary.`,
+A standby pair (each names the other with --peer, for fencing):
+  tandem serve --data-dir /a --standby-listen 127.0.0.1:7072 --peer 127.0.0.1:7082 --protection max-protection --rm ...
+  tandem serve --data-dir /b --listen 127.0.0.1:7080 --admin 127.0.0.1:7081 --standby-of 127.0.0.1:7072 \
+               --standby-listen 127.0.0.1:7082 --peer 127.0.0.1:7072 --protection max-protection --rm ...
+The standby's own --standby-listen, --protection and --peer take effect when
+it is promoted. Failover: "tandem promote --admin 127.0.0.1:7081" (or stop
+it, "tandem promote --data-dir /b", start it without --standby-of).
+Switchover: "tandem switchover --primary-admin 127.0.0.1:7071 --standby-admin 127.0.0.1:7081".`,
 		run: runServe,
 	})
 }
@@ -64,12 +68,12 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	logSize := fs.String("log-size", "", "decision log size, e.g. 64MiB: circular, in 8 segments; past 80% new commits are throttled, past 90% refused (default 64MiB)")
 	tokenFile := fs.String("auth-token-file", "", "file holding a shared token every API call must carry (required to listen on anything but loopback)")
 	insecure := fs.Bool("insecure-no-auth", false, "allow an API without authentication on a non-loopback address (only on a network you trust)")
-	standbyListen := fs.String("standby-listen", "", "primary: address standbys connect to (e.g. 0.0.0.0:7072); the decision log is shipped to the standby that connects (plain TCP: a trusted network only)")
+	standbyListen := fs.String("standby-listen", "", "address standbys connect to (e.g. 0.0.0.0:7072); the decision log is shipped to the standby that connects (plain TCP: a trusted network only). On a standby: the address it serves its own standby on once promoted")
 	standbyOf := fs.String("standby-of", "", "run a standby of the primary whose --standby-listen is ADDR: copy its decision log into --data-dir, decide nothing (Commit is refused, naming the primary); \"tandem promote\" makes it a primary")
 	transport := fs.String("transport", "", "with --standby-listen: sync (a decision is acknowledged once the standby has it on disk; one round trip per group commit) or async (the stream runs behind, never delays a commit) (default: from --protection)")
 	protection := fs.String("protection", "", "with --standby-listen: max-performance (async), max-availability (sync; after --net-timeout without the standby, carry on unprotected, loudly) or max-protection (sync; stall rather than acknowledge a decision the standby lacks) (default max-performance, or max-availability with --transport sync)")
 	netTimeout := fs.Duration("net-timeout", 10*time.Second, "standby: how long max-availability waits for the standby before going on unprotected; deadline of the handshake and of each write")
-	peer := fs.String("peer", "", "with --standby-listen: the other coordinator's --standby-listen address; at start this primary asks it for its epoch and refuses to start (to decide or settle anything) if it was promoted since (fencing)")
+	peer := fs.String("peer", "", "with --standby-listen: the other coordinator's --standby-listen address; at start, and every second while it runs, this primary asks it for its epoch and, if it was promoted since, refuses to start or stops deciding and settling (fencing)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args); err != nil {
 		return err

@@ -98,16 +98,16 @@ type logSpaceReporter interface {
 func (s *Server) registerGauges() func() {
 	var undo []func()
 	backlog := func() float64 { return math.NaN() }
-	if s.Coord == nil { // a standby: no coordinator of its own yet
+	if s.coord == nil { // a standby: no coordinator of its own yet
 		return func() {}
 	}
-	if b, ok := any(s.Coord).(phase2Backlogger); ok {
+	if b, ok := any(s.coord).(phase2Backlogger); ok {
 		backlog = func() float64 { return float64(b.Phase2Backlog()) }
 	}
 	undo = append(undo, metrics.Gauge(MetricPhase2Backlog,
 		"Decided transactions whose phase 2 has not finished on every branch (NaN: not reported by this coordinator).", backlog))
 	used, limit := func() float64 { return math.NaN() }, func() float64 { return math.NaN() }
-	if l, ok := any(s.Coord).(logSpaceReporter); ok {
+	if l, ok := any(s.coord).(logSpaceReporter); ok {
 		used = func() float64 { u, _ := l.LogSpace(); return float64(u) }
 		limit = func() float64 { _, m := l.LogSpace(); return float64(m) }
 	}

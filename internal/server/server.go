@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -17,23 +19,42 @@ import (
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/coord"
-	"github.com/tandem-tx/tandem/internal/service"
 	"github.com/tandem-tx/tandem/internal/standby"
 )
 
-// Server is a running coordinator and its gRPC listener.
+// Server is a running coordinator and its gRPC listener. Its role (primary,
+// standby, demoted during a switchover, fenced) can change while it runs:
+// the gRPC API and the admin listener stay up across role changes; see
+// roles.go.
 type Server struct {
+	// Coord is the coordinator the server opened at Start as the primary
+	// (nil for a standby). In-process users that never change the server's
+	// role (benchmarks, examples) may use it; anything else calls
+	// Coordinator(), which follows role changes.
 	Coord *coord.Coordinator
-	grpc  *grpc.Server
-	lis   net.Listener
-	done  chan error
 
-	admin      *http.Server // nil without Options.Admin
-	adminLis   net.Listener
-	unregister func()
+	grpc *grpc.Server
+	lis  net.Listener
+	done chan error
+	svc  *roleService
 
-	shipper  *standby.Shipper  // a primary with --standby-listen
-	receiver *standby.Receiver // a standby (--standby-of): Coord is nil
+	admin    *http.Server // nil without Options.Admin
+	adminLis net.Listener
+
+	cfg  config.Config
+	opts Options
+
+	mu         sync.Mutex // role changes, and the fields below
+	role       Role
+	coord      *coord.Coordinator // the primary's; nil in every other role
+	shipper    *standby.Shipper   // a primary with --standby-listen
+	receiver   *standby.Receiver  // a standby (--standby-of)
+	following  string             // the primary a standby follows
+	fenced     error              // why a fenced primary stopped deciding
+	unregister func()             // the current role's gauges
+	stopPeer   chan struct{}      // closes the fencing check of --peer
+	closed     bool
+	statusOf   atomic.Pointer[statusSource]
 }
 
 // Options beyond the configuration file.
@@ -64,8 +85,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	rms, err := cfg.RMConfigs()
-	if err != nil {
+	if _, err := cfg.RMConfigs(); err != nil {
 		return nil, err
 	}
 	if err := checkExposure(cfg.Listen, o.AuthToken, o.InsecureNoAuth); err != nil {
@@ -77,66 +97,33 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	}
 
 	so := o.Standby
-	if so.Of != "" && so.Listen != "" {
-		_ = lis.Close()
-		return nil, errors.New("server: --standby-of (run a standby) and --standby-listen (a primary serving standbys) exclude each other; a standby serves no cascaded standby yet")
-	}
-	if so.Listen == "" && (so.Transport != "" || so.Protection != "" || so.Peer != "") && so.Of == "" {
+	if so.Listen == "" && (so.Transport != "" || so.Protection != "" || so.Peer != "") {
 		_ = lis.Close()
 		return nil, errors.New("server: --transport, --protection and --peer need --standby-listen (the address standbys connect to)")
 	}
-	if so.Of != "" {
-		s, err := startStandby(cfg, o, lis)
-		if err != nil {
-			_ = lis.Close()
-		}
-		return s, err
-	}
-	copts := coord.Options{
-		Dir: cfg.DataDir, RMs: rms, OrphanTimeout: cfg.OrphanTimeout, ScanInterval: cfg.ScanInterval,
-		Phase2Wait: cfg.Phase2Wait, MaxTxnAge: cfg.MaxTxnAge, NoSync: o.NoSync, Logger: o.Logger,
-		NoWait: cfg.Durability == "nowait", BatchWindow: cfg.LogBatchWindow(), LogSize: int64(cfg.LogSize),
-	}
-	var sh *standby.Shipper
 	if so.Listen != "" {
-		tr, prot, err := standby.ParseMode(so.Transport, so.Protection)
-		if err == nil {
-			var id standby.Identity
-			if id, err = standby.PrimaryIdentity(cfg.DataDir); err == nil && so.Peer != "" {
-				var info string
-				info, err = standby.CheckPeer(so.Peer, id, max(so.NetTimeout, time.Second))
-				if err == nil && o.Logger != nil {
-					o.Logger.Info("fencing check at start: not superseded", "peer", info)
-				}
-			}
-			if err == nil {
-				sh, err = standby.NewShipper(standby.ShipperConfig{Listen: so.Listen, Transport: tr, Protection: prot,
-					NetTimeout: so.NetTimeout, Identity: id, MaxRetained: int64(cfg.LogSize), Logger: o.Logger})
-			}
-		}
-		if err != nil {
+		if _, _, err := standby.ParseMode(so.Transport, so.Protection); err != nil {
 			_ = lis.Close()
 			return nil, err
 		}
-		copts.LogHook = sh
 	}
-	c, err := coord.Open(copts)
+	s := &Server{lis: lis, done: make(chan error, 1), cfg: cfg, opts: o, unregister: func() {}, svc: &roleService{}}
+	if so.Of != "" {
+		err = s.becomeStandby(so.Of, false)
+	} else {
+		err = s.becomePrimary()
+	}
 	if err != nil {
 		_ = lis.Close()
-		if sh != nil {
-			_ = sh.Close()
-		}
 		return nil, err
 	}
+	s.Coord = s.coord
 	var adminLis net.Listener
 	if o.Admin != "" {
 		if adminLis, err = net.Listen("tcp", o.Admin); err != nil {
 			if !o.AdminBestEffort {
 				_ = lis.Close()
-				if sh != nil {
-					_ = sh.Close()
-				}
-				_ = c.Close()
+				s.closeRole()
 				return nil, fmt.Errorf("server: admin listener on %s: %w (choose another address, or none)", o.Admin, err)
 			}
 			if o.Logger != nil {
@@ -149,17 +136,74 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if o.AuthToken != "" {
 		sopts = append(sopts, grpc.UnaryInterceptor(tokenInterceptor(o.AuthToken)), grpc.StreamInterceptor(streamTokenInterceptor(o.AuthToken)))
 	}
-	g := grpc.NewServer(sopts...)
-	s := &Server{Coord: c, grpc: g, lis: lis, done: make(chan error, 1), shipper: sh}
-	d := service.Defaults{AsyncVisibility: cfg.Visibility == "async"}
-	if sh != nil {
-		d.HealthNote = func() string { return describe(sh.Status()) }
-	}
-	api.RegisterCoordinatorServer(g, service.New(c, d))
-	gauges, standbyGauges := s.registerGauges(), s.registerStandbyGauges()
-	s.unregister = func() { gauges(); standbyGauges() }
+	s.grpc = grpc.NewServer(sopts...)
+	api.RegisterCoordinatorServer(s.grpc, s.svc)
 	s.serve(adminLis, o)
 	return s, nil
+}
+
+// openPrimary opens the coordinator of the data directory (replaying its
+// log), with a shipper when --standby-listen is set; with --peer, it first
+// refuses to open when the peer was promoted since (fencing at start).
+func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
+	cfg, o, so := s.cfg, s.opts, s.opts.Standby
+	rms, err := cfg.RMConfigs()
+	if err != nil {
+		return nil, nil, err
+	}
+	copts := coord.Options{
+		Dir: cfg.DataDir, RMs: rms, OrphanTimeout: cfg.OrphanTimeout, ScanInterval: cfg.ScanInterval,
+		Phase2Wait: cfg.Phase2Wait, MaxTxnAge: cfg.MaxTxnAge, NoSync: o.NoSync, Logger: o.Logger,
+		NoWait: cfg.Durability == "nowait", BatchWindow: cfg.LogBatchWindow(), LogSize: int64(cfg.LogSize),
+	}
+	var sh *standby.Shipper
+	if so.Listen != "" {
+		tr, prot, err := standby.ParseMode(so.Transport, so.Protection)
+		if err != nil {
+			return nil, nil, err
+		}
+		id, err := standby.PrimaryIdentity(cfg.DataDir)
+		if err != nil {
+			return nil, nil, err
+		}
+		sh, err = standby.NewShipper(standby.ShipperConfig{Listen: so.Listen, Transport: tr, Protection: prot,
+			NetTimeout: so.NetTimeout, Identity: id, MaxRetained: int64(cfg.LogSize), Logger: o.Logger,
+			OnFenced: func(err error) { go s.fence(err) }})
+		if err != nil {
+			return nil, nil, err
+		}
+		if so.Peer != "" {
+			// After listening: a peer this check fences asks back who
+			// superseded it.
+			info, err := standby.CheckPeer(so.Peer, id, max(so.NetTimeout, time.Second))
+			if err != nil {
+				_ = sh.Close()
+				return nil, nil, err
+			}
+			s.logInfo("fencing check at start: not superseded", "peer", info)
+		}
+		copts.LogHook = sh
+	}
+	c, err := coord.Open(copts)
+	if err != nil {
+		if sh != nil {
+			_ = sh.Close()
+		}
+		return nil, nil, err
+	}
+	return c, sh, nil
+}
+
+func (s *Server) logInfo(msg string, args ...any) {
+	if s.opts.Logger != nil {
+		s.opts.Logger.Info(msg, args...)
+	}
+}
+
+func (s *Server) logError(msg string, args ...any) {
+	if s.opts.Logger != nil {
+		s.opts.Logger.Error(msg, args...)
+	}
 }
 
 // serve starts the gRPC server and the admin listener.
@@ -211,44 +255,8 @@ func (s *Server) Stop(grace time.Duration) error {
 		_ = s.admin.Shutdown(ctx)
 		cancel()
 	}
-	s.unregister()
-	if s.receiver != nil {
-		return s.receiver.Close()
-	}
-	if s.shipper != nil {
-		// Before the coordinator: its last checkpoint must not wait for a
-		// standby (the records it carries are already shipped).
-		_ = s.shipper.Close()
-	}
-	return s.Coord.Close()
-}
-
-// startStandby runs a standby: the receiver and an API that refuses to
-// decide.
-func startStandby(cfg config.Config, o Options, lis net.Listener) (*Server, error) {
-	r, err := standby.OpenReceiver(standby.ReceiverConfig{Primary: o.Standby.Of, Dir: cfg.DataDir,
-		SegmentSize: coord.SegmentSizeFor(int64(cfg.LogSize)), NoSync: o.NoSync, NetTimeout: o.Standby.NetTimeout, Logger: o.Logger})
-	if err != nil {
-		return nil, err
-	}
-	var adminLis net.Listener
-	if o.Admin != "" {
-		if adminLis, err = net.Listen("tcp", o.Admin); err != nil {
-			if !o.AdminBestEffort {
-				_ = r.Close()
-				return nil, fmt.Errorf("server: admin listener on %s: %w (choose another address, or none)", o.Admin, err)
-			}
-			adminLis = nil
-		}
-	}
-	sopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20)}
-	if o.AuthToken != "" {
-		sopts = append(sopts, grpc.UnaryInterceptor(tokenInterceptor(o.AuthToken)), grpc.StreamInterceptor(streamTokenInterceptor(o.AuthToken)))
-	}
-	g := grpc.NewServer(sopts...)
-	api.RegisterCoordinatorServer(g, &standbyService{r: r})
-	s := &Server{grpc: g, lis: lis, done: make(chan error, 1), receiver: r}
-	s.unregister = s.registerStandbyGauges()
-	s.serve(adminLis, o)
-	return s, nil
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	return s.closeRole()
 }

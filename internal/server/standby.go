@@ -3,23 +3,22 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/metrics"
-	"github.com/tandem-tx/tandem/internal/service"
 	"github.com/tandem-tx/tandem/internal/standby"
 )
 
 // StandbyOptions configure the decision-log transport (internal/standby).
 // All empty: no standby, nothing shipped (the default).
 type StandbyOptions struct {
-	// Listen (primary): the address standbys connect to (--standby-listen).
+	// Listen: the address standbys connect to (--standby-listen). On a
+	// standby, the address it serves its own standby on once promoted
+	// (nothing listens there before).
 	Listen string
 	// Transport sync or async; Protection max-performance,
 	// max-availability or max-protection (standby.ParseMode).
@@ -31,36 +30,50 @@ type StandbyOptions struct {
 	Of string
 	// Peer (primary): the other coordinator's --standby-listen address. At
 	// start the primary asks it for its epoch and refuses to start (to
-	// decide or settle anything) when it is newer: fencing after a failover.
+	// decide or settle anything) when it is newer; while it runs it asks
+	// again every second and, on a newer epoch, stops deciding and settling
+	// (RoleFenced): fencing after a failover.
 	Peer string
 }
 
-// standbyStatus is what the process shows of its standby role.
-type standbyStatus interface{ Status() standby.Status }
-
-// StandbyStatus reports the primary's or the standby's shipping state; ok is
-// false when the process has no standby role.
+// StandbyStatus reports the primary's or the standby's shipping state (and
+// the role of a demoted or fenced coordinator); ok is false when the process
+// has no standby role. It never waits for a role change.
 func (s *Server) StandbyStatus() (st standby.Status, ok bool) {
-	if s.shipper != nil {
-		return s.shipper.Status(), true
+	src := s.statusOf.Load()
+	if src == nil || !src.ok {
+		return st, false
 	}
-	if s.receiver != nil {
-		return s.receiver.Status(), true
-	}
-	return st, false
+	return src.get(), true
+}
+
+// RoleStatus is the body of GET /standby: the shipping state and the
+// address this coordinator serves (or, as a standby, will serve once
+// promoted) its standby on.
+type RoleStatus struct {
+	standby.Status
+	StandbyListen string `json:"standby_listen,omitempty"`
 }
 
 // describe is the one line Health and `tandem status` show.
 func describe(st standby.Status) string {
-	if st.Role == "standby" {
+	switch st.Role {
+	case "standby":
 		state := "following"
 		if !st.Connected {
 			state = "NOT CONNECTED"
 		}
 		return fmt.Sprintf("role=standby of %s (%s) cluster=%s epoch=%d at=%s", st.Standby, state, st.Cluster, st.Epoch, st.StandbyAt)
+	case string(RoleDemoted), string(RoleFenced):
+		return fmt.Sprintf("role=%s cluster=%s epoch=%d", strings.ToUpper(st.Role), st.Cluster, st.Epoch)
 	}
 	prot := "protected"
-	if !st.Protected {
+	switch {
+	case st.Transport != string(standby.Sync):
+		// Not alarming: that is what max-performance means. The exposure
+		// below says how much a failover now would lose.
+		prot = "not synchronous: a failover loses the exposure below"
+	case !st.Protected:
 		prot = "UNPROTECTED"
 	}
 	peer := st.Standby
@@ -69,36 +82,6 @@ func describe(st standby.Status) string {
 	}
 	return fmt.Sprintf("role=primary cluster=%s epoch=%d transport=%s protection=%s (%s) standby=%s lag=%dB/%.3fs exposure=%d records (durable here, not on the standby)",
 		st.Cluster, st.Epoch, st.Transport, st.Protection, prot, peer, st.LagBytes, st.LagSeconds, st.LagRecords)
-}
-
-// standbyService is the API of a standby: it decides nothing.
-type standbyService struct {
-	api.UnimplementedCoordinatorServer
-	r *standby.Receiver
-}
-
-func (s *standbyService) refusal() error {
-	st := s.r.Status()
-	return status.Errorf(codes.FailedPrecondition,
-		"this coordinator is a standby of the primary at %s (epoch %d): it decides nothing; send Commit, Abort and Status to the primary, or promote this standby (tandem promote)",
-		st.Standby, st.Epoch)
-}
-
-func (s *standbyService) Commit(context.Context, *api.CommitRequest) (*api.CommitResponse, error) {
-	return nil, s.refusal()
-}
-func (s *standbyService) Abort(context.Context, *api.AbortRequest) (*api.AbortResponse, error) {
-	return nil, s.refusal()
-}
-func (s *standbyService) Status(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
-	return nil, s.refusal()
-}
-func (s *standbyService) Health(context.Context, *api.HealthRequest) (*api.HealthResponse, error) {
-	msg := describe(s.r.Status())
-	if err := s.r.LastError(); err != nil {
-		msg += "; last error: " + err.Error()
-	}
-	return &api.HealthResponse{Serving: false, Version: service.Version, Message: msg}, nil
 }
 
 // standbyHandler serves GET /standby on the admin listener.
@@ -112,8 +95,41 @@ func (s *Server) standbyHandler(mux *http.ServeMux) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(st)
+		_ = enc.Encode(RoleStatus{Status: st, StandbyListen: s.opts.Standby.Listen})
 	})
+	role := func(f func(r *http.Request) (any, error)) http.Handler {
+		return RequireToken(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			v, err := f(r)
+			if err != nil {
+				code := http.StatusInternalServerError
+				if errors.Is(err, ErrRole) {
+					code = http.StatusConflict
+				}
+				http.Error(w, err.Error(), code)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(v)
+		}), s.opts.AuthToken)
+	}
+	mux.Handle("POST /role/promote", role(func(*http.Request) (any, error) {
+		id, err := s.Promote()
+		return map[string]any{"role": RolePrimary, "cluster": id.Cluster.String(), "epoch": id.Epoch}, err
+	}))
+	mux.Handle("POST /role/demote", role(func(r *http.Request) (any, error) {
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		return s.Demote(ctx)
+	}))
+	mux.Handle("POST /role/resume", role(func(*http.Request) (any, error) {
+		return map[string]any{"role": RolePrimary}, s.Resume()
+	}))
+	mux.Handle("POST /role/follow", role(func(r *http.Request) (any, error) {
+		p := r.URL.Query().Get("primary")
+		return map[string]any{"role": RoleStandby, "primary": p}, s.Follow(p)
+	}))
 }
 
 // registerStandbyGauges adds the standby metrics.

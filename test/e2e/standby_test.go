@@ -168,9 +168,19 @@ func promote(t *testing.T, dir string) string {
 // standby of its own for the next round). Every transfer acknowledged to a
 // client is COMMITTED on the new primary; in the end no branch is left in
 // doubt, every transfer is on both databases or on neither, and the money
-// adds up. Rounds run for TANDEM_FAILOVER_SECONDS (default 30), at least 3.
+// adds up. Odd rounds promote the standby stopped (tandem promote
+// --data-dir, then a restart); even rounds promote it running (tandem promote
+// --admin). At least TANDEM_FAILOVER_ROUNDS rounds (default 20), and more
+// until TANDEM_FAILOVER_SECONDS (default 0) have passed: a longer soak.
 func TestFailoverUnderLoadMaxProtection(t *testing.T) {
-	budget := 30 * time.Second
+	minRounds, budget := 20, time.Duration(0)
+	if s := os.Getenv("TANDEM_FAILOVER_ROUNDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		minRounds = n
+	}
 	if s := os.Getenv("TANDEM_FAILOVER_SECONDS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -195,10 +205,11 @@ func TestFailoverUnderLoadMaxProtection(t *testing.T) {
 	var acked []string
 	start := time.Now()
 	rounds := 0
-	for rounds < 3 || time.Since(start) < budget {
+	live := 0
+	for rounds < minRounds || time.Since(start) < budget {
 		rounds++
-		sdir := t.TempDir()
-		sb := startIn(t, sdir, "--standby-of", flagValue(prim.args, "--standby-listen"))
+		sdir, sbAdmin := t.TempDir(), freeAddr(t)
+		sb := startIn(t, sdir, append([]string{"--standby-of", flagValue(prim.args, "--standby-listen"), "--admin", sbAdmin}, primaryFlags()...)...)
 		eventually(t, 10*time.Second, "the standby connected", func() bool {
 			return strings.Contains(healthMessage(prim), "(protected) standby=127.0.0.1")
 		})
@@ -247,11 +258,19 @@ func TestFailoverUnderLoadMaxProtection(t *testing.T) {
 		prim.kill()
 		cancel()
 		wg.Wait()
-		sb.stop()
-		if out := promote(t, sdir); !strings.Contains(out, "epoch") {
-			t.Fatalf("promote said: %s", out)
+		if rounds%2 == 0 {
+			live++
+			if out, err := tandemCmd(t, "promote", "--admin", sbAdmin); err != nil || !strings.Contains(out, "epoch") {
+				t.Fatalf("round %d: tandem promote --admin: %v\n%s\n%s", rounds, err, out, sb.out.String())
+			}
+			prim = sb
+		} else {
+			sb.stop()
+			if out := promote(t, sdir); !strings.Contains(out, "epoch") {
+				t.Fatalf("promote said: %s", out)
+			}
+			prim = startIn(t, sdir, primaryFlags()...)
 		}
-		prim = startIn(t, sdir, primaryFlags()...)
 		mu.Lock()
 		if len(roundAcked) == 0 {
 			t.Fatalf("round %d: no transfer acknowledged before the kill", rounds)
@@ -293,7 +312,7 @@ func TestFailoverUnderLoadMaxProtection(t *testing.T) {
 	if !strings.Contains(healthMessage(prim), fmt.Sprintf("epoch=%d", rounds+1)) {
 		t.Errorf("after %d promotions the primary says: %s", rounds, healthMessage(prim))
 	}
-	t.Logf("%d failovers in %v; %d transfers acknowledged, %d committed", rounds, time.Since(start).Round(time.Millisecond), len(acked), len(pj))
+	t.Logf("%d failovers (%d of a running standby) in %v; %d transfers acknowledged, %d committed", rounds, live, time.Since(start).Round(time.Millisecond), len(acked), len(pj))
 }
 
 // max-availability with the standby cut off (a TCP proxy between them):

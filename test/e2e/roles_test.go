@@ -1,0 +1,246 @@
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/client"
+)
+
+// pair is a primary and a standby that name each other: each has an admin
+// listener, a --standby-listen and --peer, so that either can be promoted,
+// demoted, fenced and made to follow the other.
+type pair struct {
+	a, b               *coordinator
+	adminA, adminB     string
+	listenA, listenB   string
+	dirA, dirB         string
+	protection, netOut string
+}
+
+func startPair(t *testing.T, protection string) *pair {
+	t.Helper()
+	p := &pair{adminA: freeAddr(t), adminB: freeAddr(t), listenA: freeAddr(t), listenB: freeAddr(t),
+		dirA: t.TempDir(), dirB: t.TempDir(), protection: protection, netOut: "1s"}
+	p.a = startIn(t, p.dirA, "--admin", p.adminA, "--standby-listen", p.listenA, "--peer", p.listenB,
+		"--protection", protection, "--net-timeout", p.netOut)
+	p.b = startIn(t, p.dirB, "--admin", p.adminB, "--standby-of", p.listenA, "--standby-listen", p.listenB, "--peer", p.listenA,
+		"--protection", protection, "--net-timeout", p.netOut)
+	eventually(t, 10*time.Second, "the standby follows the primary", func() bool {
+		return strings.Contains(healthMessage(p.a), "standby=127.0.0.1") && strings.Contains(healthMessage(p.b), "(following)")
+	})
+	return p
+}
+
+func tandemCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, tandemBin, args...).CombinedOutput()
+	return string(out), err
+}
+
+// load runs transfers from 4 workers against whichever coordinator target()
+// names, recording every acknowledged one, until stopped.
+type load struct {
+	mu     sync.Mutex
+	acked  []string
+	errs   atomic.Int32
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startLoad(t *testing.T, b *bank, target func() *client.Client) *load {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &load{cancel: cancel}
+	for w := range 4 {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for ctx.Err() == nil {
+				cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+				g, err := b.transfer(cctx, target(), w)
+				ccancel()
+				if err == nil {
+					l.mu.Lock()
+					l.acked = append(l.acked, g)
+					l.mu.Unlock()
+				} else if ctx.Err() == nil {
+					if l.errs.Add(1) <= 3 {
+						t.Logf("transfer: %v", err)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	return l
+}
+
+func (l *load) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acked)
+}
+
+func (l *load) stop() []string {
+	l.cancel()
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.acked...)
+}
+
+func requireCommitted(t *testing.T, c *coordinator, gtrids []string, what string) {
+	t.Helper()
+	for _, g := range gtrids {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := c.api().Status(ctx, &api.StatusRequest{Gtrid: g})
+		cancel()
+		if err != nil || st.Outcome != api.Outcome_COMMITTED {
+			t.Fatalf("%s: transfer %s was acknowledged to its client; %s answers %v, %v", what, g, c.addr, st, err)
+		}
+	}
+}
+
+// Switchover under load, there and back: `tandem switchover` hands the
+// primary role to the standby with no acknowledged transfer lost, the old
+// primary serves as the new primary's standby (it is connected and the new
+// primary is protected by it), and a second switchover returns the roles.
+// In the end every transfer is on both databases or neither, nothing is left
+// prepared, and the money adds up.
+func TestSwitchoverThereAndBack(t *testing.T) {
+	d := openDBs(t)
+	b := newBank(t, d, 4)
+	p := startPair(t, "max-protection")
+	cliA, cliB := newClient(t, p.a.addr), newClient(t, p.b.addr)
+	var onB atomic.Bool
+	target := func() *client.Client {
+		if onB.Load() {
+			return cliB
+		}
+		return cliA
+	}
+	l := startLoad(t, b, target)
+	eventually(t, 20*time.Second, "transfers through the first primary", func() bool { return l.count() >= 20 })
+
+	out, err := tandemCmd(t, "switchover", "--primary-admin", p.adminA, "--standby-admin", p.adminB)
+	if err != nil || !strings.Contains(out, "switchover done") {
+		t.Fatalf("tandem switchover A→B: %v\n%s\nA's log:\n%s\nB's log:\n%s", err, out, p.a.out.String(), p.b.out.String())
+	}
+	t.Logf("A→B:\n%s", out)
+	onB.Store(true)
+	first := l.count()
+	// A decides nothing now, and says so.
+	_, err = p.a.api().Commit(context.Background(), &api.CommitRequest{Gtrid: newGTRIDString()})
+	if c := status.Code(err); c != codes.FailedPrecondition {
+		t.Errorf("Commit on the old primary after the switchover = %v, want FAILED_PRECONDITION (it is a standby)", err)
+	}
+	eventually(t, 10*time.Second, "the old primary is the new primary's standby and protects it", func() bool {
+		return strings.Contains(healthMessage(p.b), "epoch=2") && strings.Contains(healthMessage(p.b), "(protected) standby=127.0.0.1") &&
+			strings.Contains(healthMessage(p.a), "role=standby of "+p.listenB+" (following)")
+	})
+	eventually(t, 20*time.Second, "transfers through the new primary", func() bool { return l.count() >= first+20 })
+
+	out, err = tandemCmd(t, "switchover", "--primary-admin", p.adminB, "--standby-admin", p.adminA)
+	if err != nil || !strings.Contains(out, "switchover done") {
+		t.Fatalf("tandem switchover B→A: %v\n%s\nA's log:\n%s\nB's log:\n%s", err, out, p.a.out.String(), p.b.out.String())
+	}
+	onB.Store(false)
+	second := l.count()
+	eventually(t, 20*time.Second, "transfers through the first primary again", func() bool { return l.count() >= second+10 })
+	acked := l.stop()
+	if !strings.Contains(healthMessage(p.a), "epoch=3") {
+		t.Errorf("after two switchovers A says: %s", healthMessage(p.a))
+	}
+	requireCommitted(t, p.a, acked, "after two switchovers")
+	eventually(t, 30*time.Second, "nothing left prepared", func() bool { return len(d.prepared(t)) == 0 })
+	pj, mj := b.journal(t, d.pg), b.journal(t, d.my)
+	for _, g := range acked {
+		if !pj[g] || !mj[g] {
+			t.Errorf("acknowledged transfer %s is missing from the databases", g)
+		}
+	}
+	if len(pj) != len(mj) {
+		t.Errorf("%d transfers on PostgreSQL, %d on MariaDB", len(pj), len(mj))
+	}
+	if s := b.sum(t); s != b.total {
+		t.Errorf("money: %d, want %d", s, b.total)
+	}
+	t.Logf("%d transfers acknowledged across two switchovers (%d refused or failed while switching)", len(acked), l.errs.Load())
+}
+
+// A primary that keeps running while its standby is promoted (`tandem
+// promote --admin`) is fenced at once: the promoted standby tells it the new
+// epoch, and from then on it refuses Commit, Abort and Status naming the new
+// primary and epoch, and settles nothing (its coordinator is closed); the new
+// primary has every acknowledged transfer and settles an orphan; the fenced
+// one then follows the new primary (`tandem follow`) as its standby.
+func TestRunningPrimaryIsFencedByAPromotion(t *testing.T) {
+	d := openDBs(t)
+	b := newBank(t, d, 2)
+	d.table(t, "e2e_fence_live")
+	p := startPair(t, "max-availability")
+	cli := p.a.client(t)
+	l := startLoad(t, b, func() *client.Client { return cli })
+	eventually(t, 20*time.Second, "transfers through the primary", func() bool { return l.count() >= 10 })
+	acked := l.stop()
+
+	out, err := tandemCmd(t, "promote", "--admin", p.adminB)
+	if err != nil || !strings.Contains(out, "epoch 2") {
+		t.Fatalf("tandem promote --admin: %v\n%s\n%s", err, out, p.b.out.String())
+	}
+	eventually(t, 10*time.Second, "the old primary fenced", func() bool { return strings.Contains(healthMessage(p.a), "role=FENCED") })
+	for name, call := range map[string]func(context.Context) error{
+		"Commit": func(ctx context.Context) error {
+			_, err := p.a.api().Commit(ctx, &api.CommitRequest{Gtrid: newGTRIDString()})
+			return err
+		},
+		"Abort": func(ctx context.Context) error {
+			_, err := p.a.api().Abort(ctx, &api.AbortRequest{Gtrid: newGTRIDString()})
+			return err
+		},
+		"Status": func(ctx context.Context) error {
+			_, err := p.a.api().Status(ctx, &api.StatusRequest{Gtrid: acked[0], Resolve: true})
+			return err
+		},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := call(ctx)
+		cancel()
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "epoch 2") || !strings.Contains(err.Error(), p.listenB) {
+			t.Errorf("%s on the fenced primary = %v, want FAILED_PRECONDITION naming epoch 2 and %s", name, err, p.listenB)
+		}
+	}
+	if !strings.Contains(p.a.out.String(), "FENCED") {
+		t.Errorf("the fenced primary's log does not say FENCED:\n%s", p.a.out.String())
+	}
+	requireCommitted(t, p.b, acked, "on the promoted standby")
+	orphan := prepareAndDie(t, "e2e_fence_live", 1)
+	eventually(t, 20*time.Second, "the new primary settles the orphan", func() bool { return len(d.preparedFor(t, orphan.String())) == 0 })
+
+	out, err = tandemCmd(t, "follow", "--admin", p.adminA, "--primary", p.listenB)
+	if err != nil {
+		t.Fatalf("tandem follow: %v\n%s", err, out)
+	}
+	eventually(t, 10*time.Second, "the fenced primary follows the new one", func() bool {
+		return strings.Contains(healthMessage(p.a), "role=standby of "+p.listenB+" (following)") && strings.Contains(healthMessage(p.b), "(protected) standby=127.0.0.1")
+	})
+	g, err := b.transfer(context.Background(), p.b.client(t), 0)
+	if err != nil {
+		t.Fatalf("a transfer through the new primary with its new standby: %v", err)
+	}
+	requireCommitted(t, p.b, []string{g}, "the new primary")
+	if s := b.sum(t); s != b.total {
+		t.Errorf("money: %d, want %d", s, b.total)
+	}
+}
