@@ -40,7 +40,11 @@ type ReceiverConfig struct {
 	SegmentSize int64
 	NoSync      bool // tests only
 	NetTimeout  time.Duration
-	Logger      *slog.Logger
+	// NetOptions: socket buffers and TCP_NODELAY of the connection to the
+	// primary (the receive buffer is the one that bounds a long link's
+	// throughput on this side).
+	NetOptions
+	Logger *slog.Logger
 }
 
 // Receiver is the standby's side: it follows one primary, writes what it
@@ -96,6 +100,9 @@ func OpenReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if err := cfg.NetOptions.check("receiver"); err != nil {
+		return nil, err
 	}
 	r := &Receiver{cfg: cfg, done: make(chan struct{}), bound: map[uint64]wal.Position{}, unbound: map[uint64]bool{}}
 	id, ok, err := LoadIdentity(cfg.Dir)
@@ -188,7 +195,7 @@ var errRejected = errors.New("standby: primary rejected")
 
 // session is one connection to the primary.
 func (r *Receiver) session(ctx context.Context) error {
-	d := net.Dialer{Timeout: r.cfg.NetTimeout, KeepAlive: r.cfg.NetTimeout}
+	d := net.Dialer{Timeout: r.cfg.NetTimeout, KeepAlive: r.cfg.NetTimeout, Control: socketControl(r.cfg.SendBuffer, r.cfg.ReceiveBuffer)}
 	c, err := d.DialContext(ctx, "tcp", r.cfg.Primary)
 	if err != nil {
 		return err
@@ -204,9 +211,7 @@ func (r *Receiver) session(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
-	}
+	r.cfg.NetOptions.tune(c)
 	br := bufio.NewReaderSize(c, 256<<10)
 	bw := bufio.NewWriterSize(c, 4<<10)
 	_ = c.SetDeadline(time.Now().Add(r.cfg.NetTimeout))

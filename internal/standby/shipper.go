@@ -2,6 +2,7 @@ package standby
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -93,7 +94,19 @@ type ShipperConfig struct {
 	// memory for a standby that has not acknowledged them (default 64 MiB).
 	// Records of live segments are always kept.
 	MaxRetained int64
-	Logger      *slog.Logger
+	// MaxSend is the largest RECORDS frame payload the shipper builds, in
+	// bytes: a catching-up standby gets its backlog in frames of about
+	// this size (a frame holds at least one record, whatever its size).
+	// Default DefaultMaxSend (1 MiB); at most MaxFrame. Larger sends cut
+	// the per-send overhead on a long link (the Data Guard report: 10 MB
+	// sends instead of 1 MB took a 1 GB ship at 100 ms RTT from 264 s to
+	// 102 s); the standby writes each frame with one fdatasync and holds
+	// one in memory per connection.
+	MaxSend int
+	// NetOptions: socket buffers and TCP_NODELAY of standby connections
+	// (set on the listener, so every accepted connection has them).
+	NetOptions
+	Logger *slog.Logger
 	// OnFenced, when set, is called (once per such peer, from the
 	// connection's goroutine) when a peer of this cluster reports a newer
 	// epoch: another coordinator was promoted, and this primary must stop
@@ -143,7 +156,17 @@ func NewShipper(cfg ShipperConfig) (*Shipper, error) {
 	if cfg.Identity.Cluster.IsZero() || cfg.Identity.Epoch == 0 {
 		return nil, errors.New("standby: the shipper needs the primary's cluster identity")
 	}
-	lis, err := net.Listen("tcp", cfg.Listen)
+	switch {
+	case cfg.MaxSend == 0:
+		cfg.MaxSend = DefaultMaxSend
+	case cfg.MaxSend < 0 || cfg.MaxSend > MaxFrame:
+		return nil, fmt.Errorf("standby: MaxSend %d: a RECORDS frame must be between 1 byte and MaxFrame (%d)", cfg.MaxSend, MaxFrame)
+	}
+	if err := cfg.NetOptions.check("shipper"); err != nil {
+		return nil, err
+	}
+	lc := net.ListenConfig{Control: socketControl(cfg.SendBuffer, cfg.ReceiveBuffer)}
+	lis, err := lc.Listen(context.Background(), "tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("standby: listen for standbys on %s: %w", cfg.Listen, err)
 	}
@@ -351,9 +374,7 @@ func (s *Shipper) refuse(c net.Conn, w *bufio.Writer, msg string) error {
 // handle serves one standby connection.
 func (s *Shipper) handle(c net.Conn) error {
 	defer c.Close()
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
-	}
+	s.cfg.NetOptions.tune(c)
 	r := bufio.NewReaderSize(c, 64<<10)
 	w := bufio.NewWriterSize(c, 256<<10)
 	_ = c.SetReadDeadline(time.Now().Add(s.cfg.NetTimeout))
@@ -452,8 +473,12 @@ func (s *Shipper) handle(c net.Conn) error {
 			i := sort.Search(s.synced, func(i int) bool { return sent.Less(s.recs[i].pos) })
 			if i < s.synced {
 				j, size := i, 0
-				for j < s.synced && size < 1<<20 {
-					size += len(s.recs[j].payload) + 21
+				for j < s.synced {
+					n := len(s.recs[j].payload) + 21
+					if j > i && size+n > s.cfg.MaxSend {
+						break
+					}
+					size += n
 					j++
 				}
 				batch = append(batch[:0], s.recs[i:j]...) // payloads are never modified
