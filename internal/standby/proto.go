@@ -59,7 +59,8 @@
 // RECORDS with ACK, once the records are on its disk.
 //
 //	HELLO    version u8 | cluster [16] | epoch u64 | segment u64 | offset u64
-//	WELCOME  version u8 | cluster [16] | epoch u64
+//	WELCOME  version u8 | cluster [16] | epoch u64 | transport u8 (0 sync or
+//	         async, 1 arch) | connections u8 | session u64
 //	RECORDS  n u32 | n × (segment u64 | offset u64 | type u8 | length u32 | payload)
 //	ACK      segment u64 | offset u64
 //	REFUSE   message (UTF-8)
@@ -67,6 +68,17 @@
 //	         segments < before; valid once the standby has every record up
 //	         to (segment, offset)
 //	PROBE    as HELLO: asks for WELCOME only (fencing checks); never a standby
+//	JOIN     version u8 | cluster [16] | epoch u64 | session u64: arch, a
+//	         further connection of the session WELCOME named
+//	SEGMENT  segment u64 | after (segment u64 | offset u64) | last (segment
+//	         u64 | offset u64) | n u32: arch, the next n records (in RECORDS
+//	         frames on this connection) are the primary's segment, from the
+//	         one after "after" to "last"
+//
+// Under the arch transport (see arch.go) the primary sends only completed
+// segments, each whole on one of the session's connections, and the
+// standby applies them in the primary's order whatever connection they
+// came on, acknowledging on its first connection.
 //
 // A frame with a bad checksum, an unknown kind, a length past MaxFrame, a
 // truncated frame, a stream from another cluster or an older epoch, or
@@ -87,8 +99,9 @@ import (
 )
 
 // Version is the protocol version. 2: RELEASE frames; MARK records are
-// never shipped.
-const Version = 2
+// never shipped. 3: the ARCH transport (WELCOME says which transport, JOIN
+// and SEGMENT frames).
+const Version = 3
 
 // MaxFrame bounds a frame's payload.
 const MaxFrame = 64 << 20
@@ -101,6 +114,8 @@ const (
 	kindAck     = 4
 	kindRefuse  = 5
 	kindRelease = 6
+	kindJoin    = 7
+	kindSegment = 8
 	// kindProbe is a HELLO that only asks for the primary's identity (the
 	// fencing check of --peer, a promoted standby announcing its epoch):
 	// the primary answers WELCOME (or REFUSE) and hangs up; it never takes
@@ -142,7 +157,7 @@ func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
 		return 0, nil, err
 	}
 	kind := h[0]
-	if (kind < kindHello || kind > kindRelease) && kind != kindProbe {
+	if (kind < kindHello || kind > kindSegment) && kind != kindProbe {
 		return 0, nil, fmt.Errorf("%w: unknown frame kind %d (not a Tandem standby stream?)", ErrProtocol, kind)
 	}
 	n := binary.LittleEndian.Uint32(h[1:5])
@@ -205,28 +220,109 @@ func decodeHello(b []byte) (hello, error) {
 	return h, nil
 }
 
+// Transports as WELCOME names them.
+const (
+	wireStream = 0 // sync or async: RECORDS frames on the one connection
+	wireArch   = 1 // arch: SEGMENT frames, on up to conns connections
+)
+
+// MaxArchConnections bounds ShipperConfig.MaxConnections.
+const MaxArchConnections = 16
+
 type welcome struct {
-	cluster ClusterID
-	epoch   uint64
+	cluster   ClusterID
+	epoch     uint64
+	transport byte   // wireStream or wireArch
+	conns     byte   // arch: the connections the standby opens, 1 to MaxArchConnections
+	session   uint64 // arch: what the standby's other connections JOIN
 }
 
 func (w welcome) encode() []byte {
 	b := []byte{Version}
 	b = append(b, w.cluster[:]...)
-	return binary.LittleEndian.AppendUint64(b, w.epoch)
+	b = binary.LittleEndian.AppendUint64(b, w.epoch)
+	b = append(b, w.transport, w.conns)
+	return binary.LittleEndian.AppendUint64(b, w.session)
 }
 
 func decodeWelcome(b []byte) (welcome, error) {
 	var w welcome
-	if len(b) != 1+16+8 {
-		return w, fmt.Errorf("%w: WELCOME of %d bytes, want 25", ErrProtocol, len(b))
-	}
-	if b[0] != Version {
+	if len(b) > 0 && b[0] != Version {
 		return w, fmt.Errorf("%w: protocol version %d, this build speaks %d", ErrProtocol, b[0], Version)
+	}
+	if len(b) != 1+16+8+2+8 {
+		return w, fmt.Errorf("%w: WELCOME of %d bytes, want 35", ErrProtocol, len(b))
 	}
 	copy(w.cluster[:], b[1:17])
 	w.epoch = binary.LittleEndian.Uint64(b[17:])
+	w.transport, w.conns = b[25], b[26]
+	w.session = binary.LittleEndian.Uint64(b[27:])
+	switch {
+	case w.transport == wireStream:
+	case w.transport == wireArch && w.conns >= 1 && w.conns <= MaxArchConnections:
+	default:
+		return w, fmt.Errorf("%w: WELCOME names transport %d with %d connections", ErrProtocol, w.transport, w.conns)
+	}
 	return w, nil
+}
+
+// join is an ARCH standby's further connection to its session.
+type join struct {
+	cluster ClusterID
+	epoch   uint64
+	session uint64
+}
+
+func (j join) encode() []byte {
+	b := []byte{Version}
+	b = append(b, j.cluster[:]...)
+	b = binary.LittleEndian.AppendUint64(b, j.epoch)
+	return binary.LittleEndian.AppendUint64(b, j.session)
+}
+
+func decodeJoin(b []byte) (join, error) {
+	var j join
+	if len(b) > 0 && b[0] != Version {
+		return j, fmt.Errorf("%w: protocol version %d, this build speaks %d", ErrProtocol, b[0], Version)
+	}
+	if len(b) != 1+16+8+8 {
+		return j, fmt.Errorf("%w: JOIN of %d bytes, want 33", ErrProtocol, len(b))
+	}
+	copy(j.cluster[:], b[1:17])
+	j.epoch = binary.LittleEndian.Uint64(b[17:])
+	j.session = binary.LittleEndian.Uint64(b[25:])
+	return j, nil
+}
+
+// segHeader announces an ARCH segment: n records of the primary's segment
+// seg, the first right after after (the last record of the segment sent
+// before it in the session, or the standby's position), the last at last.
+type segHeader struct {
+	seg         uint64
+	after, last wal.Position
+	n           uint32
+}
+
+func (h segHeader) encode() []byte {
+	b := binary.LittleEndian.AppendUint64(nil, h.seg)
+	b = append(b, encodePos(h.after)...)
+	b = append(b, encodePos(h.last)...)
+	return binary.LittleEndian.AppendUint32(b, h.n)
+}
+
+func decodeSegHeader(b []byte) (segHeader, error) {
+	var h segHeader
+	if len(b) != 8+16+16+4 {
+		return h, fmt.Errorf("%w: SEGMENT of %d bytes, want 44", ErrProtocol, len(b))
+	}
+	h.seg = binary.LittleEndian.Uint64(b)
+	h.after, _ = decodeAck(b[8:24])
+	h.last, _ = decodeAck(b[24:40])
+	h.n = binary.LittleEndian.Uint32(b[40:])
+	if h.n == 0 || !h.after.Less(h.last) || h.last.Segment != h.seg {
+		return h, fmt.Errorf("%w: SEGMENT %d of %d records after %s ending at %s is not a segment", ErrProtocol, h.seg, h.n, h.after, h.last)
+	}
+	return h, nil
 }
 
 // record is one shipped record; payload owned.

@@ -59,6 +59,8 @@ type Receiver struct {
 	pos       wal.Position // the primary's position of the last record on disk here
 	records   int          // records in the log (MARKs included): 0 for a fresh or re-seeded standby
 	connected bool
+	conns     int // connections to the primary carrying data (arch: up to WELCOME's)
+	maxAhead  int // arch: the most segments received ahead of the next to apply
 	lastErr   error
 	lastAt    time.Time // when the last batch was made durable
 	primaryAt wal.Position
@@ -236,7 +238,14 @@ func (r *Receiver) session(ctx context.Context) error {
 	r.mu.Lock()
 	r.connected, r.lastErr = true, nil
 	r.mu.Unlock()
+	if w.transport == wireArch {
+		r.cfg.Logger.Info("standby: following the primary (arch: completed segments)", "primary", r.cfg.Primary, "cluster", w.cluster.String(), "epoch", w.epoch,
+			"from", h.pos.String(), "connections", w.conns)
+		return r.followArch(ctx, c, br, bw, w)
+	}
 	r.cfg.Logger.Info("standby: following the primary", "primary", r.cfg.Primary, "cluster", w.cluster.String(), "epoch", w.epoch, "from", h.pos.String())
+	r.addConns(1)
+	defer r.addConns(-1)
 	for {
 		kind, b, err := readFrame(br, nil) // a new buffer: AppendNoWait keeps the payloads
 		if err != nil {
@@ -437,11 +446,17 @@ func (r *Receiver) accept(w welcome) error {
 	return nil
 }
 
+func (r *Receiver) addConns(n int) {
+	r.mu.Lock()
+	r.conns += n
+	r.mu.Unlock()
+}
+
 // Status reports the standby's state.
 func (r *Receiver) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := Status{Role: "standby", Epoch: r.id.Epoch, Standby: r.cfg.Primary, Connected: r.connected,
+	st := Status{Role: "standby", Epoch: r.id.Epoch, Standby: r.cfg.Primary, Connected: r.connected, Connections: r.conns,
 		StandbyAt: r.pos.String(), PrimaryAt: r.primaryAt.String()}
 	if r.haveID {
 		st.Cluster = r.id.Cluster.String()

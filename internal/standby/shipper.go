@@ -25,6 +25,17 @@ const (
 	Sync Transport = "sync"
 	// Async: the stream runs behind the writer and never delays a commit.
 	Async Transport = "async"
+	// Arch ships only completed segments: the records of a segment go once
+	// the primary's log has a durable record in a later segment (or has
+	// released the segment), over up to MaxConnections parallel
+	// connections that the standby opens, each carrying whole segments;
+	// the standby applies them strictly in order. It never delays a
+	// commit, and its exposure is the live segment: a primary that writes
+	// little keeps its latest decisions to itself until its segment fills
+	// (Status shows the lag in bytes and seconds). It is the transport for
+	// catching up a long, fat link (the Data Guard report: five
+	// connections cut a 1 GB ship from 80 s to 37 s).
+	Arch Transport = "arch"
 )
 
 // Protection is the Data Guard protection mode.
@@ -64,17 +75,15 @@ func ParseMode(transport, protection string) (Transport, Protection, error) {
 		if p == MaxPerformance {
 			t = Async
 		}
-	case Sync, Async:
-	case "arch":
-		return "", "", errors.New("standby: transport arch (ship completed segments only) is not built yet: use sync or async")
+	case Sync, Async, Arch:
 	default:
-		return "", "", fmt.Errorf("standby: unknown transport %q: use sync or async", transport)
+		return "", "", fmt.Errorf("standby: unknown transport %q: use sync, async or arch", transport)
 	}
-	if t == Async && p != MaxPerformance {
-		return "", "", fmt.Errorf("standby: protection %s needs transport sync (async never waits for the standby)", p)
+	if (t == Async || t == Arch) && p != MaxPerformance {
+		return "", "", fmt.Errorf("standby: protection %s needs transport sync (%s never waits for the standby)", p, t)
 	}
 	if t == Sync && p == MaxPerformance {
-		return "", "", errors.New("standby: protection max-performance is the async transport: use --transport async, or max-availability/max-protection with sync")
+		return "", "", errors.New("standby: protection max-performance never waits for the standby: use --transport async or arch, or max-availability/max-protection with sync")
 	}
 	return t, p, nil
 }
@@ -103,6 +112,12 @@ type ShipperConfig struct {
 	// 102 s); the standby writes each frame with one fdatasync and holds
 	// one in memory per connection.
 	MaxSend int
+	// MaxConnections: under the arch transport, the number of parallel
+	// connections the standby opens (it learns it from WELCOME), each
+	// carrying whole segments (default 1, at most MaxArchConnections).
+	// The standby holds up to 2 × MaxConnections segments in memory while
+	// it applies them in order. Ignored by sync and async.
+	MaxConnections int
 	// NetOptions: socket buffers and TCP_NODELAY of standby connections
 	// (set on the listener, so every accepted connection has them).
 	NetOptions
@@ -130,10 +145,14 @@ type Shipper struct {
 	last     wal.Position // the last durable record on the primary
 	first    uint64       // first live segment (Released)
 	notice   release      // the latest Released, for the standby (before 0: none)
-	acked    wal.Position // the standby's durable position, highest seen
-	ackedAt  time.Time
-	conn     net.Conn // the standby's connection, nil when none
-	peer     string
+	// durableSeg: the segment of the last durable record of any type; under
+	// arch, the segments before it are complete.
+	durableSeg uint64
+	arch       *archSession // the arch standby's session, nil when none
+	acked      wal.Position // the standby's durable position, highest seen
+	ackedAt    time.Time
+	conn       net.Conn // the standby's connection, nil when none
+	peer       string
 	// unprotected: max-availability went on without the standby.
 	unprotected bool
 	since       time.Time // when unprotected began
@@ -161,6 +180,12 @@ func NewShipper(cfg ShipperConfig) (*Shipper, error) {
 		cfg.MaxSend = DefaultMaxSend
 	case cfg.MaxSend < 0 || cfg.MaxSend > MaxFrame:
 		return nil, fmt.Errorf("standby: MaxSend %d: a RECORDS frame must be between 1 byte and MaxFrame (%d)", cfg.MaxSend, MaxFrame)
+	}
+	switch {
+	case cfg.MaxConnections == 0:
+		cfg.MaxConnections = 1
+	case cfg.MaxConnections < 0 || cfg.MaxConnections > MaxArchConnections:
+		return nil, fmt.Errorf("standby: MaxConnections %d: use 1 to %d", cfg.MaxConnections, MaxArchConnections)
 	}
 	if err := cfg.NetOptions.check("shipper"); err != nil {
 		return nil, err
@@ -191,6 +216,7 @@ func (s *Shipper) Replayed(pos wal.Position, typ wal.Type, payload []byte) {
 	if s.first == 0 {
 		s.first = pos.Segment
 	}
+	s.durableSeg = max(s.durableSeg, pos.Segment)
 	if s.keepLocked(pos, typ, payload, time.Time{}) {
 		s.synced = len(s.recs)
 		s.last = pos
@@ -230,6 +256,9 @@ func (s *Shipper) Written(recs []wal.Written, synced bool) {
 	s.synced = len(s.recs)
 	if len(s.recs) > 0 {
 		s.last = s.recs[len(s.recs)-1].pos
+	}
+	if n := len(recs); n > 0 {
+		s.durableSeg = max(s.durableSeg, recs[n-1].Pos.Segment)
 	}
 	s.notifyLocked()
 	target := s.last
@@ -382,6 +411,9 @@ func (s *Shipper) handle(c net.Conn) error {
 	if err != nil {
 		return fmt.Errorf("reading HELLO: %w", err)
 	}
+	if kind == kindJoin {
+		return s.handleJoin(c, r, w, b)
+	}
 	probe := kind == kindProbe
 	if kind != kindHello && !probe {
 		return s.refuse(c, w, fmt.Sprintf("expected HELLO, got a kind %d frame", kind))
@@ -406,7 +438,7 @@ func (s *Shipper) handle(c net.Conn) error {
 	}
 	if probe {
 		_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-		return writeFrame(w, kindWelcome, welcome{cluster: id.Cluster, epoch: id.Epoch}.encode())
+		return writeFrame(w, kindWelcome, s.welcome(nil).encode())
 	}
 	if h.epoch < id.Epoch && h.pos != (wal.Position{}) {
 		// Its position is one of an older primary's log, unrelated to this
@@ -421,9 +453,13 @@ func (s *Shipper) handle(c net.Conn) error {
 		return s.refuse(c, w, fmt.Sprintf("the standby's log reaches %s, past this primary's last durable record %s: it holds records this primary does not (it diverged): it must be re-seeded (stop it, run %q on its data directory, start it again with --standby-of %s)",
 			h.pos, last, ReseedCommand(""), s.Addr()))
 	}
+	var sess *archSession
+	if s.cfg.Transport == Arch {
+		sess = newArchSession(c, h.pos, s.cfg.MaxConnections)
+	}
 	_ = c.SetReadDeadline(time.Time{})
 	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-	if err := writeFrame(w, kindWelcome, welcome{cluster: id.Cluster, epoch: id.Epoch}.encode()); err != nil {
+	if err := writeFrame(w, kindWelcome, s.welcome(sess).encode()); err != nil {
 		return err
 	}
 
@@ -435,6 +471,10 @@ func (s *Shipper) handle(c net.Conn) error {
 	if s.conn != nil {
 		s.conn.Close() // a standby reconnecting: the old connection is dead
 	}
+	if s.arch != nil {
+		s.arch.closeLocked() // and so are the old session's others
+	}
+	s.arch = sess
 	s.conn, s.peer = c, c.RemoteAddr().String()
 	if s.acked.Less(h.pos) {
 		s.acked = h.pos
@@ -449,8 +489,17 @@ func (s *Shipper) handle(c net.Conn) error {
 			s.conn = nil
 			s.notifyLocked()
 		}
+		if sess != nil {
+			sess.closeLocked()
+			if s.arch == sess {
+				s.arch = nil
+			}
+		}
 		s.mu.Unlock()
 	}()
+	if sess != nil {
+		return s.serveArch(c, r, w, sess, true)
+	}
 
 	readErr := make(chan error, 1)
 	go func() { readErr <- s.readAcks(c, r) }()
@@ -530,17 +579,27 @@ func (s *Shipper) readAcks(c net.Conn, r *bufio.Reader) error {
 			return err
 		}
 		s.mu.Lock()
-		if s.acked.Less(pos) {
-			s.acked, s.ackedAt = pos, time.Now()
-			if s.unprotected && !s.acked.Less(s.last) {
-				s.log.Warn("standby caught up: protected again (sync)", "standby", s.peer, "unprotected_for", time.Since(s.since).Round(time.Millisecond))
-				s.unprotected = false
-			}
-			s.pruneLocked()
-			s.notifyLocked()
-		}
+		s.ackLocked(pos)
 		s.mu.Unlock()
 	}
+}
+
+// ackLocked takes the standby's acknowledgement of pos: it has every record
+// up to pos on disk.
+func (s *Shipper) ackLocked(pos wal.Position) {
+	if !s.acked.Less(pos) {
+		return
+	}
+	s.acked, s.ackedAt = pos, time.Now()
+	if s.unprotected && !s.acked.Less(s.last) {
+		s.log.Warn("standby caught up: protected again (sync)", "standby", s.peer, "unprotected_for", time.Since(s.since).Round(time.Millisecond))
+		s.unprotected = false
+	}
+	if s.arch != nil {
+		s.arch.ackedLocked(pos)
+	}
+	s.pruneLocked()
+	s.notifyLocked()
 }
 
 // Status is what `tandem status` and the metrics show of the primary's
@@ -553,6 +612,9 @@ type Status struct {
 	Protection string `json:"protection,omitempty"`
 	Standby    string `json:"standby,omitempty"` // the connected standby's address ("" none); the primary's on a standby
 	Connected  bool   `json:"connected"`
+	// Connections carrying the log (arch: up to MaxConnections; 1 with
+	// sync or async while connected).
+	Connections int `json:"connections,omitempty"`
 	// Protected: under a sync protection mode, every acknowledged decision
 	// is on the standby (false while max-availability runs without it).
 	Protected   bool    `json:"protected"`
@@ -573,6 +635,10 @@ func (s *Shipper) Status() Status {
 		PrimaryAt: s.last.String(), StandbyAt: s.acked.String()}
 	if s.conn != nil {
 		st.Standby = s.peer
+		st.Connections = 1
+		if s.arch != nil {
+			st.Connections = len(s.arch.conns)
+		}
 	}
 	i := sort.Search(s.synced, func(i int) bool { return s.acked.Less(s.recs[i].pos) })
 	st.LagRecords = s.synced - i

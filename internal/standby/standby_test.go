@@ -368,8 +368,11 @@ func TestParseMode(t *testing.T) {
 		{"sync", "", "sync", "max-availability", ""},
 		{"", "max-protection", "sync", "max-protection", ""},
 		{"async", "max-protection", "", "", "needs transport sync"},
-		{"arch", "", "", "", "not built yet"},
-		{"tcp", "", "", "", "unknown transport"},
+		{"arch", "", "arch", "max-performance", ""},
+		{"arch", "max-performance", "arch", "max-performance", ""},
+		{"arch", "max-availability", "", "", "needs transport sync"},
+		{"sync", "max-performance", "", "", "never waits for the standby"},
+		{"tcp", "", "", "", "use sync, async or arch"},
 	} {
 		tr, p, err := ParseMode(tc.tr, tc.p)
 		if tc.err != "" {

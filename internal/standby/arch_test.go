@@ -1,0 +1,275 @@
+package standby
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/wal"
+)
+
+const archSegSize = 8 << 10
+
+// archPrimary is a decision log whose writes go through an arch Shipper.
+func archPrimary(t *testing.T, conns int) *primary {
+	t.Helper()
+	sh, err := NewShipper(ShipperConfig{Listen: "127.0.0.1:0", Transport: Arch, Protection: MaxPerformance, NetTimeout: 2 * time.Second,
+		Identity: testID(), Logger: quiet, MaxConnections: conns, MaxSend: 2 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := wal.Open(wal.Options{Dir: t.TempDir(), SegmentSize: archSegSize, NoSync: true, OnWrite: sh.Written}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Close(); l.Close() })
+	return &primary{log: l, sh: sh}
+}
+
+// appendN appends n records and returns their payloads and positions.
+func (p *primary) appendN(t *testing.T, prefix string, n int) ([]string, []wal.Position) {
+	t.Helper()
+	var out []string
+	var pos []wal.Position
+	for i := range n {
+		s := fmt.Sprintf("%s%05d %s", prefix, i, strings.Repeat("p", 100))
+		at, err := p.log.Append(1, []byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, pos = append(out, s), append(pos, at)
+	}
+	return out, pos
+}
+
+// lastBefore is the last of pos in a segment before seg.
+func lastBefore(pos []wal.Position, seg uint64) (wal.Position, int) {
+	var last wal.Position
+	n := 0
+	for _, p := range pos {
+		if p.Segment < seg {
+			last, n = p, n+1
+		}
+	}
+	return last, n
+}
+
+// Only completed segments are shipped: the live segment's records reach
+// the standby once the primary's log has moved past it; Status counts
+// them as lag meanwhile.
+func TestArchShipsOnlyCompletedSegments(t *testing.T) {
+	p := archPrimary(t, 1)
+	want, pos := p.appendN(t, "a", 300) // about 4 segments
+	live := p.log.Segment()
+	done, n := lastBefore(pos, live)
+	if live < 3 || n == len(want) {
+		t.Fatalf("the test needs a few completed segments and a live one: live %d, %d of %d records completed", live, n, len(want))
+	}
+	sdir := t.TempDir()
+	r := startStandby(t, sdir, p.sh.Addr())
+	waitFor(t, "the completed segments on the standby", func() bool { return r.Position() == done })
+	time.Sleep(200 * time.Millisecond) // nothing more comes: the rest is in the live segment
+	if got := r.Position(); got != done {
+		t.Fatalf("the standby is at %s, past the completed segments (%s): it got records of the live segment %d", got, done, live)
+	}
+	st := p.sh.Status()
+	if st.LagRecords != len(want)-n || st.LagBytes <= 0 || st.LagSeconds <= 0 || !st.Connected || st.Connections != 1 || st.Transport != "arch" {
+		t.Errorf("status with the live segment unshipped (%d records): %+v", len(want)-n, st)
+	}
+	// The log moves on: the segment that was live is complete.
+	more, pos2 := p.appendN(t, "b", 150)
+	want = append(want, more...)
+	pos = append(pos, pos2...)
+	done2, n2 := lastBefore(pos, p.log.Segment())
+	if n2 <= len(want)-len(more) {
+		t.Fatalf("the log did not move past segment %d", live)
+	}
+	waitFor(t, "the next completed segments", func() bool { return r.Position() == done2 })
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := standbyRecords(t, sdir); strings.Join(got, ",") != strings.Join(want[:n2], ",") {
+		t.Fatalf("the standby holds %d records, want the %d of the completed segments, in order", len(got), n2)
+	}
+}
+
+// linkProxy forwards TCP connections to target; each connection's bytes
+// from the primary are counted, and may be slowed (delay per 4 KiB) or cut
+// after a number of bytes.
+type linkProxy struct {
+	lis    net.Listener
+	target string
+	mu     sync.Mutex
+	down   []*atomic.Int64 // bytes forwarded to the standby, by connection in accept order
+	delay  func(i int) time.Duration
+	cut    func(i int) int64 // close connection i after this many bytes (0: never)
+}
+
+func newLinkProxy(t *testing.T, target string, delay func(i int) time.Duration, cut func(i int) int64) *linkProxy {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cut == nil {
+		cut = func(int) int64 { return 0 }
+	}
+	p := &linkProxy{lis: lis, target: target, delay: delay, cut: cut}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			i := len(p.down)
+			n := &atomic.Int64{}
+			p.down = append(p.down, n)
+			delay, cut := p.delay(i), p.cut(i)
+			p.mu.Unlock()
+			go func() { io.Copy(u, c); u.Close(); c.Close() }()
+			go func() {
+				defer c.Close()
+				defer u.Close()
+				buf := make([]byte, 4<<10)
+				for {
+					k, err := u.Read(buf)
+					if k > 0 {
+						if cut > 0 && n.Load()+int64(k) > cut {
+							k = int(cut - n.Load())
+							c.Write(buf[:k])
+							n.Add(int64(k))
+							return
+						}
+						time.Sleep(delay)
+						if _, err := c.Write(buf[:k]); err != nil {
+							return
+						}
+						n.Add(int64(k))
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return p
+}
+
+func (p *linkProxy) counts() []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]int64, len(p.down))
+	for i, n := range p.down {
+		out[i] = n.Load()
+	}
+	return out
+}
+
+// archCatchUp ships a backlog of about 40 segments to a standby through
+// prx and checks that the standby holds exactly the completed segments'
+// records, in order.
+func archCatchUp(t *testing.T, p *primary, prx func(addr string) string) (*Receiver, string) {
+	t.Helper()
+	want, pos := p.appendN(t, "r", 3000)
+	done, n := lastBefore(pos, p.log.Segment())
+	sdir := t.TempDir()
+	r := startStandby(t, sdir, prx(p.sh.Addr()))
+	waitFor(t, "the standby to catch up", func() bool { return r.Position() == done })
+	st := p.sh.Status()
+	if st.LagRecords != len(want)-n {
+		t.Errorf("after catch-up the primary counts %d records of lag, want %d (the live segment's)", st.LagRecords, len(want)-n)
+	}
+	r.Close()
+	if got := standbyRecords(t, sdir); strings.Join(got, ",") != strings.Join(want[:n], ",") {
+		t.Fatalf("the standby holds %d records, want the %d of the completed segments, in order, once each", len(got), n)
+	}
+	return r, sdir
+}
+
+// Every one of the MaxConnections connections carries segments.
+func TestArchConnectionsAllCarryData(t *testing.T) {
+	p := archPrimary(t, 4)
+	var prx *linkProxy
+	archCatchUp(t, p, func(addr string) string {
+		prx = newLinkProxy(t, addr, func(int) time.Duration { return 2 * time.Millisecond }, nil)
+		return prx.lis.Addr().String()
+	})
+	c := prx.counts()
+	if len(c) < 4 {
+		t.Fatalf("the standby opened %d connections, want 4", len(c))
+	}
+	for i, n := range c[:4] {
+		if n < archSegSize/2 {
+			t.Errorf("connection %d carried %d bytes, less than a segment (all: %v)", i, n, c)
+		}
+	}
+}
+
+// Segments that arrive out of order (the first connection is slow) are
+// held and applied in order.
+func TestArchOutOfOrderArrivalIsAppliedInOrder(t *testing.T) {
+	p := archPrimary(t, 3)
+	var prx *linkProxy
+	r, _ := archCatchUp(t, p, func(addr string) string {
+		prx = newLinkProxy(t, addr, func(i int) time.Duration {
+			if i == 0 {
+				return 30 * time.Millisecond
+			}
+			return 0
+		}, nil)
+		return prx.lis.Addr().String()
+	})
+	r.mu.Lock()
+	ahead := r.maxAhead
+	r.mu.Unlock()
+	if ahead == 0 {
+		t.Errorf("no segment arrived ahead of its turn (connections: %v): the test did not test reordering", prx.counts())
+	}
+}
+
+// A connection dropped in the middle of a segment: the segment is sent
+// again (on another connection, or on the same one dialled again), and the
+// standby ends up with every record once, in order. The first connection
+// dropping ends the session; the next one goes on from the standby's
+// position.
+func TestArchDroppedConnectionIsRecovered(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		conn int
+	}{{"a further connection", 1}, {"the first connection", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := archPrimary(t, 3)
+			const cut = 3*archSegSize + archSegSize/2 // in the middle of its fourth segment, about
+			var prx *linkProxy
+			archCatchUp(t, p, func(addr string) string {
+				prx = newLinkProxy(t, addr, func(int) time.Duration { return time.Millisecond }, func(i int) int64 {
+					if i == tc.conn {
+						return cut
+					}
+					return 0
+				})
+				return prx.lis.Addr().String()
+			})
+			c := prx.counts()
+			if len(c) <= tc.conn || c[tc.conn] != cut {
+				t.Fatalf("connections carried %v bytes: connection %d was not cut at %d", c, tc.conn, cut)
+			}
+			if tc.conn == 0 && len(c) < 4 {
+				t.Errorf("connections: %v: want a new session after the first connection was cut", c)
+			}
+		})
+	}
+}
