@@ -77,7 +77,7 @@ func ParseMode(transport, protection string) (Transport, Protection, error) {
 		}
 	case Sync, Async, Arch:
 	default:
-		return "", "", fmt.Errorf("standby: unknown transport %q: use sync, async or arch", transport)
+		return "", "", fmt.Errorf("standby: unknown transport %q: use sync or async, or arch (completed segments only)", transport)
 	}
 	if (t == Async || t == Arch) && p != MaxPerformance {
 		return "", "", fmt.Errorf("standby: protection %s needs transport sync (%s never waits for the standby)", p, t)
@@ -624,6 +624,14 @@ type Status struct {
 	LagSeconds  float64 `json:"lag_seconds"`
 	LagRecords  int     `json:"lag_records"` // data-loss exposure: durable on the primary, not on the standby
 	Unprotected float64 `json:"unprotected_seconds,omitempty"`
+}
+
+// Acked is the standby's durable position as it acknowledged it (the zero
+// Position: nothing yet): every shipped record up to it is on its disk.
+func (s *Shipper) Acked() wal.Position {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.acked
 }
 
 // Status reports the shipping state.

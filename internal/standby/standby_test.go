@@ -372,7 +372,7 @@ func TestParseMode(t *testing.T) {
 		{"arch", "max-performance", "arch", "max-performance", ""},
 		{"arch", "max-availability", "", "", "needs transport sync"},
 		{"sync", "max-performance", "", "", "never waits for the standby"},
-		{"tcp", "", "", "", "use sync, async or arch"},
+		{"tcp", "", "", "", "use sync or async, or arch"},
 	} {
 		tr, p, err := ParseMode(tc.tr, tc.p)
 		if tc.err != "" {
