@@ -47,7 +47,7 @@ against two in-process coordinators in the same run, interleaved: the usual
 one, and a second one (the primary) that ships its decision log to a standby
 started in this process (its own log), through a TCP proxy on loopback that
 adds --standby-rtt of round trip (half each way) and, with
---standby-bandwidth, limits the link. Both coordinators and the standby
+--standby-bandwidth and --standby-window, limits the link. Both coordinators and the standby
 fdatasync their logs on the disk of --dir. --protection picks the Data Guard
 mode (sync: max-availability, the default, or max-protection; async:
 max-performance). Measuring starts once the standby is connected and has
@@ -101,6 +101,11 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	fs.Func("standby-bandwidth", "xa-standby: the link's bandwidth, e.g. 4MB/s, 100Mbit/s (default unlimited)", func(v string) error {
 		b, err := bench.ParseBandwidth(v)
 		cfg.Standby.Bandwidth = b
+		return err
+	})
+	fs.Func("standby-window", "xa-standby: bytes in flight per direction of the standby's connection, as a TCP window, e.g. 256KiB (default unlimited)", func(v string) error {
+		b, err := config.ParseByteSize(v)
+		cfg.Standby.Window = int64(b)
 		return err
 	})
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")

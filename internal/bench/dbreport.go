@@ -133,7 +133,7 @@ func (e *env) standbyReport(results []DBResult) *StandbyReport {
 	lag := p.lag.result(lagSampleInterval)
 	p.mu.Unlock()
 	sr := &StandbyReport{Workload: WorkloadXAStandby, Transport: string(p.transport), Protection: string(p.protection),
-		RTTms: ms(p.cfg.RTT), BandwidthBytesPerS: p.cfg.Bandwidth, Lag: lag, Note: standbyWaitsNote}
+		RTTms: ms(p.cfg.RTT), BandwidthBytesPerS: p.cfg.Bandwidth, WindowBytes: p.cfg.Window, Lag: lag, Note: standbyWaitsNote}
 	for _, ev := range standbyEvents {
 		w := StandbyWait{Event: ev.String(), By: map[string]StandbyWaitStats{}}
 		for _, r := range results {
@@ -205,12 +205,15 @@ func (s *StandbyReport) WriteTable(w io.Writer) error {
 		link = fmt.Sprintf("%.3g ms added round trip (%.3g ms each way)", s.RTTms, s.RTTms/2)
 	}
 	fmt.Fprintf(w, "\n== standby: %s's coordinator ships its decision log to a standby in this process\n", s.Workload)
+	if s.WindowBytes > 0 {
+		link += fmt.Sprintf(", window %d bytes", s.WindowBytes)
+	}
 	fmt.Fprintf(w, "transport %s, protection %s; link: loopback through a proxy, %s, bandwidth %s; measured from a standby connected and caught up\n",
 		s.Transport, s.Protection, link, FormatBandwidth(s.BandwidthBytesPerS))
 	l := s.Lag
 	fmt.Fprintf(w, "lag during %s's slices (%d samples, every %.0f ms):   max      mean\n", s.Workload, l.Samples, l.SampleIntervalS*1000)
 	fmt.Fprintf(w, "  bytes                                          %9d  %9.1f\n", l.LagBytesMax, l.LagBytesMean)
-	fmt.Fprintf(w, "  seconds (data-loss exposure in time)           %9.4f  %9.4f\n", l.LagSecondsMax, l.LagSecondsMean)
+	fmt.Fprintf(w, "  seconds (exposure in time: age of the oldest)  %9.4f  %9.4f\n", l.LagSecondsMax, l.LagSecondsMean)
 	fmt.Fprintf(w, "  records (exposure: durable here, not there)    %9d  %9.2f\n", l.ExposureRecordsMax, l.ExposureRecordsMean)
 	if l.DisconnectedSamples > 0 || l.UnprotectedSamples > 0 {
 		fmt.Fprintf(w, "  WARNING: no standby connected in %d samples; primary unprotected in %d samples\n", l.DisconnectedSamples, l.UnprotectedSamples)

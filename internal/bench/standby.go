@@ -32,14 +32,18 @@ type StandbyConfig struct {
 	// RTT is the round-trip delay the proxy adds between primary and
 	// standby (half each way).
 	RTT time.Duration
-	// Bandwidth limits the link, in bytes per second (0: unlimited).
+	// Bandwidth limits each direction of the link, in bytes per second (0:
+	// unlimited).
 	Bandwidth int64
+	// Window bounds the bytes in flight per direction of the connection,
+	// as a TCP window does (0: unlimited).
+	Window int64
 	// NetTimeout: the shipper's and the receiver's (default 10s).
 	NetTimeout time.Duration
 }
 
 func (s StandbyConfig) set() bool {
-	return s.Transport != "" || s.Protection != "" || s.RTT != 0 || s.Bandwidth != 0
+	return s.Transport != "" || s.Protection != "" || s.RTT != 0 || s.Bandwidth != 0 || s.Window != 0
 }
 
 // validateStandby checks the standby flags against the workloads.
@@ -51,7 +55,7 @@ func (c *DBConfig) validateStandby() error {
 	}
 	switch {
 	case !has && s.set():
-		return errors.New("--standby, --protection, --standby-rtt and --standby-bandwidth configure the xa-standby workload: add it (e.g. --compare xa,xa-standby)")
+		return errors.New("--standby, --protection, --standby-rtt, --standby-bandwidth and --standby-window configure the xa-standby workload: add it (e.g. --compare xa,xa-standby)")
 	case !has:
 		return nil
 	case s.Transport == "":
@@ -62,9 +66,15 @@ func (c *DBConfig) validateStandby() error {
 		return fmt.Errorf("--standby-rtt %s is negative", s.RTT)
 	case s.Bandwidth < 0:
 		return fmt.Errorf("--standby-bandwidth %d is negative", s.Bandwidth)
+	case s.Window < 0:
+		return fmt.Errorf("--standby-window %d is negative", s.Window)
 	}
-	if _, _, err := standby.ParseMode(s.Transport, s.Protection); err != nil {
+	t, _, err := standby.ParseMode(s.Transport, s.Protection)
+	if err != nil {
 		return fmt.Errorf("--standby %s --protection %q: %w", s.Transport, s.Protection, err)
+	}
+	if t != standby.Sync && t != standby.Async {
+		return fmt.Errorf("--standby %s: xa-standby measures sync or async; %s ships only completed segments, so the standby is never caught up under load (tandem bench ship measures it)", t, t)
 	}
 	return nil
 }
@@ -160,7 +170,7 @@ func startStandbyPair(dir string, base config.Config, sc StandbyConfig, noSync b
 	if err != nil {
 		return nil, fmt.Errorf("start xa-standby's primary coordinator: %w", err)
 	}
-	if p.link, err = newLink(listen, sc.RTT, sc.Bandwidth); err != nil {
+	if p.link, err = newLink(listen, sc); err != nil {
 		return nil, fmt.Errorf("the delaying proxy between primary and standby: %w", err)
 	}
 	scfg := base
@@ -176,12 +186,10 @@ func startStandbyPair(dir string, base config.Config, sc StandbyConfig, noSync b
 	return p, nil
 }
 
-// newLink is the proxy between primary and standby.
-func newLink(target string, rtt time.Duration, bandwidth int64) (*testproxy.Proxy, error) {
-	if rtt > 0 || bandwidth > 0 {
-		return nil, errors.New("--standby-rtt and --standby-bandwidth need testproxy.NewLink, not in this build yet")
-	}
-	return testproxy.New(target)
+// newLink is the proxy between primary and standby: rtt/2 of delay each
+// way, the bandwidth of each direction, and the window per connection.
+func newLink(target string, sc StandbyConfig) (*testproxy.Proxy, error) {
+	return testproxy.NewLink(target, testproxy.Link{Delay: sc.RTT / 2, Bandwidth: sc.Bandwidth, Window: sc.Window})
 }
 
 func freeLoopbackAddr() (string, error) {
@@ -233,8 +241,18 @@ func (p *standbyPair) settle(limit time.Duration) {
 }
 
 // startSampling samples the primary's standby status every interval until
-// stopSampling.
+// stopSampling. When the standby had every durable record as the slice
+// began, a sample's lag in seconds is counted at most from then: what it
+// lacks became durable on the primary during the slice. (The shipper dates
+// a record from its write, and an END record written without fdatasync
+// when the previous slice ended only becomes durable, and shipped, with
+// this slice's first commit: dated from its write, the idle time between
+// slices would count as lag.)
 func (p *standbyPair) startSampling(interval time.Duration) {
+	var since time.Time
+	if _, ok := p.caughtUp(); ok {
+		since = time.Now()
+	}
 	p.stop, p.stopped = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(p.stopped)
@@ -246,6 +264,9 @@ func (p *standbyPair) startSampling(interval time.Duration) {
 				return
 			case <-t.C:
 				st, _ := p.primary.StandbyStatus()
+				if !since.IsZero() {
+					st.LagSeconds = min(st.LagSeconds, time.Since(since).Seconds())
+				}
 				p.mu.Lock()
 				p.lag.add(st)
 				p.mu.Unlock()
@@ -347,7 +368,8 @@ type StandbyLag struct {
 	LagBytesMax     int64   `json:"lag_bytes_max"`
 	LagBytesMean    float64 `json:"lag_bytes_mean"`
 	// LagSeconds: age of the oldest record durable on the primary and not
-	// on the standby: the data-loss exposure in time.
+	// on the standby, the data-loss exposure in time (counted at most from
+	// the start of the slice: see startSampling).
 	LagSecondsMax  float64 `json:"lag_seconds_max"`
 	LagSecondsMean float64 `json:"lag_seconds_mean"`
 	// ExposureRecords: records durable on the primary and not on the
@@ -379,6 +401,7 @@ type StandbyReport struct {
 	// each way), on top of loopback.
 	RTTms              float64    `json:"rtt_ms"`
 	BandwidthBytesPerS int64      `json:"bandwidth_bytes_per_s,omitempty"`
+	WindowBytes        int64      `json:"window_bytes,omitempty"`
 	Lag                StandbyLag `json:"lag"`
 	// Waits compares the log and standby wait events of the coordinator
 	// without a standby (xa) and of the primary with one (xa-standby), per

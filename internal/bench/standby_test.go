@@ -34,6 +34,7 @@ func TestValidateStandby(t *testing.T) {
 		{"xa,xa-standby", StandbyConfig{}, "", "xa-standby needs --standby sync or --standby async"},
 		{"xa,xa-standby", StandbyConfig{Transport: "fast"}, "", `unknown transport "fast": use sync or async`},
 		{"xa,xa-standby", StandbyConfig{Transport: "async", Protection: "max-protection"}, "", "needs transport sync"},
+		{"xa,xa-standby", StandbyConfig{Transport: "arch"}, "", "xa-standby measures sync or async"},
 		{"xa,xa-standby", StandbyConfig{Transport: "sync", Protection: "best"}, "", `unknown protection mode "best"`},
 		{"xa,xa-standby", StandbyConfig{Transport: "sync", RTT: -time.Millisecond}, "", "negative"},
 		{"xa,xa-standby", StandbyConfig{Transport: "sync"}, "127.0.0.1:7070", "drop --coordinator"},
