@@ -1,7 +1,9 @@
 package standby
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -201,4 +203,67 @@ func parsePos(t *testing.T, s string) wal.Position {
 		t.Fatalf("position %q: %v", s, err)
 	}
 	return p
+}
+
+// The RELEASE notice comes after the records up to its position (sync and
+// async), so that a standby can act on it as soon as it arrives.
+func TestReleaseNoticeFollowsItsRecords(t *testing.T) {
+	p := startPrimary(t, t.TempDir(), MaxPerformance, time.Second)
+	for i := range 2000 {
+		if _, err := p.log.AppendNoWait(1, []byte(fmt.Sprintf("r%d %s", i, strings.Repeat("x", 60)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.log.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	cur := p.log.Segment()
+	if cur < 2 {
+		t.Fatalf("the log did not rotate (segment %d)", cur)
+	}
+	if err := p.log.Release(cur); err != nil {
+		t.Fatal(err)
+	}
+	p.sh.Released(cur)
+	at := parsePos(t, p.sh.Status().PrimaryAt)
+	c, err := net.Dial("tcp", p.sh.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	w := bufio.NewWriter(c)
+	if err := writeFrame(w, kindHello, hello{cluster: testID().Cluster, epoch: testID().Epoch}.encode()); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	if kind, _, err := readFrame(br, nil); err != nil || kind != kindWelcome {
+		t.Fatalf("WELCOME: %d %v", kind, err)
+	}
+	var have wal.Position
+	for {
+		kind, b, err := readFrame(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind == kindRelease {
+			n, err := decodeRelease(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.before != cur || n.at != at {
+				t.Errorf("RELEASE %+v, want before %d at %s", n, cur, at)
+			}
+			if have.Less(n.at) {
+				t.Fatalf("RELEASE (valid at %s) came when the records sent reach only %s", n.at, have)
+			}
+			return
+		}
+		recs, err := decodeRecords(b, have)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have = recs[len(recs)-1].pos
+		writeFrame(w, kindAck, encodePos(have))
+	}
 }
