@@ -70,10 +70,15 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	insecure := fs.Bool("insecure-no-auth", false, "allow an API without authentication on a non-loopback address (only on a network you trust)")
 	standbyListen := fs.String("standby-listen", "", "address standbys connect to (e.g. 0.0.0.0:7072); the decision log is shipped to the standby that connects (plain TCP: a trusted network only). On a standby: the address it serves its own standby on once promoted")
 	standbyOf := fs.String("standby-of", "", "run a standby of the primary whose --standby-listen is ADDR: copy its decision log into --data-dir, decide nothing (Commit is refused, naming the primary); \"tandem promote\" makes it a primary")
-	transport := fs.String("transport", "", "with --standby-listen: sync (a decision is acknowledged once the standby has it on disk; one round trip per group commit) or async (the stream runs behind, never delays a commit) (default: from --protection)")
+	transport := fs.String("transport", "", "with --standby-listen: sync (a decision is acknowledged once the standby has it on disk; one round trip per group commit), async (the stream runs behind, never delays a commit) or arch (only completed log segments are shipped, over --max-connections; max-performance only) (default: from --protection)")
 	protection := fs.String("protection", "", "with --standby-listen: max-performance (async), max-availability (sync; after --net-timeout without the standby, carry on unprotected, loudly) or max-protection (sync; stall rather than acknowledge a decision the standby lacks) (default max-performance, or max-availability with --transport sync)")
 	netTimeout := fs.Duration("net-timeout", 10*time.Second, "standby: how long max-availability waits for the standby before going on unprotected; deadline of the handshake and of each write")
 	peer := fs.String("peer", "", "with --standby-listen: the other coordinator's --standby-listen address; at start, and every second while it runs, this primary asks it for its epoch and, if it was promoted since, refuses to start or stops deciding and settling (fencing)")
+	maxConns := fs.Int("max-connections", 0, "with --transport arch: parallel connections the standby opens to receive completed segments, 1-16 (default 1)")
+	maxSend := fs.String("max-send", "", "largest frame of records sent to the standby in one write, e.g. 4MiB (default 1MiB; larger sends help a long, fat link)")
+	sndBuf := fs.String("socket-send-buffer", "", "SO_SNDBUF of the standby connections, e.g. 16MiB (default: the kernel's autotuning; rule of thumb: 3 x bandwidth x round-trip time)")
+	rcvBuf := fs.String("socket-receive-buffer", "", "SO_RCVBUF of the standby connections (set it on the standby; default: the kernel's autotuning)")
+	noDelayOff := fs.Bool("no-tcp-nodelay", false, "turn TCP_NODELAY off on the standby connections (on by default: the sync transport's round trip needs it)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -141,7 +146,22 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	so := server.StandbyOptions{Listen: *standbyListen, Of: *standbyOf, Transport: *transport, Protection: *protection, NetTimeout: *netTimeout, Peer: *peer}
+	so := server.StandbyOptions{Listen: *standbyListen, Of: *standbyOf, Transport: *transport, Protection: *protection, NetTimeout: *netTimeout, Peer: *peer,
+		MaxConnections: *maxConns, DisableNoDelay: *noDelayOff}
+	for _, b := range []struct {
+		flag string
+		val  string
+		dst  *int
+	}{{"--max-send", *maxSend, &so.MaxSend}, {"--socket-send-buffer", *sndBuf, &so.SendBuffer}, {"--socket-receive-buffer", *rcvBuf, &so.ReceiveBuffer}} {
+		if b.val == "" {
+			continue
+		}
+		n, err := config.ParseByteSize(b.val)
+		if err != nil {
+			return fmt.Errorf("%s: %w", b.flag, err)
+		}
+		*b.dst = int(n)
+	}
 	s, err := server.Start(cfg, server.Options{Logger: logger, Admin: *admin, AdminBestEffort: !adminSet, AuthToken: token, InsecureNoAuth: *insecure, Standby: so})
 	if err != nil {
 		return err

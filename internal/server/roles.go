@@ -231,14 +231,16 @@ func (s *Server) becomePrimary() error {
 // server not yet shared).
 func (s *Server) becomeStandby(primary string, reseed bool) error {
 	if reseed {
-		moved, err := reseedDir(s.cfg.DataDir)
+		moved, err := standby.Reseed(s.cfg.DataDir)
 		if err != nil {
 			return err
 		}
 		s.logInfo("re-seeding: the old decision log and cluster identity were moved aside", "moved_to", moved)
 	}
+	so := s.opts.Standby
 	r, err := standby.OpenReceiver(standby.ReceiverConfig{Primary: primary, Dir: s.cfg.DataDir,
-		SegmentSize: coord.SegmentSizeFor(int64(s.cfg.LogSize)), NoSync: s.opts.NoSync, NetTimeout: s.opts.Standby.NetTimeout, Logger: s.opts.Logger})
+		SegmentSize: coord.SegmentSizeFor(int64(s.cfg.LogSize)), LogSize: int64(s.cfg.LogSize), NoSync: s.opts.NoSync,
+		NetTimeout: so.NetTimeout, Logger: s.opts.Logger, NetOptions: so.net()})
 	if err != nil {
 		return err
 	}

@@ -168,6 +168,7 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 		}
 		sh, err = standby.NewShipper(standby.ShipperConfig{Listen: so.Listen, Transport: tr, Protection: prot,
 			NetTimeout: so.NetTimeout, Identity: id, MaxRetained: int64(cfg.LogSize), Logger: o.Logger,
+			MaxSend: so.MaxSend, MaxConnections: so.MaxConnections, NetOptions: so.net(),
 			OnFenced: func(err error) { go s.fence(err) }})
 		if err != nil {
 			return nil, nil, err

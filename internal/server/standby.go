@@ -20,7 +20,7 @@ type StandbyOptions struct {
 	// standby, the address it serves its own standby on once promoted
 	// (nothing listens there before).
 	Listen string
-	// Transport sync or async; Protection max-performance,
+	// Transport sync, async or arch; Protection max-performance,
 	// max-availability or max-protection (standby.ParseMode).
 	Transport, Protection string
 	// NetTimeout: see standby.ShipperConfig (default 10s).
@@ -34,6 +34,20 @@ type StandbyOptions struct {
 	// again every second and, on a newer epoch, stops deciding and settling
 	// (RoleFenced): fencing after a failover.
 	Peer string
+	// MaxSend (primary): the largest RECORDS frame, bytes (default 1 MiB).
+	MaxSend int
+	// MaxConnections (primary, arch): parallel connections the standby
+	// opens to receive completed segments (default 1).
+	MaxConnections int
+	// SendBuffer, ReceiveBuffer: SO_SNDBUF/SO_RCVBUF of the standby
+	// connections, bytes; 0 leaves them to the kernel (standby.NetOptions).
+	SendBuffer, ReceiveBuffer int
+	// DisableNoDelay turns TCP_NODELAY off (it is on by default).
+	DisableNoDelay bool
+}
+
+func (so StandbyOptions) net() standby.NetOptions {
+	return standby.NetOptions{SendBuffer: so.SendBuffer, ReceiveBuffer: so.ReceiveBuffer, DisableNoDelay: so.DisableNoDelay}
 }
 
 // StandbyStatus reports the primary's or the standby's shipping state (and
