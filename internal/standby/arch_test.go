@@ -72,7 +72,7 @@ func TestArchShipsOnlyCompletedSegments(t *testing.T) {
 	}
 	sdir := t.TempDir()
 	r := startStandby(t, sdir, p.sh.Addr())
-	waitFor(t, "the completed segments on the standby", func() bool { return r.Position() == done })
+	waitFor(t, "the completed segments on the standby", func() bool { return r.Position() == done && p.sh.Acked() == done })
 	time.Sleep(200 * time.Millisecond) // nothing more comes: the rest is in the live segment
 	if got := r.Position(); got != done {
 		t.Fatalf("the standby is at %s, past the completed segments (%s): it got records of the live segment %d", got, done, live)
@@ -187,7 +187,7 @@ func archCatchUp(t *testing.T, p *primary, prx func(addr string) string) (*Recei
 	done, n := lastBefore(pos, p.log.Segment())
 	sdir := t.TempDir()
 	r := startStandby(t, sdir, prx(p.sh.Addr()))
-	waitFor(t, "the standby to catch up", func() bool { return r.Position() == done })
+	waitFor(t, "the standby to catch up", func() bool { return r.Position() == done && p.sh.Acked() == done })
 	st := p.sh.Status()
 	if st.LagRecords != len(want)-n {
 		t.Errorf("after catch-up the primary counts %d records of lag, want %d (the live segment's)", st.LagRecords, len(want)-n)

@@ -475,7 +475,7 @@ func TestMarksAreNeitherShippedNorWritten(t *testing.T) {
 	}
 	sdir := t.TempDir()
 	r := startStandby(t, sdir, p.sh.Addr())
-	waitFor(t, "the standby to catch up", func() bool { return r.Position() == last })
+	waitFor(t, "the standby to catch up", func() bool { return r.Position() == last && p.sh.Acked() == last })
 	if st := p.sh.Status(); st.LagRecords != 0 || st.StandbyAt != last.String() {
 		t.Errorf("status after catch-up: %+v", st)
 	}
