@@ -85,6 +85,13 @@ func runSwitchover(args []string, stdout, stderr io.Writer) error {
 	if err := adminCall(ctx, http.MethodPost, *stby, "/role/promote", &pr); err != nil {
 		rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer rcancel()
+		// Resume the old primary only if the standby certainly did not
+		// take the new epoch: otherwise two coordinators could decide.
+		var now server.RoleStatus
+		if serr := adminCall(rctx, http.MethodGet, *stby, "/standby", &now); serr != nil || now.Role != string(server.RoleStandby) || now.Epoch != h.Epoch {
+			return fmt.Errorf("step 2, promote the standby: %w; the standby's state is uncertain (role %q, epoch %d, %v), so the old primary stays demoted: if the standby is the primary now (epoch %d), run tandem follow --admin %s --primary %s; if not, POST /role/resume on %s",
+				err, now.Role, now.Epoch, serr, h.Epoch+1, *primary, to, *primary)
+		}
 		if rerr := adminCall(rctx, http.MethodPost, *primary, "/role/resume", nil); rerr != nil {
 			return fmt.Errorf("step 2, promote the standby: %w; and resuming the old primary failed too: %v (start one of them as the primary by hand)", err, rerr)
 		}

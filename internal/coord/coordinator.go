@@ -137,6 +137,7 @@ type Coordinator struct {
 
 	ctx     context.Context // the coordinator's lifetime: phase 2 and scans run on it
 	cancel  context.CancelFunc
+	halted  bool // Halt: no decision is acknowledged any more (under mu)
 	wg      sync.WaitGroup
 	scanNow chan chan struct{}
 
@@ -302,6 +303,23 @@ func (c *Coordinator) apply(pos wal.Position, typ wal.Type, payload []byte) erro
 		return fmt.Errorf("unknown record type %d (written by a newer Tandem?)", typ)
 	}
 	return nil
+}
+
+// Halt makes the coordinator stop deciding and settling at once, without
+// closing its log: no phase 2 or scan starts or goes on, a new decision is
+// refused (ErrClosed), and a decision whose record is being written when
+// Halt is called is reported as ErrOutcomeUnknown, never acknowledged (a
+// fenced primary must not acknowledge a decision its successor may lack,
+// even when a stalled standby acknowledgement is released afterwards).
+// Close must still be called.
+func (c *Coordinator) Halt() {
+	c.mu.Lock()
+	c.halted = true
+	cancel := c.cancel
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // Close stops phase 2 and the scans, closes the log and the pools. Unfinished

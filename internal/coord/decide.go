@@ -271,6 +271,12 @@ func (c *Coordinator) decideMode(ctx context.Context, g xid.GTRID, outcome Outco
 			c.logger.Error("decision log write failed; no more decisions until restart", "gtrid", g.String(), "outcome", outcome.String(), "error", err)
 			return nil, fmt.Errorf("%w: writing %s for gtrid %s: %v; restart the coordinator to replay its log, then ask Status", ErrOutcomeUnknown, outcome, g, err)
 		}
+		if c.halted {
+			delete(c.txns, g)
+			c.mu.Unlock()
+			close(ch)
+			return nil, fmt.Errorf("%w: the coordinator was halted (fenced or stopped) while writing %s for gtrid %s: the coordinator that took over decides it; ask it (Status)", ErrOutcomeUnknown, outcome, g)
+		}
 		for _, r := range rms {
 			delete(c.seen, xid.Branch{GTRID: g, RM: r.RM})
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -205,7 +206,7 @@ func (s *Server) becomePrimary() error {
 	if err != nil {
 		return err
 	}
-	s.coord, s.shipper, s.receiver, s.following, s.fenced, s.role = c, sh, nil, "", nil, RolePrimary
+	s.coord, s.shipper, s.receiver, s.following, s.fenced, s.role, s.resumable = c, sh, nil, "", nil, RolePrimary, false
 	d := service.Defaults{AsyncVisibility: s.cfg.Visibility == "async"}
 	if sh != nil {
 		d.HealthNote = func() string { return describe(sh.Status()) }
@@ -244,7 +245,7 @@ func (s *Server) becomeStandby(primary string, reseed bool) error {
 	if err != nil {
 		return err
 	}
-	s.coord, s.shipper, s.receiver, s.following, s.fenced, s.role = nil, nil, r, primary, nil, RoleStandby
+	s.coord, s.shipper, s.receiver, s.following, s.fenced, s.role, s.resumable = nil, nil, r, primary, nil, RoleStandby, false
 	if s.svc == nil {
 		s.svc = &roleService{}
 	}
@@ -297,6 +298,11 @@ func (s *Server) closeRoleLocked() error {
 	if s.receiver != nil {
 		err = s.receiver.Close()
 	}
+	if s.coord != nil {
+		// First: a decision stalled waiting for the standby must not be
+		// acknowledged once closing the shipper releases it.
+		s.coord.Halt()
+	}
 	if s.shipper != nil {
 		// Before the coordinator: its last checkpoint must not wait for a
 		// standby (the records it carries are already shipped).
@@ -345,13 +351,20 @@ func (s *Server) stopPeerCheckLocked() {
 func (s *Server) fence(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.role != RolePrimary || s.closed {
+	if s.role != RolePrimary || s.closed || s.shipper == nil {
 		return
 	}
 	if peer := s.opts.Standby.Peer; peer != "" {
-		// Name the new primary precisely when it is the configured peer.
-		if _, perr := standby.CheckPeer(peer, s.shipper.Identity(), time.Second); errors.Is(perr, standby.ErrFenced) {
+		// Name the new primary precisely when it is the configured peer;
+		// and when the peer answers and is not newer, the claim (from
+		// whoever reached --standby-listen) is not believed.
+		info, perr := standby.CheckPeer(peer, s.shipper.Identity(), time.Second)
+		switch {
+		case errors.Is(perr, standby.ErrFenced):
 			err = perr
+		case !strings.Contains(info, "not reachable"):
+			s.logError("a peer claimed a newer epoch, but the configured --peer answers that it is not newer: not fenced", "claim", err, "peer", info)
+			return
 		}
 	}
 	s.logError("FENCED: another coordinator of this cluster was promoted; this one stops deciding and settling (it keeps answering, refusing every call)", "error", err)
@@ -363,6 +376,8 @@ func (s *Server) fence(err error) {
 	s.fenced = err
 	s.becomeIdleLocked(RoleFenced, func() string { return err.Error() }, id)
 }
+
+var errStopped = errors.New("server: stopping: no role change")
 
 // ErrRole is wrapped by errors of a role change the server's role does not
 // allow.
@@ -377,6 +392,9 @@ var ErrRole = errors.New("server: wrong role for this")
 func (s *Server) Promote() (standby.Identity, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return standby.Identity{}, errStopped
+	}
 	if s.role != RoleStandby {
 		return standby.Identity{}, fmt.Errorf("%w: this coordinator is %s; only a standby can be promoted", ErrRole, s.role)
 	}
@@ -389,6 +407,10 @@ func (s *Server) Promote() (standby.Identity, error) {
 	if err != nil {
 		if ferr := s.becomeStandby(old, false); ferr != nil {
 			s.logError("could not follow the primary again after a failed promotion", "error", ferr)
+			s.becomeIdleLocked(RoleDemoted, func() string {
+				return "a failed promotion left this standby stopped: restart it (tandem serve --standby-of " + old + ")"
+			}, standby.Identity{})
+			s.resumable = false
 		}
 		return id, fmt.Errorf("promote: %w", err)
 	}
@@ -396,12 +418,22 @@ func (s *Server) Promote() (standby.Identity, error) {
 		s.becomeIdleLocked(RoleDemoted, func() string {
 			return "the promotion to epoch " + fmt.Sprint(id.Epoch) + " could not open the coordinator: " + err.Error() + "; fix it and restart (tandem serve --data-dir " + s.cfg.DataDir + ")"
 		}, id)
+		s.resumable = false
 		return id, fmt.Errorf("promote: epoch %d taken, but the coordinator did not open: %w", id.Epoch, err)
 	}
 	s.logInfo("PROMOTED: this coordinator is the primary now", "cluster", id.Cluster.String(), "epoch", id.Epoch, "copied_up_to", at.String(), "old_primary", old)
 	go func() {
-		info, err := standby.CheckPeer(old, id, time.Second)
-		s.logInfo("told the old primary of the new epoch", "old_primary", old, "answer", info, "error", err)
+		// Until the old primary is reached (or 30 tries): if it runs, it
+		// fences itself on this PROBE.
+		for range 30 {
+			info, err := standby.CheckPeer(old, id, time.Second)
+			if !strings.Contains(info, "not reachable") {
+				s.logInfo("told the old primary of the new epoch", "old_primary", old, "answer", info, "error", err)
+				return
+			}
+			time.Sleep(time.Second)
+		}
+		s.logInfo("the old primary was not reachable to be told of the new epoch (if it runs, its --peer check fences it)", "old_primary", old)
 	}()
 	return id, nil
 }
@@ -424,6 +456,9 @@ type Handover struct {
 func (s *Server) Demote(ctx context.Context) (Handover, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return Handover{}, errStopped
+	}
 	if s.role != RolePrimary {
 		return Handover{}, fmt.Errorf("%w: this coordinator is %s; only a primary can hand over", ErrRole, s.role)
 	}
@@ -433,6 +468,8 @@ func (s *Server) Demote(ctx context.Context) (Handover, error) {
 	}
 	if st := sh.Status(); !st.Connected {
 		return Handover{}, errors.New("switchover refused: no standby is connected to this primary, so nothing could take over")
+	} else if st.Transport == string(standby.Arch) {
+		return Handover{}, errors.New("switchover refused: the arch transport ships only completed segments, so the standby can never have this primary's last records; switch over with sync or async (restart the primary with --transport sync or async)")
 	}
 	g := s.svc.cur.Load().gate
 	idle := g.close(status.Error(codes.Unavailable, "switchover in progress: this coordinator is handing over to its standby; retry against the new primary"))
@@ -449,14 +486,19 @@ func (s *Server) Demote(ctx context.Context) (Handover, error) {
 	c := s.coord
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close() }()
-	netTimeout := max(s.opts.Standby.NetTimeout, time.Second)
+	netTimeout := s.opts.Standby.NetTimeout
+	if netTimeout <= 0 {
+		netTimeout = 10 * time.Second // the shipper's default
+	}
+	released := false
 	select {
 	case err := <-closed:
 		if err != nil {
 			s.logError("switchover: closing the coordinator", "error", err)
 		}
 	case <-time.After(2 * netTimeout):
-		_ = sh.Close() // a stalled sync flush: release it
+		_ = sh.Close() // a stalled sync flush: release it (the standby cannot have everything now)
+		released = true
 		<-closed
 	}
 	s.coord = nil
@@ -464,14 +506,17 @@ func (s *Server) Demote(ctx context.Context) (Handover, error) {
 	deadline := time.Now().Add(2 * netTimeout)
 	for {
 		st = sh.Status()
-		if st.Connected && st.LagRecords == 0 && st.StandbyAt == st.PrimaryAt {
+		if !released && st.Connected && st.LagRecords == 0 && st.StandbyAt == st.PrimaryAt {
 			break
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if released || time.Now().After(deadline) || ctx.Err() != nil {
 			_ = s.closeRoleLocked()
 			err := fmt.Errorf("switchover abandoned: the standby did not acknowledge this primary's last record %s (it has %s, connected %v) within %v; this coordinator serves as the primary again",
 				st.PrimaryAt, st.StandbyAt, st.Connected, 2*netTimeout)
 			if rerr := s.becomePrimary(); rerr != nil {
+				s.becomeIdleLocked(RoleDemoted, func() string {
+					return "a switchover was abandoned and the primary could not reopen: " + rerr.Error() + "; restart it"
+				}, id)
 				return Handover{}, fmt.Errorf("%w; and reopening the primary failed: %v", err, rerr)
 			}
 			return Handover{}, err
@@ -480,6 +525,7 @@ func (s *Server) Demote(ctx context.Context) (Handover, error) {
 	}
 	_ = s.closeRoleLocked()
 	h := Handover{Cluster: id.Cluster.String(), Epoch: id.Epoch, Position: st.PrimaryAt, StandbyAt: st.StandbyAt}
+	s.resumable = true
 	s.becomeIdleLocked(RoleDemoted, func() string {
 		return "switchover: this coordinator handed over (its standby has every record up to " + h.Position +
 			"); it decides nothing: send calls to the new primary (or tandem switchover resumes it)"
@@ -493,8 +539,11 @@ func (s *Server) Demote(ctx context.Context) (Handover, error) {
 func (s *Server) Resume() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.role != RoleDemoted {
-		return fmt.Errorf("%w: this coordinator is %s; only a demoted one resumes", ErrRole, s.role)
+	if s.closed {
+		return errStopped
+	}
+	if s.role != RoleDemoted || !s.resumable {
+		return fmt.Errorf("%w: this coordinator is %s; only a primary demoted by a switchover resumes", ErrRole, s.role)
 	}
 	return s.becomePrimary()
 }
@@ -507,6 +556,9 @@ func (s *Server) Resume() error {
 func (s *Server) Follow(primary string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return errStopped
+	}
 	if s.role != RoleDemoted && s.role != RoleFenced {
 		return fmt.Errorf("%w: this coordinator is %s; only a demoted or fenced one follows a new primary", ErrRole, s.role)
 	}

@@ -54,6 +54,7 @@ type Server struct {
 	unregister func()             // the current role's gauges
 	stopPeer   chan struct{}      // closes the fencing check of --peer
 	closed     bool
+	resumable  bool // a demoted primary that may serve again (Resume)
 	statusOf   atomic.Pointer[statusSource]
 }
 
@@ -257,7 +258,7 @@ func (s *Server) Stop(grace time.Duration) error {
 		cancel()
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.closed = true
-	s.mu.Unlock()
-	return s.closeRole()
+	return s.closeRoleLocked()
 }

@@ -476,9 +476,12 @@ func (s *Shipper) handle(c net.Conn) error {
 	}
 	s.arch = sess
 	s.conn, s.peer = c, c.RemoteAddr().String()
-	if s.acked.Less(h.pos) {
-		s.acked = h.pos
-	}
+	// What this standby has is what it says, even below what an earlier
+	// one acknowledged (a re-seeded or other standby): lag, exposure and a
+	// switchover's handover must count what the connected standby lacks.
+	// (The same standby never reports less than it acknowledged: it
+	// acknowledges only what is durable in its log.)
+	s.acked = h.pos
 	s.notifyLocked()
 	s.mu.Unlock()
 	s.log.Info("standby connected", "standby", c.RemoteAddr().String(), "standby_at", h.pos.String(), "primary_at", last.String(),
