@@ -303,6 +303,52 @@ func (d dbs) prepared(t *testing.T) []string {
 	return out
 }
 
+// rollbackLeftovers rolls back every Tandem branch still prepared (a
+// previous test's, whose coordinators are gone) and says so: it would hold
+// row locks on the tables the next test drops.
+func (d dbs) rollbackLeftovers(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	var gids []string
+	rows, err := d.pg.QueryContext(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var g string
+		_ = rows.Scan(&g)
+		gids = append(gids, g)
+	}
+	rows.Close()
+	for _, g := range gids {
+		t.Logf("rolling back a PostgreSQL branch an earlier test left prepared: %s", g)
+		if _, err := d.pg.ExecContext(ctx, "ROLLBACK PREPARED '"+g+"'"); err != nil {
+			t.Logf("ROLLBACK PREPARED %s: %v", g, err)
+		}
+	}
+	rows, err = d.my.QueryContext(ctx, "XA RECOVER")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xids []string
+	for rows.Next() {
+		var f int64
+		var a, b int
+		var data []byte
+		_ = rows.Scan(&f, &a, &b, &data)
+		if f == 0x54414E44 && a+b <= len(data) {
+			xids = append(xids, fmt.Sprintf("'%s','%s',%d", data[:a], data[a:a+b], f))
+		}
+	}
+	rows.Close()
+	for _, x := range xids {
+		t.Logf("rolling back a MariaDB branch an earlier test left prepared: %s", x)
+		if _, err := d.my.ExecContext(ctx, "XA ROLLBACK "+x); err != nil {
+			t.Logf("XA ROLLBACK %s: %v", x, err)
+		}
+	}
+}
+
 // preparedFor lists the branches of one gtrid still prepared.
 func (d dbs) preparedFor(t *testing.T, gtrid string) []string {
 	var out []string

@@ -193,13 +193,16 @@ func TestRunningPrimaryIsFencedByAPromotion(t *testing.T) {
 	cli := p.a.client(t)
 	l := startLoad(t, b, func() *client.Client { return cli })
 	eventually(t, 20*time.Second, "transfers through the primary", func() bool { return l.count() >= 10 })
-	acked := l.stop()
 
+	// Promoted while the clients keep committing on the old primary: what
+	// it acknowledged must be on the new one, what it had in flight must
+	// not be acknowledged.
 	out, err := tandemCmd(t, "promote", "--admin", p.adminB)
 	if err != nil || !strings.Contains(out, "epoch 2") {
 		t.Fatalf("tandem promote --admin: %v\n%s\n%s", err, out, p.b.out.String())
 	}
 	eventually(t, 10*time.Second, "the old primary fenced", func() bool { return strings.Contains(healthMessage(p.a), "role=FENCED") })
+	acked := l.stop()
 	for name, call := range map[string]func(context.Context) error{
 		"Commit": func(ctx context.Context) error {
 			_, err := p.a.api().Commit(ctx, &api.CommitRequest{Gtrid: newGTRIDString()})
@@ -227,6 +230,18 @@ func TestRunningPrimaryIsFencedByAPromotion(t *testing.T) {
 	requireCommitted(t, p.b, acked, "on the promoted standby")
 	orphan := prepareAndDie(t, "e2e_fence_live", 1)
 	eventually(t, 20*time.Second, "the new primary settles the orphan", func() bool { return len(d.preparedFor(t, orphan.String())) == 0 })
+	eventually(t, 30*time.Second, "nothing left prepared", func() bool { return len(d.prepared(t)) == 0 })
+	pj, mj := b.journal(t, d.pg), b.journal(t, d.my)
+	for g := range pj {
+		if !mj[g] {
+			t.Errorf("transfer %s committed on PostgreSQL only", g)
+		}
+	}
+	for g := range mj {
+		if !pj[g] {
+			t.Errorf("transfer %s committed on MariaDB only", g)
+		}
+	}
 
 	out, err = tandemCmd(t, "follow", "--admin", p.adminA, "--primary", p.listenB)
 	if err != nil {

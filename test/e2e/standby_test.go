@@ -55,6 +55,7 @@ type bank struct {
 func newBank(t *testing.T, d dbs, accounts int) *bank {
 	t.Helper()
 	ctx := context.Background()
+	d.rollbackLeftovers(t)
 	for _, db := range []*sql.DB{d.pg, d.my} {
 		for _, s := range []string{"DROP TABLE IF EXISTS e2e_fo_acct", "DROP TABLE IF EXISTS e2e_fo_j",
 			"CREATE TABLE e2e_fo_acct (id int PRIMARY KEY, bal bigint NOT NULL)", "CREATE TABLE e2e_fo_j (g varchar(64) PRIMARY KEY)"} {
