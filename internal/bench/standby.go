@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -156,20 +155,14 @@ func startStandbyPair(dir string, base config.Config, sc StandbyConfig, noSync b
 			p.close()
 		}
 	}()
-	// TODO(server.Server.StandbyAddr): until the server exposes the
-	// shipper's address, pick a free port here (a small race with other
-	// processes taking it in between).
-	listen, err := freeLoopbackAddr()
-	if err != nil {
-		return nil, err
-	}
 	pc := base
 	pc.Listen, pc.DataDir = "127.0.0.1:0", filepath.Join(dir, "primary")
 	p.primary, err = server.Start(pc, server.Options{Logger: logger, NoSync: noSync, Standby: server.StandbyOptions{
-		Listen: listen, Transport: string(tr), Protection: string(prot), NetTimeout: sc.NetTimeout}})
+		Listen: "127.0.0.1:0", Transport: string(tr), Protection: string(prot), NetTimeout: sc.NetTimeout}})
 	if err != nil {
 		return nil, fmt.Errorf("start xa-standby's primary coordinator: %w", err)
 	}
+	listen := p.primary.StandbyListenAddr()
 	if p.link, err = newLink(listen, sc); err != nil {
 		return nil, fmt.Errorf("the delaying proxy between primary and standby: %w", err)
 	}
@@ -190,15 +183,6 @@ func startStandbyPair(dir string, base config.Config, sc StandbyConfig, noSync b
 // way, the bandwidth of each direction, and the window per connection.
 func newLink(target string, sc StandbyConfig) (*testproxy.Proxy, error) {
 	return testproxy.NewLink(target, testproxy.Link{Delay: sc.RTT / 2, Bandwidth: sc.Bandwidth, Window: sc.Window})
-}
-
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := l.Addr().String()
-	return addr, l.Close()
 }
 
 // caughtUp: the standby is connected and has every record durable on the

@@ -174,3 +174,15 @@ func (s *Server) registerStandbyGauges() func() {
 		}
 	}
 }
+
+// StandbyListenAddr is the address the primary's shipper listens on (useful
+// with --standby-listen 127.0.0.1:0), "" when this coordinator ships to no
+// standby now.
+func (s *Server) StandbyListenAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shipper == nil {
+		return ""
+	}
+	return s.shipper.Addr()
+}
