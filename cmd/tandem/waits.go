@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/server"
@@ -105,27 +104,6 @@ func runWaits(args []string, stdout, stderr io.Writer) error {
 // fetchWaits reads GET /waits from an admin listener.
 func fetchWaits(ctx context.Context, addr string) (server.WaitsResponse, error) {
 	var out server.WaitsResponse
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/waits", nil)
-	if err != nil {
-		return out, fmt.Errorf("admin address %q: %w", addr, err)
-	}
-	if f := os.Getenv("TANDEM_AUTH_TOKEN_FILE"); f != "" {
-		tok, err := server.ReadTokenFile(f)
-		if err != nil {
-			return out, err
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return out, fmt.Errorf("cannot reach the coordinator's admin listener at %s (tandem serve --admin): %w", addr, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return out, fmt.Errorf("GET http://%s/waits: %s", addr, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return out, fmt.Errorf("GET http://%s/waits: bad JSON: %w", addr, err)
-	}
-	return out, nil
+	err := adminCall(ctx, http.MethodGet, addr, "/waits", &out)
+	return out, err
 }

@@ -301,7 +301,7 @@ func drainAndStop(srv *server.Server) (owed bool) {
 // phase2Backlog is an in-process coordinator's count of decisions whose
 // phase 2 is not done (the one place the bench reaches into the server).
 func phase2Backlog(srv *server.Server) int {
-	return srv.Coord.Phase2Backlog()
+	return srv.Coordinator().Phase2Backlog()
 }
 
 // removeOrKeep removes an in-process coordinator's directory, unless it

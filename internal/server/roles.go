@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -216,7 +215,7 @@ func (s *Server) becomePrimary() error {
 	}
 	s.svc.set(service.New(c, d), &gate{})
 	if sh != nil {
-		s.statusOf.Store(&statusSource{get: sh.Status, ok: true})
+		s.statusOf.Store(&statusSource{get: sh.Status})
 	} else {
 		s.statusOf.Store(&statusSource{})
 	}
@@ -264,7 +263,7 @@ func (s *Server) becomeStandby(primary string, reseed bool) error {
 			return msg
 		},
 	}, nil)
-	s.statusOf.Store(&statusSource{get: r.Status, ok: true})
+	s.statusOf.Store(&statusSource{get: r.Status})
 	s.setGaugesLocked()
 	return nil
 }
@@ -278,7 +277,7 @@ func (s *Server) becomeIdleLocked(role Role, why func() string, id standby.Ident
 		refusal: func() error { return status.Error(codes.FailedPrecondition, why()) },
 		health:  func() string { return describe(st) + ": " + why() },
 	}, nil)
-	s.statusOf.Store(&statusSource{get: func() standby.Status { return st }, ok: true})
+	s.statusOf.Store(&statusSource{get: func() standby.Status { return st }})
 	s.setGaugesLocked()
 }
 
@@ -329,7 +328,7 @@ func (s *Server) startPeerCheckLocked(id standby.Identity) {
 				return
 			case <-t.C:
 			}
-			if _, err := standby.CheckPeer(peer, id, time.Second); errors.Is(err, standby.ErrFenced) {
+			if _, _, err := standby.CheckPeer(peer, id, time.Second); errors.Is(err, standby.ErrFenced) {
 				s.fence(err)
 				return
 			}
@@ -358,11 +357,11 @@ func (s *Server) fence(err error) {
 		// Name the new primary precisely when it is the configured peer;
 		// and when the peer answers and is not newer, the claim (from
 		// whoever reached --standby-listen) is not believed.
-		info, perr := standby.CheckPeer(peer, s.shipper.Identity(), time.Second)
+		info, reached, perr := standby.CheckPeer(peer, s.shipper.Identity(), time.Second)
 		switch {
 		case errors.Is(perr, standby.ErrFenced):
 			err = perr
-		case !strings.Contains(info, "not reachable"):
+		case reached:
 			s.logError("a peer claimed a newer epoch, but the configured --peer answers that it is not newer: not fenced", "claim", err, "peer", info)
 			return
 		}
@@ -426,8 +425,8 @@ func (s *Server) Promote() (standby.Identity, error) {
 		// Until the old primary is reached (or 30 tries): if it runs, it
 		// fences itself on this PROBE.
 		for range 30 {
-			info, err := standby.CheckPeer(old, id, time.Second)
-			if !strings.Contains(info, "not reachable") {
+			info, reached, err := standby.CheckPeer(old, id, time.Second)
+			if reached {
 				s.logInfo("told the old primary of the new epoch", "old_primary", old, "answer", info, "error", err)
 				return
 			}
@@ -573,8 +572,8 @@ func (s *Server) Follow(primary string) error {
 }
 
 // statusSource is where StandbyStatus reads from (the shipper, the receiver,
-// or a fixed status of an idle role).
+// or a fixed status of an idle role); get is nil for a primary without a
+// standby.
 type statusSource struct {
 	get func() standby.Status
-	ok  bool
 }

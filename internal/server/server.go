@@ -27,12 +27,6 @@ import (
 // the gRPC API and the admin listener stay up across role changes; see
 // roles.go.
 type Server struct {
-	// Coord is the coordinator the server opened at Start as the primary
-	// (nil for a standby). In-process users that never change the server's
-	// role (benchmarks, examples) may use it; anything else calls
-	// Coordinator(), which follows role changes.
-	Coord *coord.Coordinator
-
 	grpc *grpc.Server
 	lis  net.Listener
 	done chan error
@@ -118,7 +112,6 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		_ = lis.Close()
 		return nil, err
 	}
-	s.Coord = s.coord
 	var adminLis net.Listener
 	if o.Admin != "" {
 		if adminLis, err = net.Listen("tcp", o.Admin); err != nil {
@@ -177,7 +170,7 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 		if so.Peer != "" {
 			// After listening: a peer this check fences asks back who
 			// superseded it.
-			info, err := standby.CheckPeer(so.Peer, id, max(so.NetTimeout, time.Second))
+			info, _, err := standby.CheckPeer(so.Peer, id, max(so.NetTimeout, time.Second))
 			if err != nil {
 				_ = sh.Close()
 				return nil, nil, err

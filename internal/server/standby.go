@@ -55,7 +55,7 @@ func (so StandbyOptions) net() standby.NetOptions {
 // has no standby role. It never waits for a role change.
 func (s *Server) StandbyStatus() (st standby.Status, ok bool) {
 	src := s.statusOf.Load()
-	if src == nil || !src.ok {
+	if src == nil || src.get == nil {
 		return st, false
 	}
 	return src.get(), true

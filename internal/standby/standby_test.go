@@ -393,22 +393,22 @@ func TestCheckPeerFences(t *testing.T) {
 	p := startPrimary(t, t.TempDir(), MaxPerformance, time.Second) // epoch 3
 	old := testID()
 	old.Epoch = 2
-	_, err := CheckPeer(p.sh.Addr(), old, time.Second)
+	_, _, err := CheckPeer(p.sh.Addr(), old, time.Second)
 	if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), p.sh.Addr()) || !strings.Contains(err.Error(), "epoch 3") {
 		t.Fatalf("CheckPeer from epoch 2 = %v, want ErrFenced naming %s and epoch 3", err, p.sh.Addr())
 	}
-	if info, err := CheckPeer(p.sh.Addr(), testID(), time.Second); err != nil || !strings.Contains(info, "epoch 3") {
+	if info, reached, err := CheckPeer(p.sh.Addr(), testID(), time.Second); err != nil || !reached || !strings.Contains(info, "epoch 3") {
 		t.Errorf("CheckPeer from the same epoch = %q, %v", info, err)
 	}
 	newer := testID()
 	newer.Epoch = 4
-	if _, err := CheckPeer(p.sh.Addr(), newer, time.Second); err != nil {
+	if _, reached, err := CheckPeer(p.sh.Addr(), newer, time.Second); err != nil || !reached {
 		t.Errorf("CheckPeer from a newer epoch = %v, want nil (the peer is the superseded one)", err)
 	}
 	lis, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := lis.Addr().String()
 	lis.Close()
-	if info, err := CheckPeer(addr, old, 200*time.Millisecond); err != nil || !strings.Contains(info, "not reachable") {
+	if info, reached, err := CheckPeer(addr, old, 200*time.Millisecond); err != nil || reached || !strings.Contains(info, "not reachable") {
 		t.Errorf("CheckPeer of nobody = %q, %v", info, err)
 	}
 }
