@@ -193,20 +193,15 @@ func (s *Shipper) serveArch(c net.Conn, r *bufio.Reader, w *bufio.Writer, sess *
 			if sess.closed {
 				continue
 			}
-			ch := s.changed
-			s.mu.Unlock()
-			select {
-			case <-ch:
-			case err := <-readErr:
+			if err := s.waitChangeLocked(readErr); err != nil {
+				s.mu.Unlock()
 				return err
 			}
-			s.mu.Lock()
 		}
 		s.mu.Unlock()
 		if notice.before != 0 {
-			_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-			if err := writeFrame(w, kindRelease, notice.encode()); err != nil {
-				return fmt.Errorf("sending a RELEASE notice: %w", err)
+			if err := s.sendRelease(c, w, notice); err != nil {
+				return err
 			}
 			sentNotice = notice.before
 			continue
@@ -474,21 +469,7 @@ func (r *Receiver) archJoin(ctx context.Context, w welcome, items chan<- archIte
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	r.cfg.NetOptions.tune(c)
-	br := bufio.NewReaderSize(c, 256<<10)
-	bw := bufio.NewWriterSize(c, 4<<10)
-	_ = c.SetDeadline(time.Now().Add(r.cfg.NetTimeout))
-	if err := writeFrame(bw, kindJoin, join{cluster: w.cluster, epoch: w.epoch, session: w.session}.encode()); err != nil {
-		return err
-	}
-	kind, b, err := readFrame(br, nil)
-	if err != nil {
-		return err
-	}
-	if kind != kindWelcome {
-		return fmt.Errorf("%w: expected WELCOME, got a kind %d frame", ErrProtocol, kind)
-	}
-	w2, err := decodeWelcome(b)
+	br, _, w2, err := r.handshake(c, kindJoin, join{cluster: w.cluster, epoch: w.epoch, session: w.session}.encode())
 	if err != nil {
 		return err
 	}

@@ -213,21 +213,7 @@ func (r *Receiver) session(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	r.cfg.NetOptions.tune(c)
-	br := bufio.NewReaderSize(c, 256<<10)
-	bw := bufio.NewWriterSize(c, 4<<10)
-	_ = c.SetDeadline(time.Now().Add(r.cfg.NetTimeout))
-	if err := writeFrame(bw, kindHello, h.encode()); err != nil {
-		return err
-	}
-	kind, b, err := readFrame(br, nil)
-	if err != nil {
-		return err
-	}
-	if kind != kindWelcome {
-		return fmt.Errorf("%w: expected WELCOME, got a kind %d frame", ErrProtocol, kind)
-	}
-	w, err := decodeWelcome(b)
+	br, bw, w, err := r.handshake(c, kindHello, h.encode())
 	if err != nil {
 		return err
 	}
@@ -472,4 +458,26 @@ func (r *Receiver) LastError() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lastErr
+}
+
+// handshake tunes a new connection to the primary, sends the opening frame
+// (HELLO or JOIN) and reads the primary's WELCOME, within the net timeout
+// (the deadline stays set: the caller clears it).
+func (r *Receiver) handshake(c net.Conn, kind byte, payload []byte) (*bufio.Reader, *bufio.Writer, welcome, error) {
+	r.cfg.NetOptions.tune(c)
+	br := bufio.NewReaderSize(c, 256<<10)
+	bw := bufio.NewWriterSize(c, 4<<10)
+	_ = c.SetDeadline(time.Now().Add(r.cfg.NetTimeout))
+	if err := writeFrame(bw, kind, payload); err != nil {
+		return nil, nil, welcome{}, err
+	}
+	got, b, err := readFrame(br, nil)
+	if err != nil {
+		return nil, nil, welcome{}, err
+	}
+	if got != kindWelcome {
+		return nil, nil, welcome{}, fmt.Errorf("%w: expected WELCOME, got a kind %d frame", ErrProtocol, got)
+	}
+	w, err := decodeWelcome(b)
+	return br, bw, w, err
 }

@@ -536,20 +536,15 @@ func (s *Shipper) handle(c net.Conn) error {
 				batch = append(batch[:0], s.recs[i:j]...) // payloads are never modified
 				break
 			}
-			ch := s.changed
-			s.mu.Unlock()
-			select {
-			case <-ch:
-			case err := <-readErr:
+			if err := s.waitChangeLocked(readErr); err != nil {
+				s.mu.Unlock()
 				return err
 			}
-			s.mu.Lock()
 		}
 		s.mu.Unlock()
 		if notice.before != 0 {
-			_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-			if err := writeFrame(w, kindRelease, notice.encode()); err != nil {
-				return fmt.Errorf("sending a RELEASE notice: %w", err)
+			if err := s.sendRelease(c, w, notice); err != nil {
+				return err
 			}
 			sentNotice = notice.before
 			continue
@@ -671,4 +666,28 @@ func (s *Shipper) Status() Status {
 		st.Unprotected = time.Since(s.since).Seconds()
 	}
 	return st
+}
+
+// waitChangeLocked waits, with s.mu released, for the next change of the
+// shipper's state or for the end of the connection's acknowledgement reader
+// (its error). s.mu is held again on return.
+func (s *Shipper) waitChangeLocked(readErr <-chan error) error {
+	ch := s.changed
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	select {
+	case <-ch:
+		return nil
+	case err := <-readErr:
+		return err
+	}
+}
+
+// sendRelease sends a RELEASE notice to the standby.
+func (s *Shipper) sendRelease(c net.Conn, w *bufio.Writer, n release) error {
+	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
+	if err := writeFrame(w, kindRelease, n.encode()); err != nil {
+		return fmt.Errorf("sending a RELEASE notice: %w", err)
+	}
+	return nil
 }
