@@ -325,9 +325,12 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	case err == nil:
 		t.releaseOwn(writers)
 		return res, txUnknown, &OutcomeUnknownError{GTRID: t.gtrid, Cause: fmt.Errorf("coordinator answered outcome %v", resp.Outcome)}
+	case errors.As(err, new(*unknownAfterError)):
+		// An earlier attempt ended without an answer: the decision may exist
+		// (and a promoted standby may be committing it). Never roll back.
 	case isRejection(err):
-		// No decision was written (the request was refused as a whole), so
-		// rolling back is safe.
+		// Every attempt was answered, and this one refused the request as a
+		// whole: no decision was written anywhere, so rolling back is safe.
 		t.rollbackAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator refused the commit", Cause: err}
 	case errors.As(err, new(*logFullError)):
@@ -421,12 +424,15 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 		}
 	}
 	backoff := 10 * time.Millisecond
-	// refusedOnly: every call so far was answered RESOURCE_EXHAUSTED, the
-	// coordinator's "decision log full, nothing written". Only then may
-	// the caller take giving up for a refusal: after any other failure
-	// (UNAVAILABLE may come from a coordinator that wrote the decision and
-	// then died) the outcome is unknown.
-	refusedOnly := true
+	// ambiguous is the first attempt that ended without a definite answer:
+	// not a reply, not RESOURCE_EXHAUSTED (the coordinator's "decision log
+	// full, nothing written"). UNAVAILABLE may come from a coordinator that
+	// wrote the decision and then died or was cut off. From then on the
+	// outcome is unknown for good: a later refusal (a fenced or demoted
+	// coordinator, a standby, a credential no longer accepted) says nothing
+	// about that attempt, so it is reported as unknownAfterError, never as
+	// a refusal the caller may roll back on.
+	var ambiguous error
 	for calls := 1; ; calls++ {
 		c.coordinatorCalls.Add(1)
 		start := time.Now()
@@ -451,7 +457,14 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 			return &api.CommitResponse{Outcome: api.Outcome_COMMITTED, Phase2Pending: true,
 				Message: "the coordinator decided COMMIT (durable); its reply after phase 2 was lost: " + err.Error()}, calls, nil
 		}
-		refusedOnly = refusedOnly && status.Code(err) == codes.ResourceExhausted
+		if err != nil && ambiguous != nil && (isRejection(err) || status.Code(err) == codes.ResourceExhausted) {
+			if !retryable(err) || ctx.Err() != nil {
+				return nil, calls, &unknownAfterError{ambiguous: ambiguous, last: err}
+			}
+		} else if err != nil && ambiguous == nil && !isRejection(err) && status.Code(err) != codes.ResourceExhausted {
+			ambiguous = err
+		}
+		refusedOnly := ambiguous == nil
 		if err == nil || !retryable(err) || (ctx.Err() != nil && !refusedOnly) {
 			return resp, calls, err
 		}
@@ -460,7 +473,7 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 		}
 		select {
 		case <-ctx.Done():
-			if refusedOnly {
+			if ambiguous == nil {
 				return nil, calls, &logFullError{err}
 			}
 			return nil, calls, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
@@ -596,6 +609,19 @@ func serverSaidNo(err error) bool {
 
 // errPrepareRolledBack: PostgreSQL answered PREPARE TRANSACTION with ROLLBACK.
 var errPrepareRolledBack = errors.New("prepare rolled back")
+
+// unknownAfterError is what commitRPC returns when an attempt was refused
+// (or the log was full) after an earlier attempt had ended without an
+// answer. The refusal does not settle the earlier attempt, so the outcome
+// is unknown. It unwraps to the ambiguous attempt's error only, so that
+// nothing reads it as a refusal.
+type unknownAfterError struct{ ambiguous, last error }
+
+func (e *unknownAfterError) Error() string {
+	return fmt.Sprintf("an earlier Commit attempt ended without an answer (%v), so the decision may exist; "+
+		"a later attempt was refused (%v), which does not settle it. Ask the current primary (Status) for the outcome", e.ambiguous, e.last)
+}
+func (e *unknownAfterError) Unwrap() error { return e.ambiguous }
 
 // logFullError is what commitRPC returns when the coordinator answered
 // every call RESOURCE_EXHAUSTED (its decision log full: no decision was
