@@ -61,6 +61,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	scan := fs.Duration("scan-interval", 0, "how often to scan every database for in-doubt branches (default 10s)")
 	p2wait := fs.Duration("phase2-wait", 0, "longest a Commit waits for phase 2 when the caller set no deadline (default 10s)")
 	maxAge := fs.Duration("max-txn-age", 0, "abort a Commit whose transaction began longer ago (default 1h)")
+	maxSkew := fs.Duration("max-clock-skew", 0, "refuse a gtrid stamped further in the future than this: the client's clock is ahead (default 10s)")
 	durability := fs.String("durability", "", "default for commits: wait (reply once the decision is on disk) or nowait (once queued; a crash can lose it) (default wait)")
 	write := fs.String("write", "", "decision log writes: immediate (flush at once, group commit) or batch (gather up to --batch-window) (default immediate)")
 	batchWindow := fs.Duration("batch-window", 0, "with --write batch: longest a decision waits to share an fdatasync (default 2ms)")
@@ -123,6 +124,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	setD(&cfg.ScanInterval, *scan)
 	setD(&cfg.Phase2Wait, *p2wait)
 	setD(&cfg.MaxTxnAge, *maxAge)
+	setD(&cfg.MaxClockSkew, *maxSkew)
 	setD(&cfg.BatchWindow, *batchWindow)
 	if *logSize != "" {
 		n, err := config.ParseByteSize(*logSize)

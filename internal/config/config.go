@@ -9,6 +9,7 @@
 //	scan_interval: 10s              # in-doubt scan period
 //	phase2_wait: 10s                # longest Commit waits for phase 2 without a deadline
 //	max_txn_age: 1h                 # Commit of an older gtrid is aborted
+//	max_clock_skew: 10s             # a gtrid stamped further in the future is refused
 //	log_size: 64MiB                 # decision log size: circular, in 8 segments
 //	rms:
 //	  pg:    {driver: postgres, dsn: "postgres://tandem:secret@127.0.0.1:55432/tandem"}
@@ -48,6 +49,7 @@ type Config struct {
 	ScanInterval  time.Duration `yaml:"scan_interval"`
 	Phase2Wait    time.Duration `yaml:"phase2_wait"`
 	MaxTxnAge     time.Duration `yaml:"max_txn_age"`
+	MaxClockSkew  time.Duration `yaml:"max_clock_skew"`
 	// LogSize is the decision log's total size: it is circular, made of 8
 	// segments of LogSize/8, reused once every transaction in them has
 	// ended; past 80% new commits are throttled, past 90% refused.
@@ -225,7 +227,7 @@ func (c *Config) Validate() error {
 	if c.BatchWindow < 0 || c.BatchWindow > time.Second {
 		return fmt.Errorf("config: batch_window %s: use a duration between 0 and 1s (e.g. 1ms)", c.BatchWindow)
 	}
-	for what, d := range map[string]time.Duration{"orphan_timeout": c.OrphanTimeout, "scan_interval": c.ScanInterval, "phase2_wait": c.Phase2Wait, "max_txn_age": c.MaxTxnAge} {
+	for what, d := range map[string]time.Duration{"orphan_timeout": c.OrphanTimeout, "scan_interval": c.ScanInterval, "phase2_wait": c.Phase2Wait, "max_txn_age": c.MaxTxnAge, "max_clock_skew": c.MaxClockSkew} {
 		if d < 0 {
 			return fmt.Errorf("config: %s is negative (%s)", what, d)
 		}

@@ -64,11 +64,20 @@ func waitFor(t *testing.T, c *Coordinator, what string, cond func() bool) {
 	}
 }
 
-// Status(resolve) aborts a gtrid with no branches; its phase 2 ends at once.
-// A Commit that arrives later answers ABORTED and lists prepared branches:
-// the coordinator must roll those back, not leave them to the next scan.
+// Status(resolve) aborts a gtrid prepared on pg only; its phase 2 ends at
+// once. A Commit that arrives later answers ABORTED and lists prepared
+// branches (maria too): the coordinator must roll those back, not leave
+// them to the next scan.
 func TestLateAbortedAnswerRollsBackItsBranches(t *testing.T) {
-	c := open(t, testOptions(t.TempDir()))
+	opts := testOptions(t.TempDir())
+	opts.prepared = func(_ context.Context, rm string, _ xid.Branch) (bool, error) { return rm == "pg", nil }
+	opts.settle = func(_ context.Context, rm string, _ xid.Branch, _ bool) error {
+		if rm == "pg" {
+			return nil
+		}
+		return errors.New("maria is down")
+	}
+	c := open(t, opts)
 	g := newGTRID()
 	mustStatus(t, c, g, true, Aborted)
 	id, _ := xid.Parse(g)

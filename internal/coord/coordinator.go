@@ -44,6 +44,11 @@ type Options struct {
 	MaxTxnAge time.Duration
 	// EndedRetention: how long a finished COMMIT is remembered (default 1m).
 	EndedRetention time.Duration
+	// MaxClockSkew bounds how far in the future a gtrid's time stamp (the
+	// client's clock) may be (default 10s). Commit and resolve refuse a gtrid
+	// stamped later than that: every age rule (MaxTxnAge, ABORT retention)
+	// would be off by the skew.
+	MaxClockSkew time.Duration
 	// LogSize is the total size of the decision log (default 64 MiB). The
 	// log is circular: segments of LogSize/8 each, reused once a checkpoint
 	// has carried forward the decisions still remembered in them. Past 80%
@@ -77,6 +82,9 @@ type Options struct {
 	// ROLLBACK PREPARED in phase 2: a test seam, so that unit tests without
 	// databases can make phase 2 fail (an unreachable RM) or succeed.
 	settle func(ctx context.Context, rm string, b xid.Branch, commit bool) error
+	// prepared, if set, replaces the resource managers' answer to "is this
+	// branch prepared?" when Status resolves a gtrid: the same kind of seam.
+	prepared func(ctx context.Context, rm string, b xid.Branch) (bool, error)
 	// checkpointEvery is how often the checkpointer looks at the log's use
 	// (default 1s): tests shorten it.
 	checkpointEvery time.Duration
@@ -105,6 +113,7 @@ func (o *Options) setDefaults() {
 	def(&o.ScanInterval, 10*time.Second)
 	def(&o.Phase2Wait, 10*time.Second)
 	def(&o.MaxTxnAge, time.Hour)
+	def(&o.MaxClockSkew, 10*time.Second)
 	def(&o.EndedRetention, time.Minute)
 	def(&o.checkpointEvery, time.Second)
 	if o.LogSize <= 0 {

@@ -119,7 +119,7 @@ func TestAbortThenCommit(t *testing.T) {
 }
 
 func TestStatusResolvesAnUnknownGTRID(t *testing.T) {
-	c := open(t, testOptions(t.TempDir()))
+	c := open(t, heldEverywhere(testOptions(t.TempDir())))
 	g := newGTRID()
 	r := mustStatus(t, c, g, false, Undecided)
 	if r.Message == "" {
@@ -137,7 +137,7 @@ func TestStatusResolvesAnUnknownGTRID(t *testing.T) {
 // Many goroutines race Commit against Status(resolve): exactly one decision
 // wins and every caller sees it.
 func TestCommitRacesResolve(t *testing.T) {
-	c := open(t, testOptions(t.TempDir()))
+	c := open(t, heldEverywhere(testOptions(t.TempDir())))
 	const rounds, callers = 30, 16
 	seen := map[Outcome]int{}
 	for range rounds {
@@ -225,7 +225,7 @@ func TestInvalidInput(t *testing.T) {
 
 func TestReplayKeepsDecisions(t *testing.T) {
 	dir := t.TempDir()
-	c, err := Open(testOptions(dir))
+	c, err := Open(heldEverywhere(testOptions(dir)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,12 @@ func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef,
 	if err != nil {
 		return Report{}, err
 	}
-	if age := time.Since(g.Time()); age > c.opts.MaxTxnAge {
+	if err := c.checkSkew(g); err != nil {
+		return Report{}, err
+	}
+	// ABORTs are remembered MaxTxnAge after their decision; a gtrid stamped
+	// by a clock up to MaxClockSkew ahead looks that much younger.
+	if age := time.Since(g.Time()); age+c.opts.MaxClockSkew > c.opts.MaxTxnAge {
 		t, err := c.decide(g, Aborted, AbortTooOld, rms)
 		if err != nil {
 			return Report{}, err
@@ -108,20 +113,26 @@ func (c *Coordinator) Status(ctx context.Context, gtrid string, resolve bool) (R
 		return Report{GTRID: g, Outcome: Undecided, Message: "no decision recorded for this gtrid: it was never committed, or it finished more than " +
 			c.opts.EndedRetention.String() + " ago"}, nil
 	}
-	// A COMMIT is forgotten EndedRetention after its phase 2 finished. For a
-	// gtrid older than that, "no record" may mean "committed long ago": abort
-	// it only if a branch is still prepared somewhere (then it cannot have
-	// committed), never on absence of evidence.
-	var inDoubt []BranchRef
-	if time.Since(g.Time()) > c.opts.EndedRetention {
-		var err error
-		if inDoubt, err = c.preparedBranches(ctx, g); err != nil {
-			return Report{}, err
-		}
-		if len(inDoubt) == 0 {
-			return Report{GTRID: g, Outcome: Undecided, Message: "no decision recorded and no branch prepared on any resource manager: nothing is in doubt " +
-				"(it never prepared, or it finished more than " + c.opts.EndedRetention.String() + " ago); nothing was written"}, nil
-		}
+	if err := c.checkSkew(g); err != nil {
+		return Report{}, err
+	}
+	if c.closed() {
+		return Report{}, ErrClosed
+	}
+	// Absence of evidence is not abort. "No record" may mean "committed and
+	// forgotten": a finished COMMIT is forgotten EndedRetention after its
+	// phase 2 ended, or earlier when a checkpoint needs the log space, and
+	// a client's clock may be ahead. So resolve always asks the resource
+	// managers and writes ABORT only if a branch is still prepared
+	// somewhere: a COMMIT is forgotten only once every branch acknowledged
+	// it, so a prepared branch proves that no forgotten COMMIT exists.
+	inDoubt, err := c.preparedBranches(ctx, g)
+	if err != nil {
+		return Report{}, err
+	}
+	if len(inDoubt) == 0 {
+		return Report{GTRID: g, Outcome: Undecided, Message: "no decision recorded and no branch prepared on any resource manager: nothing is in doubt " +
+			"(it never prepared, it is still running, or it finished and was forgotten); nothing was written"}, nil
 	}
 	t, err = c.decide(g, Aborted, AbortResolved, inDoubt)
 	if err != nil {
@@ -132,12 +143,37 @@ func (c *Coordinator) Status(ctx context.Context, gtrid string, resolve bool) (R
 	return t.report(false), nil
 }
 
+// closed reports whether Close began.
+func (c *Coordinator) closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cancel == nil || c.ctx.Err() != nil
+}
+
+// checkSkew refuses a gtrid stamped further in the future than
+// MaxClockSkew: its client's clock is ahead, and every age rule would be
+// off by that much. Nothing is written.
+func (c *Coordinator) checkSkew(g xid.GTRID) error {
+	if ahead := time.Until(g.Time()); ahead > c.opts.MaxClockSkew {
+		return inputErr("gtrid", "gtrid %s is stamped %s in the future, more than max-clock-skew %s: the client's clock is ahead; "+
+			"synchronize it (NTP) and retry the transaction", g, ahead.Round(time.Millisecond), c.opts.MaxClockSkew)
+	}
+	return nil
+}
+
 // preparedBranches asks every resource manager whether it holds a branch of g
 // prepared. An RM that cannot answer makes it fail: resolving needs evidence.
 func (c *Coordinator) preparedBranches(ctx context.Context, g xid.GTRID) ([]BranchRef, error) {
 	var out []BranchRef
 	for _, name := range c.rmList {
-		ok, err := c.rms[name].IsPrepared(ctx, xid.Branch{GTRID: g, RM: name}, time.Now())
+		b := xid.Branch{GTRID: g, RM: name}
+		var ok bool
+		var err error
+		if c.opts.prepared != nil {
+			ok, err = c.opts.prepared(ctx, name, b)
+		} else {
+			ok, err = c.rms[name].IsPrepared(ctx, b, time.Now())
+		}
 		if err != nil {
 			return nil, fmt.Errorf("coord: cannot resolve gtrid %s: %w; try again when it is reachable", g, err)
 		}

@@ -147,7 +147,7 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 	}
 	copts := coord.Options{
 		Dir: cfg.DataDir, RMs: rms, OrphanTimeout: cfg.OrphanTimeout, ScanInterval: cfg.ScanInterval,
-		Phase2Wait: cfg.Phase2Wait, MaxTxnAge: cfg.MaxTxnAge, NoSync: o.NoSync, Logger: o.Logger,
+		Phase2Wait: cfg.Phase2Wait, MaxTxnAge: cfg.MaxTxnAge, MaxClockSkew: cfg.MaxClockSkew, NoSync: o.NoSync, Logger: o.Logger,
 		NoWait: cfg.Durability == "nowait", BatchWindow: cfg.LogBatchWindow(), LogSize: int64(cfg.LogSize),
 	}
 	var sh *standby.Shipper

@@ -1,0 +1,137 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// preparedSet answers "is this branch prepared?" for the coordinator's
+// prepared seam, and counts the questions.
+type preparedSet struct {
+	mu   sync.Mutex
+	held map[xid.Branch]bool
+	asks atomic.Int32
+}
+
+func (p *preparedSet) prepared(_ context.Context, rmName string, b xid.Branch) (bool, error) {
+	p.asks.Add(1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held[xid.Branch{GTRID: b.GTRID, RM: rmName}], nil
+}
+
+// heldEverywhere makes every resource manager answer that it holds a
+// branch of any gtrid prepared: resolve then aborts an unknown gtrid (tests
+// of what a resolved ABORT does next).
+func heldEverywhere(o Options) Options {
+	o.prepared = func(context.Context, string, xid.Branch) (bool, error) { return true, nil }
+	return o
+}
+
+// Absence of evidence is not abort. A finished COMMIT forgotten early
+// (a checkpoint under log pressure drops it before EndedRetention) leaves
+// no record; Status --resolve of that gtrid must not write ABORT (a client
+// that asks after an unknown outcome would be told "aborted" and redo work
+// that committed). It asks the resource managers, finds nothing prepared,
+// and writes nothing.
+func TestResolveNeverAbortsACommitForgottenEarly(t *testing.T) {
+	sw := &phase2Switch{}
+	sw.up.Store(true)
+	const logSize = 64 << 10
+	opts := circularOptions(t, logSize, sw)
+	opts.EndedRetention = time.Hour // only the early forget can drop a COMMIT here
+	ps := &preparedSet{held: map[xid.Branch]bool{}}
+	opts.prepared = ps.prepared
+	c := open(t, opts)
+	var first string
+	for i := 0; i < 5000 && c.Stats().ForgotEarly == 0; i++ {
+		g := newGTRID()
+		if first == "" {
+			first = g
+		}
+		r, err := c.Commit(context.Background(), g, []BranchRef{{RM: rmLong.Name}}, CommitMode{WaitPhase2: true})
+		if err != nil || r.Outcome != Committed || r.Phase2Pending {
+			t.Fatalf("Commit %d: %v %v pending %v", i, r.Outcome, err, r.Phase2Pending)
+		}
+	}
+	if c.Stats().ForgotEarly == 0 {
+		t.Fatalf("no COMMIT was forgotten early (stats %+v): the test cannot show anything", c.Stats())
+	}
+	r := mustStatus(t, c, first, false, Undecided) // forgotten: no record
+	r, err := c.Status(context.Background(), first, true)
+	if err != nil {
+		t.Fatalf("Status --resolve: %v", err)
+	}
+	if r.Outcome == Aborted {
+		t.Fatalf("Status --resolve of a committed (forgotten) gtrid wrote ABORT: %s", r.Message)
+	}
+	if r.Outcome != Undecided || !strings.Contains(r.Message, "nothing was written") {
+		t.Errorf("Status --resolve = %s (%q), want Undecided saying nothing was written", r.Outcome, r.Message)
+	}
+	if ps.asks.Load() == 0 {
+		t.Errorf("resolve did not ask the resource managers")
+	}
+	mustStatus(t, c, first, false, Undecided)
+}
+
+// Resolve still settles what it can prove undecided: a branch prepared
+// somewhere with no decision → ABORT, and the branch is rolled back.
+func TestResolveAbortsAPreparedUndecidedBranch(t *testing.T) {
+	opts := testOptions(t.TempDir())
+	ps := &preparedSet{held: map[xid.Branch]bool{}}
+	opts.prepared = ps.prepared
+	c := open(t, opts)
+	g := xid.New()
+	ps.held[xid.Branch{GTRID: g, RM: "pg"}] = true
+	r := mustStatus(t, c, g.String(), true, Aborted)
+	if len(r.Branches) != 1 || r.Branches[0].RM != "pg" {
+		t.Errorf("resolved ABORT lists branches %+v, want pg", r.Branches)
+	}
+}
+
+// A resource manager that cannot answer makes resolve fail: no evidence,
+// no decision.
+func TestResolveWithoutEvidenceRefuses(t *testing.T) {
+	opts := testOptions(t.TempDir())
+	opts.prepared = func(context.Context, string, xid.Branch) (bool, error) {
+		return false, errors.New("connection refused")
+	}
+	c := open(t, opts)
+	g := newGTRID()
+	if _, err := c.Status(context.Background(), g, true); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("Status --resolve with an RM down: %v, want an error naming the cause", err)
+	}
+	mustStatus(t, c, g, false, Undecided)
+}
+
+// A gtrid stamped further in the future than MaxClockSkew comes from a
+// client whose clock is ahead: every age rule (max-txn-age, ABORT
+// retention) would be off by that much, so Commit and resolve refuse it
+// before anything is written, and say what to fix.
+func TestFutureGTRIDIsRefused(t *testing.T) {
+	opts := testOptions(t.TempDir())
+	opts.MaxClockSkew = 5 * time.Second
+	ps := &preparedSet{held: map[xid.Branch]bool{}}
+	opts.prepared = ps.prepared
+	c := open(t, opts)
+	g := xid.NewAt(0, time.Now().Add(30*time.Second))
+	ps.held[xid.Branch{GTRID: g, RM: "pg"}] = true
+	_, err := c.Commit(short(t), g.String(), both, CommitMode{})
+	var ie *InputError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "clock") {
+		t.Fatalf("Commit of a gtrid 30s in the future: %v, want an InputError about the client's clock", err)
+	}
+	if _, err := c.Status(context.Background(), g.String(), true); !errors.As(err, &ie) {
+		t.Fatalf("Status --resolve of a gtrid 30s in the future: %v, want an InputError", err)
+	}
+	mustStatus(t, c, g.String(), false, Undecided)
+	// Within the bound: accepted.
+	mustCommit(t, c, xid.NewAt(0, time.Now().Add(2*time.Second)).String(), Committed)
+}
