@@ -135,3 +135,27 @@ func TestFutureGTRIDIsRefused(t *testing.T) {
 	// Within the bound: accepted.
 	mustCommit(t, c, xid.NewAt(0, time.Now().Add(2*time.Second)).String(), Committed)
 }
+
+// client_settles is for session-bound branches (MariaDB), which only the
+// client's session can commit. On any other branch the coordinator would
+// take the client's word and mark it done without a call: a PostgreSQL
+// branch left prepared (or, worse, never committed while the transaction
+// reports COMMITTED). Commit refuses it before anything is written.
+func TestClientSettlesOnlyForSessionBoundBranches(t *testing.T) {
+	opts := testOptions(t.TempDir())
+	var calls atomic.Int32
+	opts.settle = func(context.Context, string, xid.Branch, bool) error { calls.Add(1); return nil }
+	c := open(t, opts)
+	g := newGTRID()
+	_, err := c.Commit(short(t), g, []BranchRef{{RM: "pg", ClientSettles: true}, {RM: "maria", ClientSettles: true}}, CommitMode{WaitPhase2: true})
+	var ie *InputError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "client_settles") {
+		t.Fatalf("Commit with client_settles on a PostgreSQL branch: %v (settle calls %d), want an InputError naming client_settles", err, calls.Load())
+	}
+	mustStatus(t, c, g, false, Undecided)
+	// On MariaDB it is accepted.
+	r, err := c.Commit(short(t), g, []BranchRef{{RM: "pg"}, {RM: "maria", ClientSettles: true}}, CommitMode{})
+	if err != nil || r.Outcome != Committed {
+		t.Fatalf("Commit with client_settles on maria: %v %v", r.Outcome, err)
+	}
+}
