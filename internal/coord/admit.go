@@ -32,10 +32,15 @@ import (
 //     unfinished transactions, the oldest one, and the resource manager that
 //     has not acknowledged its phase 2. Nothing is written.
 //
-// Only new COMMIT decisions are held back. ABORT records (Abort, the
-// in-doubt scan, Status with resolve, a Commit of a too-old gtrid), END
-// records and CHECKPOINT records are always written: the reserve is for
-// them, and writing them is how the log drains. A Commit for a gtrid that is
+// New COMMIT decisions are held back as above. ABORTs that anyone who
+// reaches the API can cause without a prepared branch — an Abort call for
+// an undecided gtrid, a Commit of a too-old gtrid — are refused the same
+// way from the refusal mark (not throttled): a flood of them must not grow
+// the log past its size. Refusing them is safe: no decision exists, and
+// the in-doubt scan rolls back any real prepared branch after the orphan
+// timeout. The in-doubt scan's ABORTs, resolve's (written only when a
+// branch is found prepared), END and CHECKPOINT records are always
+// written: the reserve is for them, and writing them is how the log drains. A Commit for a gtrid that is
 // already decided answers the decision, full log or not. A refused Commit
 // leaves no trace: the client may roll back its branches or try again.
 
@@ -142,23 +147,7 @@ func (c *Coordinator) admitCommit(ctx context.Context, g xid.GTRID) error {
 		left := time.Until(dl)
 		budget = min(budget, left-min(left/10+5*time.Millisecond, 250*time.Millisecond))
 	}
-	// A checkpoint first, unless one that could not free anything finished
-	// a moment ago.
-	c.ck.mu.Lock()
-	recent := !c.ck.freed && time.Since(c.ck.last) < minCheckpointGap
-	c.ck.mu.Unlock()
-	if !recent && budget > 0 {
-		done := c.requestCheckpoint()
-		timer := time.NewTimer(min(budget, checkpointWaitMax))
-		select {
-		case <-done:
-		case <-timer.C:
-		case <-ctx.Done():
-		case <-c.ctx.Done():
-		}
-		timer.Stop()
-		u = c.log.Usage()
-	}
+	u = c.checkpointForRoom(ctx, min(budget, checkpointWaitMax), u)
 	if c.ctx.Err() != nil {
 		return ErrClosed
 	}
@@ -198,6 +187,49 @@ func (c *Coordinator) admitCommit(ctx context.Context, g xid.GTRID) error {
 		return c.throttledOut(u)
 	}
 	return nil
+}
+
+// admitAbort decides whether an ABORT that passes admission (see
+// AbortReason.admitted) may be written now: below the refusal mark at
+// once; past it after a checkpoint that frees room; else a *LogFullError.
+func (c *Coordinator) admitAbort(ctx context.Context) error {
+	u := c.log.Usage()
+	if c.fill(u) < c.refuseMark() {
+		return nil
+	}
+	u = c.checkpointForRoom(ctx, checkpointWaitMax, u)
+	if c.ctx.Err() != nil {
+		return ErrClosed
+	}
+	if c.fill(u) < c.refuseMark() {
+		return nil
+	}
+	c.stats.rejected.Add(1)
+	e := c.logFull(u)
+	c.warnThrottle(u, e)
+	return e
+}
+
+// checkpointForRoom asks for a checkpoint and waits for it (at most wait,
+// or until ctx ends), unless one that could not free anything finished a
+// moment ago; it returns the log's use after it (u when it did not run).
+func (c *Coordinator) checkpointForRoom(ctx context.Context, wait time.Duration, u wal.Usage) wal.Usage {
+	c.ck.mu.Lock()
+	recent := !c.ck.freed && time.Since(c.ck.last) < minCheckpointGap
+	c.ck.mu.Unlock()
+	if recent || wait <= 0 {
+		return u
+	}
+	done := c.requestCheckpoint()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	case <-ctx.Done():
+	case <-c.ctx.Done():
+	}
+	return c.log.Usage()
 }
 
 // throttledOut is the refusal of a Commit whose caller gave up (its

@@ -267,8 +267,13 @@ func (c *Coordinator) decideMode(ctx context.Context, g xid.GTRID, outcome Outco
 		}
 		c.mu.Unlock()
 
-		if outcome == Committed {
-			err := c.admitCommit(ctx, g)
+		if outcome == Committed || reason.admitted() {
+			var err error
+			if outcome == Committed {
+				err = c.admitCommit(ctx, g)
+			} else {
+				err = c.admitAbort(ctx)
+			}
 			c.mu.Lock()
 			if err != nil {
 				ch := t.deciding
@@ -278,11 +283,13 @@ func (c *Coordinator) decideMode(ctx context.Context, g xid.GTRID, outcome Outco
 				close(ch)
 				return nil, err
 			}
-			// Under c.mu: a checkpoint that does not see seg yet read its
-			// segment before this, so this record lands at or after it.
-			t.seg = c.log.Segment()
-			t.decidedAt = time.Now()
-			now = t.decidedAt
+			if outcome == Committed {
+				// Under c.mu: a checkpoint that does not see seg yet read its
+				// segment before this, so this record lands at or after it.
+				t.seg = c.log.Segment()
+				t.decidedAt = time.Now()
+				now = t.decidedAt
+			}
 			c.mu.Unlock()
 		}
 

@@ -24,9 +24,11 @@
 //     segments for reuse, so disk use stays flat and a restart replays only
 //     the live segments. Admission control (admit.go) throttles new
 //     COMMITs past 80% of the log and refuses them with ErrLogFull when no
-//     room is left, naming what holds the log; ABORT, END and CHECKPOINT
-//     records are always written, and the log frees itself once phase 2
-//     catches up.
+//     room is left, naming what holds the log; so are the ABORTs a caller
+//     can cause with no branch prepared (Abort of an undecided gtrid, a
+//     Commit of a too-old gtrid). The in-doubt scan's ABORTs, END and
+//     CHECKPOINT records are always written, and the log frees itself once
+//     phase 2 catches up.
 //
 // Decided transactions are remembered in memory while phase 2 runs and for a
 // while after: ABORTs for MaxTxnAge (so that a very late Commit still answers

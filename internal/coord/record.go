@@ -41,6 +41,11 @@ const (
 	AbortTooOld                           // a Commit for a gtrid older than the maximum transaction age
 )
 
+// admitted reports whether an ABORT for this reason passes admission
+// control (admit.go): those that a caller can cause with no branch
+// prepared, so that a flood of them cannot grow the log past its size.
+func (r AbortReason) admitted() bool { return r == AbortRequested || r == AbortTooOld }
+
 func (r AbortReason) String() string {
 	switch r {
 	case AbortRequested:

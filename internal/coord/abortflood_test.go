@@ -1,0 +1,72 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// A flood of Abort calls on random gtrids (anyone who reaches the API, or a
+// buggy client) writes an ABORT record for each, remembered for
+// max-txn-age and carried forward by every checkpoint: unchecked, it grows
+// the log past its size. An Abort for a gtrid with no decision, and a
+// Commit of a too-old gtrid, pass admission like a new COMMIT: past the
+// refusal mark they are refused (ErrLogFull, nothing written) — the
+// in-doubt scan still rolls back real prepared branches, and its ABORTs,
+// like END and CHECKPOINT records, use the reserve.
+func TestAbortFloodCannotGrowTheLogPastItsSize(t *testing.T) {
+	sw := &phase2Switch{}
+	sw.up.Store(true)
+	const logSize = 128 << 10
+	opts := circularOptions(t, logSize, sw)
+	c := open(t, opts)
+	decided := newGTRID()
+	mustCommitTo(t, c, decided)
+	var refused, written int
+	for i := 0; i < 20000 && refused < 20; i++ {
+		g := newGTRID()
+		if i%10 == 9 {
+			g = xid.NewAt(0, time.Now().Add(-2*opts.MaxTxnAge-time.Hour)).String() // too old: Commit writes ABORT
+			_, err := c.Commit(context.Background(), g, []BranchRef{{RM: rmLong.Name}}, CommitMode{})
+			if errors.Is(err, ErrLogFull) {
+				refused++
+			} else if err != nil {
+				t.Fatalf("Commit of a too-old gtrid: %v", err)
+			} else {
+				written++
+			}
+			continue
+		}
+		_, err := c.Abort(context.Background(), g, []BranchRef{{RM: rmLong.Name}})
+		switch {
+		case errors.Is(err, ErrLogFull):
+			refused++
+		case err != nil:
+			t.Fatalf("Abort %d: %v", i, err)
+		default:
+			written++
+		}
+		if u := c.log.Usage(); u.Used > logSize {
+			t.Fatalf("after %d ABORTs the log holds %s, more than its size %s", written, humanBytes(u.Used), humanBytes(logSize))
+		}
+	}
+	if refused == 0 {
+		t.Fatalf("%d ABORTs written, none refused: the flood was not held back (log %s of %s)", written, humanBytes(c.log.Usage().Used), humanBytes(logSize))
+	}
+	t.Logf("%d ABORTs written, %d refused; log %s of %s", written, refused, humanBytes(c.log.Usage().Used), humanBytes(logSize))
+	// An Abort of a decided gtrid still answers the decision, full log or not.
+	if _, err := c.Abort(context.Background(), decided, []BranchRef{{RM: rmLong.Name}}); !errors.Is(err, ErrAlreadyCommitted) {
+		t.Fatalf("Abort of a committed gtrid on a full log: %v, want ErrAlreadyCommitted", err)
+	}
+}
+
+func mustCommitTo(t *testing.T, c *Coordinator, g string) {
+	t.Helper()
+	r, err := c.Commit(context.Background(), g, []BranchRef{{RM: rmLong.Name}}, CommitMode{})
+	if err != nil || r.Outcome != Committed {
+		t.Fatalf("Commit(%s): %v %v", g, r.Outcome, err)
+	}
+}
