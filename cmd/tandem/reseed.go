@@ -25,10 +25,10 @@ Use it when a standby must copy a primary's decision log from the start:
 Step by step:
   1. stop the standby (or the old primary);
   2. tandem reseed --data-dir DIR
-     DIR/log and DIR/cluster are moved into DIR/reseeded-<UTC time>/:
-     nothing is deleted (an old primary's log there may hold decisions the
-     new primary never received: keep it until you have checked, then
-     remove it yourself);
+     DIR/log and DIR/cluster are moved into DIR/reseeded-<UTC time>/
+     (an old primary's log there may hold decisions the new primary never
+     received: check it, or copy it elsewhere: only the newest two
+     reseeded-* copies are kept, older ones are removed);
   3. tandem serve --data-dir DIR --standby-of PRIMARY ...
      The standby adopts the primary's cluster and epoch and copies its
      whole log.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/wal"
@@ -19,11 +20,17 @@ func ReseedCommand(dir string) string {
 	return "tandem reseed --data-dir " + dir
 }
 
+// KeepReseeded is how many reseeded-* directories Reseed keeps in a data
+// directory: the newest ones; older ones are removed after a re-seed.
+const KeepReseeded = 2
+
 // Reseed makes dir an empty standby data directory again, so that a standby
 // started on it copies its primary's log from the start and adopts the
 // primary's cluster and epoch: it moves dir/log and dir/cluster aside into
-// dir/reseeded-<UTC time>/ (nothing is deleted) and fsyncs the directories.
-// It returns that directory.
+// dir/reseeded-<UTC time>/ and fsyncs the directories. It returns that
+// directory. Of the reseeded-* directories only the newest KeepReseeded
+// stay: older ones are removed once the new one holds the moved files (a
+// failure to remove one is returned with the moved-to directory).
 //
 // It refuses while a running process (a standby or a coordinator) holds the
 // log's lock. The log goes first: a crash between the two moves leaves an
@@ -94,7 +101,24 @@ func Reseed(dir string) (movedTo string, err error) {
 			return to, err
 		}
 	}
-	return to, nil
+	return to, pruneReseeded(dir)
+}
+
+// pruneReseeded removes all but the newest KeepReseeded reseeded-*
+// directories of dir (their names sort by time).
+func pruneReseeded(dir string) error {
+	old, err := filepath.Glob(filepath.Join(dir, "reseeded-*"))
+	if err != nil {
+		return fmt.Errorf("standby: re-seed %s: list earlier copies: %w", dir, err)
+	}
+	sort.Strings(old)
+	for len(old) > KeepReseeded {
+		if err := os.RemoveAll(old[0]); err != nil {
+			return fmt.Errorf("standby: re-seed %s: remove an old copy (keeping the newest %d): %w", dir, KeepReseeded, err)
+		}
+		old = old[1:]
+	}
+	return nil
 }
 
 func exists(path string) (bool, error) {
