@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,7 +48,23 @@ type Config struct {
 	// Waits is where the client records its wait events (README, "Wait
 	// events"); nil means the process-wide waits.Client.
 	Waits *waits.Registry
+	// DecisionTimeout bounds how long a two-phase Commit keeps trying to
+	// get the coordinator's decision when its context has no earlier
+	// deadline (default 30s; negative: no bound, the context alone). Past
+	// it, Commit returns an *OutcomeUnknownError that names the
+	// coordinator's address and what was tried. Nothing is rolled back
+	// then: the coordinator settles the prepared branches once it is
+	// reachable — it commits them if it decided COMMIT, and rolls them back
+	// after its orphan timeout if it never received the Commit.
+	DecisionTimeout time.Duration
+	// Logger, when set, receives the SDK's warnings: while the coordinator
+	// cannot be reached, "coordinator unreachable at ADDR, retrying" about
+	// once a second.
+	Logger *slog.Logger
 }
+
+// DefaultDecisionTimeout is Config.DecisionTimeout's default.
+const DefaultDecisionTimeout = 30 * time.Second
 
 // Durability and visibility of a commit (see the README's "Commit modes").
 type (
@@ -213,4 +230,11 @@ func (t *Tx) Branch(ctx context.Context, rmName string, conn *sql.Conn) (*Branch
 	b := &Branch{tx: t, rm: info, conn: conn, id: xid.Branch{GTRID: t.gtrid, RM: rmName}}
 	t.branches = append(t.branches, b)
 	return b, nil
+}
+
+// warn sends a warning to Config.Logger, if one is set.
+func (c *Client) warn(msg string, args ...any) {
+	if c.cfg.Logger != nil {
+		c.cfg.Logger.Warn(msg, args...)
+	}
 }

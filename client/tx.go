@@ -137,9 +137,14 @@ func (t *Tx) SetOptions(o CommitOptions) {
 // message is the coordinator's (how many transactions are unfinished, the
 // oldest, which database has not acknowledged). If any try failed
 // otherwise (the coordinator unreachable: it may have decided before it
-// went), the outcome is unknown as usual. Give Commit a deadline: without
-// one it keeps trying until the coordinator's orphan scan aborts the
-// prepared transaction (orphan_timeout), then returns ErrAborted.
+// went), the outcome is unknown as usual.
+//
+// The wait for the decision is bounded by ctx's deadline or, when ctx has
+// none (or a later one), by Config.DecisionTimeout (default 30s). Past it,
+// Commit returns an *OutcomeUnknownError naming the coordinator and what
+// was tried, and rolls nothing back: once any attempt went unanswered the
+// decision may exist, so the outcome is found out (Client.Status, or
+// `tandem status GTRID`), never guessed.
 func (t *Tx) Commit(ctx context.Context) (Result, error) {
 	t.mu.Lock()
 	if t.state != txActive {
@@ -303,7 +308,10 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 		onCommitted = nil
 	}
 	_ = failpoint.Inject("before-commit-rpc") // kill: the client dies with every branch prepared
-	resp, calls, err := t.c.commitRPC(ctx, req, t.trace, t.traceCoord, onCommitted)
+	rpcCtx, cancel := t.c.decisionContext(ctx)
+	defer cancel()
+	rpcStart := time.Now()
+	resp, calls, err := t.c.commitRPC(rpcCtx, req, t.trace, t.traceCoord, onCommitted)
 	_ = failpoint.Inject("after-commit-rpc") // kill: the decision is made; session-bound branches wait for the coordinator
 	res.CoordinatorCalls = calls
 	if settled != nil {
@@ -342,7 +350,24 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	// Unknown outcome: let go of the session-bound branches so that the
 	// coordinator, which knows the outcome, can settle them.
 	t.releaseOwn(writers)
-	return res, txUnknown, &OutcomeUnknownError{GTRID: t.gtrid, Cause: err}
+	return res, txUnknown, &OutcomeUnknownError{GTRID: t.gtrid, Cause: fmt.Errorf(
+		"no decision from the coordinator at %s after %d attempts in %s: %w; nothing was rolled back: "+
+			"the prepared branches are the coordinator's to settle once it is reachable (committed if it decided COMMIT, "+
+			"rolled back after its orphan timeout if it never received the Commit)",
+		t.c.cfg.Coordinator, calls, time.Since(rpcStart).Round(time.Millisecond), err)}
+}
+
+// decisionContext bounds the wait for the coordinator's decision by
+// Config.DecisionTimeout when ctx has no earlier deadline.
+func (c *Client) decisionContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := c.cfg.DecisionTimeout
+	if d == 0 {
+		d = DefaultDecisionTimeout
+	}
+	if dl, ok := ctx.Deadline(); d < 0 || (ok && time.Until(dl) <= d) {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // settleOwn commits (or rolls back) the session-bound prepared branches on
@@ -433,6 +458,7 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 	// about that attempt, so it is reported as unknownAfterError, never as
 	// a refusal the caller may roll back on.
 	var ambiguous error
+	first, warned := time.Now(), time.Time{}
 	for calls := 1; ; calls++ {
 		c.coordinatorCalls.Add(1)
 		start := time.Now()
@@ -470,6 +496,11 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 		}
 		if ctx.Err() != nil {
 			return nil, calls, &logFullError{err}
+		}
+		if status.Code(err) == codes.Unavailable && time.Since(warned) >= time.Second {
+			warned = time.Now()
+			c.warn("coordinator unreachable at "+c.cfg.Coordinator+", retrying", "gtrid", req.GetGtrid(), "attempts", calls,
+				"for", time.Since(first).Round(time.Second).String(), "error", err)
 		}
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,75 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// closedAddr is a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// syncBuffer is a bytes.Buffer safe for the SDK's logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// With no coordinator listening and a context without a deadline, Commit
+// must not retry forever in silence: after Config.DecisionTimeout it
+// returns an unknown outcome that names the coordinator's address, what was
+// tried and who settles the branches — and rolls nothing back. While it
+// retries it says so in the SDK's logger.
+func TestCommitWithoutADeadlineGivesUpAfterTheDecisionTimeout(t *testing.T) {
+	addr := closedAddr(t)
+	var logs syncBuffer
+	c := newClient(t, Config{Coordinator: addr, DecisionTimeout: 1500 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	tx, pg, _ := twoBranches(t, c)
+	done := make(chan error, 1)
+	go func() {
+		_, err := tx.Commit(context.Background())
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Commit with no coordinator and no deadline still running after 10s (DecisionTimeout 1.5s)")
+	}
+	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrAborted) {
+		t.Fatalf("Commit: %v, want ErrOutcomeUnknown", err)
+	}
+	for _, want := range []string{addr, "attempts", "orphan timeout", "nothing was rolled back"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
+	g := tx.GTRID()
+	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
+	if !strings.Contains(logs.String(), "coordinator unreachable") || !strings.Contains(logs.String(), addr) {
+		t.Errorf("the SDK's logger did not say the coordinator is unreachable: %q", logs.String())
+	}
+}
