@@ -119,8 +119,7 @@ func (c *Coordinator) Status(ctx context.Context, gtrid string, resolve bool) (R
 			<-t.deciding
 			return c.Status(ctx, gtrid, false)
 		}
-		return Report{GTRID: g, Outcome: Undecided, Message: "no decision recorded for this gtrid: it was never committed, or it finished more than " +
-			c.opts.EndedRetention.String() + " ago"}, nil
+		return Report{GTRID: g, Outcome: Undecided, Message: c.undecidedMessage(ctx, g)}, nil
 	}
 	if err := c.checkSkew(g); err != nil {
 		return Report{}, err
@@ -152,6 +151,51 @@ func (c *Coordinator) Status(ctx context.Context, gtrid string, resolve bool) (R
 	return t.report(false), nil
 }
 
+// undecidedAskTimeout bounds how long Status waits for the resource
+// managers' answers about an undecided gtrid.
+const undecidedAskTimeout = 2 * time.Second
+
+// undecidedMessage says what the resource managers hold of g, which has no
+// decision here: prepared branches (in doubt: where, and when the in-doubt
+// scan aborts them), or none. An RM that cannot answer is named.
+func (c *Coordinator) undecidedMessage(ctx context.Context, g xid.GTRID) string {
+	ctx, cancel := context.WithTimeout(ctx, undecidedAskTimeout)
+	defer cancel()
+	var held, failed []string
+	var firstSeen time.Time
+	for _, name := range c.rmList {
+		ok, err := c.isPrepared(ctx, name, g)
+		switch {
+		case err != nil:
+			failed = append(failed, fmt.Sprintf("%s (%v)", name, err))
+		case ok:
+			held = append(held, name)
+			c.mu.Lock()
+			if s, seen := c.seen[xid.Branch{GTRID: g, RM: name}]; seen && (firstSeen.IsZero() || s.Before(firstSeen)) {
+				firstSeen = s
+			}
+			c.mu.Unlock()
+		}
+	}
+	var msg string
+	if len(held) > 0 {
+		when := fmt.Sprintf("within %s (the orphan timeout, counted from the scan that first sees it)", c.opts.OrphanTimeout+c.opts.ScanInterval)
+		if !firstSeen.IsZero() {
+			when = fmt.Sprintf("in about %s (first seen %s ago; orphan timeout %s)",
+				max(time.Until(firstSeen.Add(c.opts.OrphanTimeout)), 0).Round(time.Second), time.Since(firstSeen).Round(time.Second), c.opts.OrphanTimeout)
+		}
+		msg = fmt.Sprintf("no decision recorded; the transaction is in doubt: prepared on %s. Unless its client's Commit arrives first, "+
+			"the in-doubt scan rolls it back %s; to abort it now: tandem status --resolve %s", strings.Join(held, ", "), when, g)
+	} else {
+		msg = "no decision recorded and no branch is prepared on any resource manager: it was never committed (or is still running), " +
+			"or it finished and was forgotten (finished COMMITs are remembered for " + c.opts.EndedRetention.String() + ")"
+	}
+	if len(failed) > 0 {
+		msg += "; could not ask " + strings.Join(failed, ", ")
+	}
+	return msg
+}
+
 // closed reports whether Close began.
 func (c *Coordinator) closed() bool {
 	c.mu.Lock()
@@ -175,14 +219,7 @@ func (c *Coordinator) checkSkew(g xid.GTRID) error {
 func (c *Coordinator) preparedBranches(ctx context.Context, g xid.GTRID) ([]BranchRef, error) {
 	var out []BranchRef
 	for _, name := range c.rmList {
-		b := xid.Branch{GTRID: g, RM: name}
-		var ok bool
-		var err error
-		if c.opts.prepared != nil {
-			ok, err = c.opts.prepared(ctx, name, b)
-		} else {
-			ok, err = c.rms[name].IsPrepared(ctx, b, time.Now())
-		}
+		ok, err := c.isPrepared(ctx, name, g)
 		if err != nil {
 			return nil, fmt.Errorf("coord: cannot resolve gtrid %s: %w; try again when it is reachable", g, err)
 		}
@@ -191,6 +228,16 @@ func (c *Coordinator) preparedBranches(ctx context.Context, g xid.GTRID) ([]Bran
 		}
 	}
 	return out, nil
+}
+
+// isPrepared asks resource manager name whether it holds g's branch
+// prepared (a fresh scan, shared with concurrent askers).
+func (c *Coordinator) isPrepared(ctx context.Context, name string, g xid.GTRID) (bool, error) {
+	b := xid.Branch{GTRID: g, RM: name}
+	if c.opts.prepared != nil {
+		return c.opts.prepared(ctx, name, b)
+	}
+	return c.rms[name].IsPrepared(ctx, b, time.Now())
 }
 
 // validate checks a request before anything is written.

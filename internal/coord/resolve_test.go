@@ -159,3 +159,26 @@ func TestClientSettlesOnlyForSessionBoundBranches(t *testing.T) {
 		t.Fatalf("Commit with client_settles on maria: %v %v", r.Outcome, err)
 	}
 }
+
+// Status of a gtrid with no decision that is prepared right now asks the
+// resource managers and says where, when the in-doubt scan will abort it,
+// and that --resolve exists; without branches it says nothing is prepared.
+func TestStatusOfAPreparedUndecidedGTRIDSaysWhere(t *testing.T) {
+	opts := testOptions(t.TempDir())
+	opts.OrphanTimeout = time.Minute
+	ps := &preparedSet{held: map[xid.Branch]bool{}}
+	opts.prepared = ps.prepared
+	c := open(t, opts)
+	g := xid.New()
+	ps.held[xid.Branch{GTRID: g, RM: "maria"}] = true
+	r := mustStatus(t, c, g.String(), false, Undecided)
+	for _, want := range []string{"prepared on maria", "orphan timeout", "--resolve"} {
+		if !strings.Contains(r.Message, want) {
+			t.Errorf("Status message %q does not say %q", r.Message, want)
+		}
+	}
+	r = mustStatus(t, c, xid.New().String(), false, Undecided)
+	if !strings.Contains(r.Message, "no branch is prepared") {
+		t.Errorf("Status of an unknown gtrid: %q, want it to say no branch is prepared", r.Message)
+	}
+}
