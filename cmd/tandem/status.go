@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -23,7 +24,9 @@ func init() {
 
 A coordinator that requires a token: set TANDEM_AUTH_TOKEN_FILE to its file.
 Without GTRID: whether the coordinator can decide, which databases it reaches,
-and how many decided transactions still wait for phase 2.
+and how many decided transactions still wait for phase 2. Exits non-zero when
+the coordinator is not ready (a database refused its login: fix the DSN) or
+cannot reach a database.
 With GTRID: COMMITTED, ABORTED or UNDECIDED, and phase 2 on each branch.
 --resolve settles an UNDECIDED gtrid by writing ABORT (the first decision wins).`,
 		run: runStatus,
@@ -74,12 +77,22 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		if h.Message != "" {
 			fmt.Fprintf(tw, "\t%s\n", h.Message)
 		}
+		var down []string
 		for _, r := range h.Rms {
 			state := "reachable"
 			if !r.Reachable {
 				state = "UNREACHABLE: " + r.Error
+				down = append(down, r.Name)
 			}
 			fmt.Fprintf(tw, "rm %s\t%s\t%s\n", r.Name, r.Driver, state)
+		}
+		tw.Flush()
+		switch {
+		case !h.Serving:
+			return fmt.Errorf("the coordinator at %s is not ready (see above)", *addr)
+		case len(down) > 0:
+			return fmt.Errorf("the coordinator at %s cannot reach rm %s: phase 2 and recovery retry; commits that involve it leave their branches pending",
+				*addr, strings.Join(down, ", "))
 		}
 		return nil
 	}

@@ -254,7 +254,11 @@ func Open(opts Options) (*Coordinator, error) {
 	for _, name := range c.rmList {
 		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
 		if err := c.rms[name].Ping(ctx); err != nil {
-			c.logger.Warn("resource manager unreachable at start; phase 2 and recovery will retry", "rm", name, "error", err)
+			if merr := c.rms[name].Misconfigured(); merr != nil {
+				c.logger.Error("resource manager misconfigured: commits that involve it are refused until it is fixed", "rm", name, "error", merr)
+			} else {
+				c.logger.Warn("resource manager unreachable at start; phase 2 and recovery will retry", "rm", name, "error", err)
+			}
 		}
 		cancel()
 	}
@@ -392,6 +396,18 @@ func (c *Coordinator) unlockDir() {
 	}
 }
 
+// Misconfigured lists the resource managers whose database refused the
+// coordinator's login or database name at the last attempt, with why.
+func (c *Coordinator) Misconfigured() map[string]error {
+	out := map[string]error{}
+	for _, name := range c.rmList {
+		if err := c.rms[name].Misconfigured(); err != nil {
+			out[name] = err
+		}
+	}
+	return out
+}
+
 // RMNames lists the configured resource managers.
 func (c *Coordinator) RMNames() []string { return append([]string(nil), c.rmList...) }
 
@@ -399,6 +415,10 @@ func (c *Coordinator) RMNames() []string { return append([]string(nil), c.rmList
 type RMHealth struct {
 	Name, Driver string
 	Err          error
+	// Misconfigured: the database refused the coordinator's login or
+	// database name (Err is then an *rm.ConfigError): not an outage, an
+	// operator must fix the DSN. Commits that involve it are refused.
+	Misconfigured bool
 }
 
 // Health pings every resource manager in parallel and reports whether the
@@ -412,6 +432,9 @@ func (c *Coordinator) Health(ctx context.Context) (serving bool, rms []RMHealth,
 			defer wg.Done()
 			conn := c.rms[name]
 			rms[i] = RMHealth{Name: name, Driver: string(conn.Dialect().Driver()), Err: conn.Ping(ctx)}
+			if merr := conn.Misconfigured(); merr != nil {
+				rms[i].Err, rms[i].Misconfigured = merr, true
+			}
 		}()
 	}
 	wg.Wait()

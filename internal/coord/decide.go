@@ -65,6 +65,9 @@ func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef,
 	if err := c.checkSkew(g); err != nil {
 		return Report{}, err
 	}
+	if err := c.checkUsable(g, rms); err != nil {
+		return Report{}, err
+	}
 	// ABORTs are remembered MaxTxnAge after their decision; a gtrid stamped
 	// by a clock up to MaxClockSkew ahead looks that much younger.
 	if age := time.Since(g.Time()); age+c.opts.MaxClockSkew > c.opts.MaxTxnAge {
@@ -194,6 +197,25 @@ func (c *Coordinator) undecidedMessage(ctx context.Context, g xid.GTRID) string 
 		msg += "; could not ask " + strings.Join(failed, ", ")
 	}
 	return msg
+}
+
+// checkUsable refuses a new COMMIT that involves a resource manager whose
+// database refused the coordinator's login (an *rm.ConfigError): phase 2
+// could not reach its branch, which would hold its locks until an operator
+// fixed the DSN. A gtrid already decided is answered as usual.
+func (c *Coordinator) checkUsable(g xid.GTRID, rms []BranchRef) error {
+	c.mu.Lock()
+	decided := c.txns[g] != nil
+	c.mu.Unlock()
+	if decided {
+		return nil
+	}
+	for _, b := range rms {
+		if err := c.rms[b.RM].Misconfigured(); err != nil {
+			return fmt.Errorf("coord: commit refused, nothing written: %w", err)
+		}
+	}
+	return nil
 }
 
 // closed reports whether Close began.

@@ -60,7 +60,9 @@ func (c *Coordinator) scanOnce() {
 		found, err := c.rms[name].Recover(ctx)
 		cancel()
 		if err != nil {
-			if c.ctx.Err() == nil {
+			if merr := c.rms[name].Misconfigured(); merr != nil && c.ctx.Err() == nil {
+				c.logger.Error("resource manager misconfigured: commits that involve it are refused until it is fixed", "rm", name, "error", merr)
+			} else if c.ctx.Err() == nil {
 				c.logger.Warn("in-doubt scan failed; will retry", "rm", name, "error", err)
 			}
 			// Keep this RM's first-seen times: absence of evidence is not evidence.

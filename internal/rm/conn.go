@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -33,6 +34,7 @@ type Conn struct {
 	db      *sql.DB
 	secret  string // the DSN's password, scrubbed from every error
 	scans   preparedScans
+	cfgErr  atomic.Pointer[ConfigError] // the last configuration refusal, until a call succeeds
 }
 
 // Open checks the configuration and prepares a pool. It does not connect:
@@ -154,6 +156,7 @@ func (c *Conn) Recover(ctx context.Context) ([]InDoubt, error) {
 	if err != nil {
 		return nil, c.wrap("recover scan", err)
 	}
+	c.observe(nil)
 	mine := all[:0]
 	for _, d := range all {
 		if d.Branch.RM == c.name {
@@ -165,6 +168,7 @@ func (c *Conn) Recover(ctx context.Context) ([]InDoubt, error) {
 
 // wrap names the resource manager and strips the password from err's text.
 func (c *Conn) wrap(what string, err error) error {
+	c.observe(err)
 	if err == nil {
 		return nil
 	}

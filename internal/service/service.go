@@ -14,6 +14,7 @@ package service
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -24,6 +25,7 @@ import (
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/metrics"
+	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
@@ -154,16 +156,23 @@ func (s *Service) Status(ctx context.Context, req *api.StatusRequest) (*api.Stat
 func (s *Service) Health(ctx context.Context, _ *api.HealthRequest) (*api.HealthResponse, error) {
 	serving, rms, unfinished := s.c.Health(ctx)
 	resp := &api.HealthResponse{Serving: serving, Version: Version, Unfinished: uint64(unfinished)}
+	var notes []string
 	for _, h := range rms {
 		rh := &api.RMHealth{Name: h.Name, Driver: h.Driver, Reachable: h.Err == nil}
 		if h.Err != nil {
 			rh.Error = h.Err.Error()
 		}
+		if h.Misconfigured {
+			// Not an outage: not ready until an operator fixes the DSN.
+			resp.Serving = false
+			notes = append(notes, h.Err.Error())
+		}
 		resp.Rms = append(resp.Rms, rh)
 	}
 	if !serving {
-		resp.Message = "the decision log failed a write: restart the coordinator to replay it"
+		notes = append([]string{"the decision log failed a write: restart the coordinator to replay it"}, notes...)
 	}
+	resp.Message = strings.Join(notes, "\n")
 	if s.d.HealthNote != nil {
 		if resp.Message != "" {
 			resp.Message += "\n"
@@ -242,7 +251,7 @@ func toStatus(err error) error {
 	switch {
 	case errors.As(err, &in):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, coord.ErrAlreadyCommitted):
+	case errors.Is(err, coord.ErrAlreadyCommitted), errors.Is(err, rm.ErrMisconfigured):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, coord.ErrClosed):
 		return status.Error(codes.Unavailable, err.Error())

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/client"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -78,14 +81,37 @@ func TestBadRequestsAreRefusedClearly(t *testing.T) {
 	if r, err := cli.Commit(ctx, &api.CommitRequest{Gtrid: ab, Branches: pg}); err != nil || r.Outcome != api.Outcome_ABORTED {
 		t.Errorf("Commit after Abort = %v, %v; want ABORTED", r, err)
 	}
-	// Status with resolve settles an undecided gtrid as ABORTED; a later Commit agrees.
-	res := xid.New().String()
-	if r, err := cli.Status(ctx, &api.StatusRequest{Gtrid: res, Resolve: true}); err != nil || r.Outcome != api.Outcome_ABORTED {
-		t.Fatalf("Status resolve = %v, %v", r, err)
+	// Status with resolve aborts only what it can prove undecided: a gtrid
+	// nothing holds prepared is left alone (it may have committed and been
+	// forgotten) ...
+	unknown := xid.New().String()
+	if r, err := cli.Status(ctx, &api.StatusRequest{Gtrid: unknown, Resolve: true}); err != nil || r.Outcome != api.Outcome_UNDECIDED || !strings.Contains(r.Message, "nothing was written") {
+		t.Fatalf("Status resolve of a gtrid nothing holds = %v, %v; want UNDECIDED, nothing written", r, err)
 	}
-	if r, err := cli.Commit(ctx, &api.CommitRequest{Gtrid: res, Branches: pg}); err != nil || r.Outcome != api.Outcome_ABORTED {
+	// ... one prepared on PostgreSQL is in doubt: Status says where, resolve
+	// aborts it and rolls the branch back, and a later Commit agrees.
+	res := xid.New()
+	d := openDBs(t)
+	pgConn, err := d.pg.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pgConn.Close()
+	for _, q := range []string{"BEGIN", "PREPARE TRANSACTION '" + xid.Branch{GTRID: res, RM: "pg"}.PostgresGID() + "'"} {
+		if _, err := pgConn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if r, err := cli.Status(ctx, &api.StatusRequest{Gtrid: res.String()}); err != nil || r.Outcome != api.Outcome_UNDECIDED || !strings.Contains(r.Message, "prepared on pg") {
+		t.Fatalf("Status of a prepared gtrid = %v, %v; want UNDECIDED saying it is prepared on pg", r, err)
+	}
+	if r, err := cli.Status(ctx, &api.StatusRequest{Gtrid: res.String(), Resolve: true}); err != nil || r.Outcome != api.Outcome_ABORTED {
+		t.Fatalf("Status resolve of a prepared gtrid = %v, %v; want ABORTED", r, err)
+	}
+	if r, err := cli.Commit(ctx, &api.CommitRequest{Gtrid: res.String(), Branches: pg}); err != nil || r.Outcome != api.Outcome_ABORTED {
 		t.Errorf("Commit after resolve = %v, %v; want ABORTED", r, err)
 	}
+	eventually(t, 10*time.Second, "the resolved branch rolled back", func() bool { return len(d.preparedFor(t, res.String())) == 0 })
 }
 
 func make65() []*api.Branch {
@@ -206,4 +232,69 @@ func TestCorruptLogAndSharedDataDirAreRefused(t *testing.T) {
 		t.Fatalf("corrupted log: exit %d, output:\n%s", code, out)
 	}
 	assertNoStackTrace(t, out)
+}
+
+// withPassword returns the PostgreSQL URL dsn with its password replaced.
+func withPassword(t *testing.T, dsn, pw string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), pw)
+	return u.String()
+}
+
+// A wrong password in an RM's DSN is not an outage: the coordinator says
+// in its log what to change, reports itself not ready (Health, tandem
+// status's exit code), and refuses commits that involve that RM — nothing
+// written, the SDK rolls its branches back — instead of deciding COMMIT and
+// leaving a PostgreSQL branch prepared with its locks until someone fixes it.
+func TestWrongPasswordIsNotAnOutage(t *testing.T) {
+	const pw = "Wr0ngPassw0rd7"
+	c := startCoordinator(t, coordOpts{rms: []string{"pg=postgres:" + withPassword(t, pgDSN, pw), "maria=mysql:" + myDSN}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h, err := c.api().Health(ctx, &api.HealthRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Serving || !strings.Contains(h.Message, `rm "pg" is misconfigured`) || !strings.Contains(h.Message, "fix the DSN") {
+		t.Fatalf("Health with a wrong pg password: serving=%v message %q; want not serving, saying what to fix", h.Serving, h.Message)
+	}
+	out, err := exec.Command(tandemBin, "status", "--coordinator", c.addr).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "not ready") || !strings.Contains(string(out), "password authentication failed") {
+		t.Fatalf("tandem status with a misconfigured RM: err %v, output:\n%s\nwant a non-zero exit saying not ready and why", err, out)
+	}
+
+	d := openDBs(t)
+	d.table(t, "wrongpw")
+	cli := c.client(t)
+	pgConn, myConn := conns(t, d)
+	tx := cli.Begin()
+	bp, _ := tx.Branch(ctx, "pg", pgConn)
+	bm, _ := tx.Branch(ctx, "maria", myConn)
+	if _, err := bp.ExecContext(ctx, "INSERT INTO wrongpw (id, v) VALUES (1, 1)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bm.ExecContext(ctx, "INSERT INTO wrongpw (id, v) VALUES (1, 1)"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Commit(ctx)
+	if !errors.Is(err, client.ErrAborted) || !strings.Contains(err.Error(), `rm "pg" is misconfigured`) {
+		t.Fatalf("Commit involving the misconfigured RM: %v, want ErrAborted naming the RM", err)
+	}
+	if left := d.preparedFor(t, tx.GTRID().String()); len(left) != 0 {
+		t.Fatalf("branches left prepared after the refusal: %v", left)
+	}
+	if d.count(t, d.pg, "wrongpw", 1) != 0 || d.count(t, d.my, "wrongpw", 1) != 0 {
+		t.Fatal("a refused transaction's rows are visible")
+	}
+	log := c.out.String()
+	if !strings.Contains(log, "resource manager misconfigured") || !strings.Contains(log, "rm=pg") {
+		t.Fatalf("the log does not say which RM to fix:\n%s", log)
+	}
+	if strings.Contains(log+h.Message+string(out)+err.Error(), pw) {
+		t.Fatal("the password appears in the log, Health, status or the error")
+	}
 }

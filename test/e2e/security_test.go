@@ -105,18 +105,24 @@ func TestPasswordsNeverShown(t *testing.T) {
 	c := startCoordinator(t, coordOpts{rms: []string{"pg=postgres:" + badPG, "maria=mysql:" + badMy}, extra: []string{"--admin", admin}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// Exercise the failing paths: a commit whose phase 2 fails on both RMs, a scan.
-	resp, err := c.api().Commit(ctx, &api.CommitRequest{Gtrid: newGTRIDString(), Branches: []*api.Branch{{Rm: "pg"}, {Rm: "maria"}},
+	var all strings.Builder
+	// Exercise the failing paths: a commit refused because pg refuses the
+	// login, one whose phase 2 fails on maria, a scan.
+	_, refused := c.api().Commit(ctx, &api.CommitRequest{Gtrid: newGTRIDString(), Branches: []*api.Branch{{Rm: "pg"}, {Rm: "maria"}}})
+	if status.Code(refused) != codes.FailedPrecondition {
+		t.Fatalf("Commit with a branch on a misconfigured RM: %v, want FAILED_PRECONDITION", refused)
+	}
+	resp, err := c.api().Commit(ctx, &api.CommitRequest{Gtrid: newGTRIDString(), Branches: []*api.Branch{{Rm: "maria"}},
 		Options: &api.CommitOptions{Visibility: api.Visibility_ASYNC}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	all.WriteString(refused.Error())
 	h, err := c.api().Health(ctx, &api.HealthRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(700 * time.Millisecond) // a few phase-2 retries and scans log their errors
-	var all strings.Builder
 	all.WriteString(c.out.String())
 	all.WriteString(resp.String())
 	all.WriteString(h.String())
