@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/addrhint"
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/xid"
@@ -130,6 +131,9 @@ func New(cfg Config) (*Client, error) {
 		c.rms[r.Name] = &rmInfo{name: r.Name, dialect: dialect, multiStatements: r.MultiStatements}
 	}
 	if cfg.Coordinator != "" {
+		if err := addrhint.CheckAPIAddr(cfg.Coordinator); err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
 		opts := cfg.DialOptions
 		if len(opts) == 0 {
 			opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
@@ -199,7 +203,8 @@ func (c *Client) Status(ctx context.Context, gtrid xid.GTRID, resolve bool) (*ap
 	}
 	c.coordinatorCalls.Add(1)
 	defer c.waits.Since(waits.CoordinatorStatus, time.Now())
-	return c.coord.Status(ctx, &api.StatusRequest{Gtrid: gtrid.String(), Resolve: resolve})
+	resp, err := c.coord.Status(ctx, &api.StatusRequest{Gtrid: gtrid.String(), Resolve: resolve})
+	return resp, addrhint.Wrap(c.cfg.Coordinator, err)
 }
 
 // Branch enlists conn as the branch of tx on the named resource manager. A

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -71,5 +73,23 @@ func TestCommitWithoutADeadlineGivesUpAfterTheDecisionTimeout(t *testing.T) {
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
 	if !strings.Contains(logs.String(), "coordinator unreachable") || !strings.Contains(logs.String(), addr) {
 		t.Errorf("the SDK's logger did not say the coordinator is unreachable: %q", logs.String())
+	}
+}
+
+// The usual address mistakes are named: a host without a port is refused
+// by New with the probable address; the admin listener (HTTP/1.1) given as
+// the coordinator makes Commit's unknown outcome say so.
+func TestWrongCoordinatorAddressesAreExplained(t *testing.T) {
+	if _, err := New(Config{Coordinator: "localhost", RMs: []RM{{Name: "pg", Driver: "postgres"}}}); err == nil || !strings.Contains(err.Error(), `did you mean "localhost:7070"`) {
+		t.Fatalf("New with a host and no port: %v", err)
+	}
+	admin := httptest.NewServer(http.NotFoundHandler())
+	defer admin.Close()
+	addr := strings.TrimPrefix(admin.URL, "http://")
+	c := newClient(t, Config{Coordinator: addr, DecisionTimeout: 300 * time.Millisecond})
+	tx, _, _ := twoBranches(t, c)
+	_, err := tx.Commit(context.Background())
+	if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "admin listener") {
+		t.Fatalf("Commit against an HTTP/1.1 listener: %v, want an unknown outcome that names the admin listener", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/addrhint"
 	"github.com/tandem-tx/tandem/internal/failpoint"
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/internal/waits"
@@ -354,7 +355,7 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 		"no decision from the coordinator at %s after %d attempts in %s: %w; nothing was rolled back: "+
 			"the prepared branches are the coordinator's to settle once it is reachable (committed if it decided COMMIT, "+
 			"rolled back after its orphan timeout if it never received the Commit)",
-		t.c.cfg.Coordinator, calls, time.Since(rpcStart).Round(time.Millisecond), err)}
+		t.c.cfg.Coordinator, calls, time.Since(rpcStart).Round(time.Millisecond), addrhint.Wrap(t.c.cfg.Coordinator, err))}
 }
 
 // decisionContext bounds the wait for the coordinator's decision by
@@ -500,7 +501,7 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 		if status.Code(err) == codes.Unavailable && time.Since(warned) >= time.Second {
 			warned = time.Now()
 			c.warn("coordinator unreachable at "+c.cfg.Coordinator+", retrying", "gtrid", req.GetGtrid(), "attempts", calls,
-				"for", time.Since(first).Round(time.Second).String(), "error", err)
+				"for", time.Since(first).Round(time.Second).String(), "error", addrhint.Wrap(c.cfg.Coordinator, err))
 		}
 		select {
 		case <-ctx.Done():
