@@ -102,6 +102,7 @@ type coordOpts struct {
 	failpoints string   // TANDEM_FAILPOINTS
 	extra      []string // more flags
 	rms        []string // --rm values; default pg and maria
+	env        []string // more environment variables, NAME=VALUE
 }
 
 func freeAddr(t *testing.T) string {
@@ -131,6 +132,7 @@ func startCoordinator(t *testing.T, o coordOpts) *coordinator {
 	if o.failpoints != "" {
 		c.env = []string{"TANDEM_FAILPOINTS=" + o.failpoints}
 	}
+	c.env = append(c.env, o.env...)
 	c.start()
 	t.Cleanup(c.stop)
 	return c
