@@ -122,7 +122,9 @@ func startCoordinator(t *testing.T, o coordOpts) *coordinator {
 	c := &coordinator{t: t, addr: freeAddr(t), dataDir: t.TempDir()}
 	rms := o.rms
 	if rms == nil {
-		rms = []string{"pg=postgres:" + pgDSN, "maria=mysql:" + myDSN}
+		// Expanded by tandem from its environment (inherited): the
+		// passwords stay off the command line, as they should in production.
+		rms = []string{"pg=postgres:${TANDEM_PG_DSN}", "maria=mysql:${TANDEM_MYSQL_DSN}"}
 	}
 	c.args = []string{"serve", "--listen", c.addr, "--data-dir", c.dataDir, "--scan-interval", "200ms", "--orphan-timeout", "2s"}
 	for _, r := range rms {
