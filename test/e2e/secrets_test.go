@@ -23,9 +23,10 @@ func withPassword(t *testing.T, dsn, pw string) string {
 	return u.String()
 }
 
-// DSNs given as ${VAR} and @FILE never reach the command line (ps), the
-// coordinator reaches both databases with them, and a dsn_file other users
-// can read is warned about with its mode and the fix.
+// DSNs given as ${VAR} (in a config file) and @FILE never reach the command
+// line (ps), the coordinator reaches both databases with them, and a config
+// file and a dsn_file other users can read are warned about with their mode
+// and the fix.
 func TestSecretsOffTheCommandLine(t *testing.T) {
 	dir := t.TempDir()
 	dsnFile := filepath.Join(dir, "maria.dsn")
@@ -35,9 +36,18 @@ func TestSecretsOffTheCommandLine(t *testing.T) {
 	if err := os.Chmod(dsnFile, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// pg from the config file (world-readable, warned about), through ${VAR}.
+	cfgFile := filepath.Join(dir, "tandem.yaml")
+	if err := os.WriteFile(cfgFile, []byte("rms:\n  pg: {driver: postgres, dsn: \"${E2E_SECRET_PG_DSN}\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(cfgFile, 0o604); err != nil {
+		t.Fatal(err)
+	}
 	c := startCoordinator(t, coordOpts{
-		rms: []string{"pg=postgres:${E2E_SECRET_PG_DSN}", "maria=mysql:@" + dsnFile},
-		env: []string{"E2E_SECRET_PG_DSN=" + pgDSN},
+		rms:   []string{"maria=mysql:@" + dsnFile},
+		extra: []string{"--config", cfgFile},
+		env:   []string{"E2E_SECRET_PG_DSN=" + pgDSN},
 	})
 	h, err := c.api().Health(t.Context(), &api.HealthRequest{})
 	if err != nil {
@@ -56,9 +66,10 @@ func TestSecretsOffTheCommandLine(t *testing.T) {
 		t.Errorf("a DSN is on the command line: %q", cmdline)
 	}
 	log := c.out.String()
-	for _, want := range []string{"level=WARN", "file=" + dsnFile, "mode=0644", "chmod 600 " + dsnFile} {
+	for _, want := range []string{"level=WARN", "file=" + dsnFile, "mode=0644", "chmod 600 " + dsnFile,
+		"config file " + cfgFile + " is readable by other users (mode 0604)", "chmod 600 " + cfgFile} {
 		if !strings.Contains(log, want) {
-			t.Errorf("no warning about the world-readable dsn_file (want %q) in:\n%s", want, log)
+			t.Errorf("no warning about the world-readable dsn_file or config file (want %q) in:\n%s", want, log)
 		}
 	}
 }
