@@ -37,6 +37,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -225,12 +226,25 @@ func ExpandEnv(dsn string) (string, error) {
 	return out, nil
 }
 
+// MaxDSNFile bounds a dsn_file's size: a DSN is a line, and a wrong path
+// (a log, a device) must not be read whole.
+const MaxDSNFile = 64 << 10
+
 // ReadDSNFile reads a DSN from a file: its contents without surrounding
-// white space, taken literally. An empty file is an error.
+// white space, taken literally. An empty file, or one larger than
+// MaxDSNFile, is an error; the error never shows the contents.
 func ReadDSNFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("dsn_file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxDSNFile+1))
+	if err != nil {
+		return "", fmt.Errorf("dsn_file: %w", err)
+	}
+	if len(b) > MaxDSNFile {
+		return "", fmt.Errorf("dsn_file %s is larger than %d bytes: is it the right file? It should hold one DSN", path, MaxDSNFile)
 	}
 	dsn := strings.TrimSpace(string(b))
 	if dsn == "" {

@@ -71,12 +71,18 @@ func TestParseRMFlagBadSecrets(t *testing.T) {
 	if err := os.WriteFile(unreadable, []byte("postgres://u:"+secret+"@h/db"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	big := filepath.Join(dir, "big.dsn")
+	if err := os.WriteFile(big, []byte(strings.Repeat("x", MaxDSNFile+1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// A directory cannot be read as a file, even by root (chmod 000 can).
 	for _, tc := range []struct{ flag, want string }{
 		{"pg=postgres:postgres://u:" + secret + "@h/${TANDEM_TEST_UNSET}", "environment variable TANDEM_TEST_UNSET is not set"},
 		{"pg=postgres:@" + filepath.Join(dir, "missing.dsn"), "missing.dsn: no such file"},
 		{"pg=postgres:@" + dir, "is a directory"},
 		{"pg=postgres:@" + empty, "is empty"},
+		{"pg=postgres:@" + big, "is larger than 65536 bytes"},
+		{"pg=postgres:@/dev/zero", "is larger than 65536 bytes"},
 		{"pg=postgres:@", "want NAME=DRIVER:DSN or NAME=DRIVER:@FILE"},
 	} {
 		_, _, err := ParseRMFlag(tc.flag)
