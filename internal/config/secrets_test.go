@@ -155,3 +155,13 @@ func TestLoadBadSecrets(t *testing.T) {
 		}
 	}
 }
+
+// An expanded value is not expanded again: a password containing "${" that
+// comes from the environment is taken as it is.
+func TestExpandEnvOnce(t *testing.T) {
+	t.Setenv("TANDEM_TEST_DSN", "postgres://u:a${B}c@h/db")
+	got, err := ExpandEnv("${TANDEM_TEST_DSN}")
+	if err != nil || got != "postgres://u:a${B}c@h/db" {
+		t.Fatalf("ExpandEnv = %q, %v", got, err)
+	}
+}
