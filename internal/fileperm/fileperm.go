@@ -2,7 +2,7 @@
 // with DSNs, a dsn_file, a token or key file) cannot be read by other users.
 //
 // It only reports: a loose file is still used, with a warning that names the
-// file, its mode and the fix, so that an operator who relies on a group
+// file, its mode and the fix, so that a deployment that relies on a group
 // (root:tandem 0640) is not locked out, but nobody is left unaware.
 package fileperm
 
@@ -41,7 +41,7 @@ func Warning(path, what string) (string, error) {
 	if err != nil || who == "" {
 		return "", err
 	}
-	return fmt.Sprintf("%s %s is readable by %s (mode %04o) and holds secrets: run chmod 600 %s (or chmod 640 with a group only the coordinator's user is in)",
+	return fmt.Sprintf("%s %s is readable by %s (mode %04o) and holds secrets: run chmod 600 %s",
 		what, path, who, mode, path), nil
 }
 
