@@ -136,7 +136,8 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 		cfg.Workloads = []string{bench.WorkloadXA}
 	}
 	if len(rms) == 0 {
-		rms = multiFlag{"pg=postgres:" + os.Getenv("TANDEM_PG_DSN"), "maria=mysql:" + os.Getenv("TANDEM_MYSQL_DSN")}
+		// Expanded by ParseRMFlag, once: a DSN's own text is never expanded again.
+		rms = multiFlag{"pg=postgres:${TANDEM_PG_DSN}", "maria=mysql:${TANDEM_MYSQL_DSN}"}
 		if os.Getenv("TANDEM_PG_DSN") == "" || os.Getenv("TANDEM_MYSQL_DSN") == "" {
 			return errors.New("no databases: set TANDEM_PG_DSN and TANDEM_MYSQL_DSN (scripts/db up; eval \"$(scripts/db env)\") or pass --rm twice")
 		}

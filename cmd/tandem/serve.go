@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/config"
+	"github.com/tandem-tx/tandem/internal/fileperm"
 	"github.com/tandem-tx/tandem/internal/server"
 )
 
@@ -20,9 +21,11 @@ func init() {
 		summary: "run the coordinator daemon (gRPC API, decision log, phase 2, recovery)",
 		usage: `[--config FILE] [--listen ADDR] [--admin ADDR] [--data-dir DIR] --rm NAME=DRIVER:DSN ...
 
-Examples:
-  tandem serve --rm pg=postgres:"$TANDEM_PG_DSN" --rm maria=mysql:"$TANDEM_MYSQL_DSN"
-  tandem serve --config tandem.yaml
+Examples (the single quotes keep the DSNs, and so the passwords, out of ps:
+tandem expands ${VAR} itself):
+  tandem serve --rm pg=postgres:'${TANDEM_PG_DSN}' --rm maria=mysql:'${TANDEM_MYSQL_DSN}'
+  tandem serve --rm pg=postgres:@/etc/tandem/pg.dsn --rm maria=mysql:@/etc/tandem/maria.dsn
+  tandem serve --config tandem.yaml   (rms: pg: {driver: postgres, dsn_file: pg.dsn} ...)
 
 Flags override the config file. On start the decision log is replayed, every
 decided transaction whose phase 2 is unfinished is driven again, and every
@@ -56,7 +59,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	dataDir := fs.String("data-dir", "", "directory of the decision log (default "+config.DefaultDataDir+")")
 	admin := fs.String("admin", defaultAdmin, "admin HTTP address for /waits and /metrics (plain HTTP, no authentication: keep it on loopback); \"\" for none. If the default is taken, the coordinator starts without it")
 	var rms multiFlag
-	fs.Var(&rms, "rm", "resource manager NAME=DRIVER:DSN, DRIVER postgres or mysql (repeatable)")
+	fs.Var(&rms, "rm", "resource manager NAME=DRIVER:DSN or NAME=DRIVER:@FILE, DRIVER postgres or mysql (repeatable). Keep passwords off the command line: ${VAR} in the DSN is replaced by the environment variable VAR, and @FILE reads the DSN from FILE")
 	orphan := fs.Duration("orphan-timeout", 0, "abort a prepared branch with no decision after this long (default 60s)")
 	scan := fs.Duration("scan-interval", 0, "how often to scan every database for in-doubt branches (default 10s)")
 	p2wait := fs.Duration("phase2-wait", 0, "longest a Commit waits for phase 2 when the caller set no deadline (default 10s)")
@@ -88,12 +91,18 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "tandem serve: unexpected argument %q\n", fs.Arg(0))
 		return errUsage
 	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: use debug, info, warn or error", *logLevel)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	var cfg config.Config
 	if *file != "" {
 		var err error
 		if cfg, err = config.Load(*file); err != nil {
 			return err
 		}
+		fileperm.Warn(logger, *file, "config file")
 	}
 	for _, f := range rms {
 		name, r, err := config.ParseRMFlag(f)
@@ -134,11 +143,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		cfg.LogSize = n
 	}
 
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level %q: use debug, info, warn or error", *logLevel)
+	for _, name := range cfg.RMNames() {
+		if f := cfg.RMs[name].DSNFile; f != "" {
+			fileperm.Warn(logger, f, fmt.Sprintf("rm %q: dsn_file", name))
+		}
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	adminSet := false
 	fs.Visit(func(f *flag.Flag) { adminSet = adminSet || f.Name == "admin" })
 	var token string
@@ -147,6 +156,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		if token, err = server.ReadTokenFile(*tokenFile); err != nil {
 			return err
 		}
+		fileperm.Warn(logger, *tokenFile, "auth token file")
 	}
 	so := server.StandbyOptions{Listen: *standbyListen, Of: *standbyOf, Transport: *transport, Protection: *protection, NetTimeout: *netTimeout, Peer: *peer,
 		MaxConnections: *maxConns, DisableNoDelay: *noDelayOff}

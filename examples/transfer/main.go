@@ -20,36 +20,24 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"time"
 )
 
 func main() {
-	cfg := defaultConfig()
-	flag.IntVar(&cfg.Workers, "workers", cfg.Workers, "concurrent workers, each on its own pair of connections")
-	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long to run (ignored with --transfers)")
-	flag.IntVar(&cfg.Transfers, "transfers", 0, "stop after this many committed transfers in all (0: run for --duration)")
-	flag.IntVar(&cfg.Accounts, "accounts", cfg.Accounts, "accounts on each database")
-	flag.StringVar(&cfg.Coordinator, "coordinator", "", "address of a running coordinator (default: start one in this process)")
-	flag.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "decision log directory of the in-process coordinator")
-	flag.StringVar(&cfg.PGDSN, "pg", os.Getenv("TANDEM_PG_DSN"), "PostgreSQL DSN (default $TANDEM_PG_DSN)")
-	flag.StringVar(&cfg.MySQLDSN, "mysql", os.Getenv("TANDEM_MYSQL_DSN"), "MariaDB/MySQL DSN (default $TANDEM_MYSQL_DSN)")
-	flag.BoolVar(&cfg.Reset, "reset", true, "recreate the tables and balances before running")
-	flag.StringVar(&cfg.AckFile, "acked", "", "append the gtrid of every transfer acknowledged as committed to this file")
-	flag.StringVar(&cfg.Prefix, "prefix", "", "prefix of the table names (accounts, transfer_journal), to keep runs apart")
-	flag.StringVar(&cfg.PGName, "rm-pg", "pg", "the PostgreSQL resource manager's name (the coordinator's --rm name)")
-	flag.StringVar(&cfg.MariaName, "rm-maria", "maria", "the MariaDB resource manager's name")
-	flag.BoolVar(&cfg.NoCheck, "no-check", false, "skip the checks at the end (when other clients still run, as in the chaos test)")
-	flag.BoolVar(&cfg.CheckOnly, "check-only", false, "run no transfers; check the invariants (with --acked: those transfers must be present)")
-	flag.Int64Var(&cfg.InitialBalance, "initial-balance", cfg.InitialBalance, "balance of every account at reset; the total must stay accounts × 2 × this")
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "Usage: transfer [flags]\n\nMoves money between PostgreSQL and MariaDB accounts in global transactions and checks that none is lost.\n\nFlags:\n")
-		flag.PrintDefaults()
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "transfer:", err)
+		os.Exit(2)
 	}
-	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -61,6 +49,57 @@ func main() {
 		fmt.Fprintln(os.Stderr, "transfer:", err)
 		os.Exit(1)
 	}
+}
+
+// parseFlags reads the command line into a Config.
+func parseFlags(args []string, output io.Writer) (Config, error) {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("transfer", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "concurrent workers, each on its own pair of connections")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long to run (ignored with --transfers)")
+	fs.IntVar(&cfg.Transfers, "transfers", 0, "stop after this many committed transfers in all (0: run for --duration)")
+	fs.IntVar(&cfg.Accounts, "accounts", cfg.Accounts, "accounts on each database")
+	fs.StringVar(&cfg.Coordinator, "coordinator", "", "address of a running coordinator (default: start one in this process)")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "decision log directory of the in-process coordinator")
+	fs.StringVar(&cfg.PGDSN, "pg", os.Getenv("TANDEM_PG_DSN"), "PostgreSQL DSN (default $TANDEM_PG_DSN)")
+	fs.StringVar(&cfg.MySQLDSN, "mysql", os.Getenv("TANDEM_MYSQL_DSN"), "MariaDB/MySQL DSN (default $TANDEM_MYSQL_DSN)")
+	fs.BoolVar(&cfg.Reset, "reset", true, "recreate the tables and balances before running (off with --check-only)")
+	fs.StringVar(&cfg.AckFile, "acked", "", "append the gtrid of every transfer acknowledged as committed to this file")
+	fs.StringVar(&cfg.Prefix, "prefix", "", "prefix of the table names (accounts, transfer_journal), to keep runs apart")
+	fs.StringVar(&cfg.PGName, "rm-pg", "pg", "the PostgreSQL resource manager's name (the coordinator's --rm name)")
+	fs.StringVar(&cfg.MariaName, "rm-maria", "maria", "the MariaDB resource manager's name")
+	fs.BoolVar(&cfg.NoCheck, "no-check", false, "skip the checks at the end (when other clients still run, as in the chaos test)")
+	fs.BoolVar(&cfg.ResetOnly, "reset-only", false, "recreate the tables and balances, then exit: no transfers, no checks")
+	fs.BoolVar(&cfg.CheckOnly, "check-only", false, "run no transfers; check the invariants (with --acked: those transfers must be present). Never recreates the tables")
+	fs.Int64Var(&cfg.InitialBalance, "initial-balance", cfg.InitialBalance, "balance of every account at reset; the total must stay accounts × 2 × this")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: transfer [flags]\n\nMoves money between PostgreSQL and MariaDB accounts in global transactions and checks that none is lost.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q (flags only; see --help)", fs.Arg(0))
+	}
+	// A check never destroys what it checks: with --check-only the tables
+	// are left as they are, and asking for a reset as well is refused.
+	if cfg.CheckOnly && cfg.ResetOnly {
+		return cfg, errors.New("--check-only --reset-only: a check never recreates the tables it checks; choose one")
+	}
+	if cfg.ResetOnly {
+		cfg.Reset = true
+	}
+	if cfg.CheckOnly {
+		resetSet := false
+		fs.Visit(func(f *flag.Flag) { resetSet = resetSet || f.Name == "reset" })
+		if resetSet && cfg.Reset {
+			return cfg, errors.New("--check-only --reset: a check never recreates the tables it checks (that would wipe the journal); run the check alone, or reset without --check-only")
+		}
+		cfg.Reset = false
+	}
+	return cfg, nil
 }
 
 func defaultConfig() Config {

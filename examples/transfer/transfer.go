@@ -34,11 +34,16 @@ type Config struct {
 	DataDir        string
 	PGDSN          string
 	MySQLDSN       string
-	Reset          bool
+	// Reset recreates the tables and balances before the run. It cannot be
+	// combined with CheckOnly.
+	Reset bool
 	// AckFile, if set, gets one line per transfer acknowledged as committed
 	// (its gtrid), appended as soon as Commit returns: a checker can verify
 	// them even if this process is killed.
 	AckFile string
+	// ResetOnly recreates the tables and balances and returns: no
+	// transfers, no checks (a nil Report).
+	ResetOnly bool
 	// CheckOnly skips the workers and only checks the invariants, counting
 	// the gtrids in AckFile as acknowledged.
 	CheckOnly bool
@@ -123,6 +128,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	if cfg.PGDSN == "" || cfg.MySQLDSN == "" {
 		return nil, errors.New("need a PostgreSQL and a MariaDB DSN: set TANDEM_PG_DSN and TANDEM_MYSQL_DSN (eval \"$(scripts/db env)\") or pass --pg and --mysql")
 	}
+	if cfg.CheckOnly && (cfg.Reset || cfg.ResetOnly) {
+		return nil, errors.New("CheckOnly with Reset: a check never recreates the tables it checks (that would wipe the journal); turn Reset off")
+	}
 	if cfg.Workers < 1 || cfg.Accounts < 1 {
 		return nil, errors.New("--workers and --accounts must be at least 1")
 	}
@@ -138,10 +146,15 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	defer my.Close()
 	pg.SetMaxOpenConns(cfg.Workers + 4)
 	my.SetMaxOpenConns(cfg.Workers + 4)
-	if cfg.Reset {
+	if cfg.Reset || cfg.ResetOnly {
 		if err := setup(ctx, pg, my, cfg); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.ResetOnly {
+		n := cfg.names()
+		fmt.Fprintf(progress, "transfer: tables %s and %s recreated on both databases, %d accounts on each\n", n.accounts, n.journal, cfg.Accounts)
+		return nil, nil
 	}
 	want := 2 * int64(cfg.Accounts) * cfg.InitialBalance
 	rep := &Report{Workers: cfg.Workers, Want: want, CoordinatorAt: cfg.Coordinator}

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,5 +37,100 @@ func TestTransferKeepsInvariants(t *testing.T) {
 	}
 	if rep.Committed != 300 || rep.JournalPG != 300 || rep.JournalMySQL != 300 || rep.Total != rep.Want || rep.Dangling != 0 {
 		t.Fatalf("report %+v", rep)
+	}
+}
+
+// --check-only verifies what is there: it never recreates the tables (which
+// would wipe the journal it is asked to check), and asking for both is refused.
+func TestCheckOnlyNeverResets(t *testing.T) {
+	cfg, err := parseFlags([]string{"--check-only"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Reset {
+		t.Fatal("--check-only left --reset on: the check would recreate the tables it checks")
+	}
+	if _, err := parseFlags([]string{"--check-only", "--reset"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--check-only") {
+		t.Fatalf("--check-only --reset: got %v, want a refusal naming both flags", err)
+	}
+	if _, err := Run(context.Background(), Config{CheckOnly: true, Reset: true, PGDSN: "x", MySQLDSN: "y", Workers: 1, Accounts: 1}, io.Discard); err == nil || !strings.Contains(err.Error(), "Reset") {
+		t.Fatalf("Run with CheckOnly and Reset: got %v, want a refusal", err)
+	}
+	if _, err := parseFlags([]string{"--check-only", "--reset-only"}, io.Discard); err == nil {
+		t.Fatal("--check-only --reset-only: accepted, want a refusal")
+	}
+	if cfg, err := parseFlags([]string{"--reset-only"}, io.Discard); err != nil || !cfg.ResetOnly || !cfg.Reset {
+		t.Fatalf("--reset-only: %+v, %v", cfg, err)
+	}
+	if cfg, err := parseFlags([]string{"--reset=false"}, io.Discard); err != nil || cfg.Reset {
+		t.Fatalf("--reset=false: %+v, %v", cfg, err)
+	}
+	if cfg, err := parseFlags(nil, io.Discard); err != nil || !cfg.Reset {
+		t.Fatalf("no flags: reset should stay on by default: %+v, %v", cfg, err)
+	}
+}
+
+// A run, then a check with the command line a user types: the journal the
+// run wrote is still there and checked.
+func TestCheckOnlyKeepsTheJournal(t *testing.T) {
+	if os.Getenv("TANDEM_PG_DSN") == "" || os.Getenv("TANDEM_MYSQL_DSN") == "" {
+		if os.Getenv("TANDEM_E2E_REQUIRED") == "1" {
+			t.Fatal("TANDEM_PG_DSN and TANDEM_MYSQL_DSN are required")
+		}
+		t.Skip("TANDEM_PG_DSN / TANDEM_MYSQL_DSN not set")
+	}
+	prefix := fmt.Sprintf("c%d_", os.Getpid())
+	t.Cleanup(func() { dropTables(t, prefix) })
+	rms := []string{"--rm-pg", fmt.Sprintf("pgc%d", os.Getpid()), "--rm-maria", fmt.Sprintf("mariac%d", os.Getpid())}
+	ack := filepath.Join(t.TempDir(), "acked")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run, err := parseFlags(append([]string{"--workers", "2", "--transfers", "40", "--accounts", "20", "--prefix", prefix,
+		"--data-dir", t.TempDir(), "--acked", ack}, rms...), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := Run(ctx, run, io.Discard); err != nil || rep.JournalPG != 40 {
+		t.Fatalf("run: %+v, %v", rep, err)
+	}
+	chk, err := parseFlags(append([]string{"--check-only", "--accounts", "20", "--prefix", prefix, "--acked", ack}, rms...), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(ctx, chk, io.Discard)
+	if err != nil {
+		t.Fatalf("check: %v (report %+v)", err, rep)
+	}
+	if rep.JournalPG != 40 || rep.JournalMySQL != 40 {
+		t.Fatalf("after --check-only the journals hold %d (postgres) and %d (mariadb) rows, want the run's 40: the check recreated the tables", rep.JournalPG, rep.JournalMySQL)
+	}
+	// --reset-only is how a fresh start is asked for (the chaos test's setup).
+	reset, err := parseFlags([]string{"--reset-only", "--accounts", "20", "--prefix", prefix}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := Run(ctx, reset, io.Discard); rep != nil || err != nil {
+		t.Fatalf("--reset-only: %+v, %v", rep, err)
+	}
+	chk.AckFile = ""
+	if rep, err := Run(ctx, chk, io.Discard); err != nil || rep.JournalPG != 0 || rep.Total != rep.Want {
+		t.Fatalf("check after --reset-only: %+v, %v", rep, err)
+	}
+}
+
+// dropTables removes a run's tables from both databases.
+func dropTables(t *testing.T, prefix string) {
+	for _, db := range []struct{ driver, dsn string }{{"pgx", os.Getenv("TANDEM_PG_DSN")}, {"mysql", os.Getenv("TANDEM_MYSQL_DSN")}} {
+		h, err := sql.Open(db.driver, db.dsn)
+		if err != nil {
+			t.Errorf("drop the test tables: %v", err)
+			continue
+		}
+		for _, tbl := range []string{prefix + "accounts", prefix + "transfer_journal"} {
+			if _, err := h.Exec("DROP TABLE IF EXISTS " + tbl); err != nil {
+				t.Errorf("drop %s: %v", tbl, err)
+			}
+		}
+		h.Close()
 	}
 }

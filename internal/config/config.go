@@ -12,16 +12,36 @@
 //	max_clock_skew: 10s             # a gtrid stamped further in the future is refused
 //	log_size: 64MiB                 # decision log size: circular, in 8 segments
 //	rms:
-//	  pg:    {driver: postgres, dsn: "postgres://tandem:secret@127.0.0.1:55432/tandem"}
-//	  maria: {driver: mysql,    dsn: "tandem:secret@tcp(127.0.0.1:53306)/tandem", max_conns: 16}
+//	  pg:    {driver: postgres, dsn: "postgres://tandem:${TANDEM_DB_PASSWORD}@127.0.0.1:55432/tandem"}
+//	  maria: {driver: mysql,    dsn_file: /etc/tandem/maria.dsn, max_conns: 16}
+//
+// # Secrets
+//
+// A DSN holds a password, so it need not be written where others can read
+// it (a command line is visible in ps):
+//
+//   - ${NAME} in a DSN (config file dsn, or --rm) is replaced by the
+//     environment variable NAME; an unset variable is an error naming it.
+//     Only the ${NAME} form is expanded, and only in DSNs ($NAME is left as
+//     it is).
+//   - dsn_file: FILE in the config file, or --rm NAME=DRIVER:@FILE, reads the
+//     DSN from FILE (surrounding white space removed), literally: nothing in
+//     it is expanded. A relative dsn_file is relative to the config file's
+//     directory; a relative --rm @FILE to the working directory. A DSN that
+//     really begins with '@' must therefore be put in a file.
+//
+// The coordinator warns at start about a config file or dsn_file that other
+// users can read (package fileperm). Errors never show a DSN's password.
 package config
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -36,8 +56,12 @@ import (
 
 // RM configures one resource manager.
 type RM struct {
-	Driver   string `yaml:"driver"`
-	DSN      string `yaml:"dsn"`
+	Driver string `yaml:"driver"`
+	// DSN is the data source name, with ${VAR} expanded once loaded.
+	DSN string `yaml:"dsn"`
+	// DSNFile, if set, is the file the DSN was read from (DSN then holds its
+	// contents): the coordinator checks its permissions.
+	DSNFile  string `yaml:"dsn_file"`
 	MaxConns int    `yaml:"max_conns"`
 }
 
@@ -128,6 +152,8 @@ func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // Load reads a YAML file. Unknown keys are errors, so a typo is never ignored.
+// Each RM's DSN is resolved as the package comment says: ${VAR} expanded,
+// or dsn_file read (relative to the file's directory).
 func Load(path string) (Config, error) {
 	var c Config
 	data, err := os.ReadFile(path)
@@ -137,19 +163,118 @@ func Load(path string) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && err.Error() != "EOF" {
-		return c, fmt.Errorf("config %s: %w", path, err)
+		return c, fmt.Errorf("config %s: %s", path, hideValues(err.Error()))
+	}
+	for _, name := range c.RMNames() {
+		r := c.RMs[name]
+		switch {
+		case r.DSN != "" && r.DSNFile != "":
+			return c, fmt.Errorf("config %s: rm %q: set dsn or dsn_file, not both", path, name)
+		case r.DSNFile != "":
+			if !filepath.IsAbs(r.DSNFile) {
+				r.DSNFile = filepath.Join(filepath.Dir(path), r.DSNFile)
+			}
+			if r.DSN, err = ReadDSNFile(r.DSNFile); err != nil {
+				return c, fmt.Errorf("config %s: rm %q: %w", path, name, err)
+			}
+		default:
+			if r.DSN, err = ExpandEnv(r.DSN); err != nil {
+				return c, fmt.Errorf("config %s: rm %q: dsn: %w", path, name, err)
+			}
+		}
+		c.RMs[name] = r
 	}
 	return c, nil
 }
 
+// yamlValue is a value quoted in a YAML decoding error ("cannot unmarshal
+// !!str `u:pw@tc...` into ..."): it may be the start of a DSN.
+var yamlValue = regexp.MustCompile("`[^`]*`")
+
+func hideValues(msg string) string { return yamlValue.ReplaceAllString(msg, "(value hidden)") }
+
+// envRef is one ${...} reference; envName is a valid environment variable name.
+var (
+	envRef  = regexp.MustCompile(`\$\{([^}]*)\}`)
+	envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// ExpandEnv replaces every ${NAME} in dsn with the environment variable
+// NAME. An unset variable, or a "${" not followed by a valid NAME and "}",
+// is an error that names the variable and never shows the DSN. Nothing else
+// is expanded ($NAME stays as it is). A variable set to "" expands to "".
+func ExpandEnv(dsn string) (string, error) {
+	var firstErr error
+	out := envRef.ReplaceAllStringFunc(dsn, func(ref string) string {
+		name := ref[2 : len(ref)-1]
+		if !envName.MatchString(name) {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("${...} with %q inside: write ${NAME} with NAME an environment variable's name (letters, digits, _), or put the DSN in a dsn_file, which is read literally", name)
+			}
+			return ref
+		}
+		v, ok := os.LookupEnv(name)
+		if !ok && firstErr == nil {
+			firstErr = fmt.Errorf("environment variable %s is not set (the DSN uses ${%s}): export it, or use a dsn_file", name, name)
+		}
+		return v
+	})
+	if firstErr != nil {
+		return "", firstErr
+	}
+	if strings.Contains(envRef.ReplaceAllString(dsn, ""), "${") {
+		return "", errors.New("${ without a closing }: write ${NAME}, or put the DSN in a dsn_file, which is read literally")
+	}
+	return out, nil
+}
+
+// MaxDSNFile bounds a dsn_file's size: a DSN is a line, and a wrong path
+// (a log, a device) must not be read whole.
+const MaxDSNFile = 64 << 10
+
+// ReadDSNFile reads a DSN from a file: its contents without surrounding
+// white space, taken literally. An empty file, or one larger than
+// MaxDSNFile, is an error; the error never shows the contents.
+func ReadDSNFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("dsn_file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxDSNFile+1))
+	if err != nil {
+		return "", fmt.Errorf("dsn_file: %w", err)
+	}
+	if len(b) > MaxDSNFile {
+		return "", fmt.Errorf("dsn_file %s is larger than %d bytes: is it the right file? It should hold one DSN", path, MaxDSNFile)
+	}
+	dsn := strings.TrimSpace(string(b))
+	if dsn == "" {
+		return "", fmt.Errorf("dsn_file %s is empty: write the DSN in it", path)
+	}
+	return dsn, nil
+}
+
 // ParseRMFlag reads NAME=DRIVER:DSN, e.g. pg=postgres:postgres://u:p@host/db.
+// ${VAR} in the DSN is expanded; NAME=DRIVER:@FILE reads the DSN from FILE
+// (see the package comment).
 func ParseRMFlag(s string) (name string, r RM, err error) {
 	name, rest, ok := strings.Cut(s, "=")
 	driver, dsn, ok2 := strings.Cut(rest, ":")
-	if !ok || !ok2 || name == "" || driver == "" || dsn == "" {
-		return "", r, fmt.Errorf("config: --rm %q: want NAME=DRIVER:DSN, e.g. pg=postgres:postgres://user:pass@127.0.0.1:5432/db", redactFlag(s))
+	if !ok || !ok2 || name == "" || driver == "" || dsn == "" || dsn == "@" {
+		return "", r, fmt.Errorf("config: --rm %q: want NAME=DRIVER:DSN or NAME=DRIVER:@FILE, e.g. pg=postgres:postgres://user:${PGPASSWORD}@127.0.0.1:5432/db", redactFlag(s))
 	}
-	return name, RM{Driver: driver, DSN: dsn}, nil
+	r = RM{Driver: driver}
+	if file, isFile := strings.CutPrefix(dsn, "@"); isFile {
+		r.DSNFile = file
+		r.DSN, err = ReadDSNFile(file)
+	} else {
+		r.DSN, err = ExpandEnv(dsn)
+	}
+	if err != nil {
+		return "", RM{}, fmt.Errorf("config: --rm %s: %w", redactFlag(s), err)
+	}
+	return name, r, nil
 }
 
 // flagHead is what a malformed --rm flag may show: the NAME=DRIVER: part. A
@@ -211,7 +336,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config: rm %q: %w", name, err)
 		}
 		if r.DSN == "" {
-			return fmt.Errorf("config: rm %q: dsn is empty", name)
+			return fmt.Errorf("config: rm %q: dsn is empty: set dsn or dsn_file", name)
 		}
 	}
 	for _, e := range []struct{ key, val, a, b string }{

@@ -165,7 +165,7 @@ func setup(t *testing.T) *harness {
 	h.coordAddr = l.Addr().String()
 	l.Close()
 	// Fresh accounts.
-	out, err := exec.Command(h.trans, "--pg", pg, "--mysql", my, "--reset", "--check-only", "--accounts", "200", "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria").CombinedOutput()
+	out, err := exec.Command(h.trans, "--pg", pg, "--mysql", my, "--reset-only", "--accounts", "200", "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria").CombinedOutput()
 	if err != nil {
 		t.Fatalf("reset: %v\n%s", err, out)
 	}

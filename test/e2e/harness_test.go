@@ -102,6 +102,7 @@ type coordOpts struct {
 	failpoints string   // TANDEM_FAILPOINTS
 	extra      []string // more flags
 	rms        []string // --rm values; default pg and maria
+	env        []string // more environment variables, NAME=VALUE
 }
 
 func freeAddr(t *testing.T) string {
@@ -121,7 +122,9 @@ func startCoordinator(t *testing.T, o coordOpts) *coordinator {
 	c := &coordinator{t: t, addr: freeAddr(t), dataDir: t.TempDir()}
 	rms := o.rms
 	if rms == nil {
-		rms = []string{"pg=postgres:" + pgDSN, "maria=mysql:" + myDSN}
+		// Expanded by tandem from its environment (inherited): the
+		// passwords stay off the command line, as they should in production.
+		rms = []string{"pg=postgres:${TANDEM_PG_DSN}", "maria=mysql:${TANDEM_MYSQL_DSN}"}
 	}
 	c.args = []string{"serve", "--listen", c.addr, "--data-dir", c.dataDir, "--scan-interval", "200ms", "--orphan-timeout", "2s"}
 	for _, r := range rms {
@@ -131,6 +134,7 @@ func startCoordinator(t *testing.T, o coordOpts) *coordinator {
 	if o.failpoints != "" {
 		c.env = []string{"TANDEM_FAILPOINTS=" + o.failpoints}
 	}
+	c.env = append(c.env, o.env...)
 	c.start()
 	t.Cleanup(c.stop)
 	return c

@@ -99,7 +99,7 @@ func startCoordinatorAuth(t *testing.T, tokFile string) *coordinator {
 // wrong (authentication fails) and one that is unreachable.
 func TestPasswordsNeverShown(t *testing.T) {
 	const pw = "Zq8SecretPw9X"
-	badPG := strings.Replace(pgDSN, "tandem:tandem@", "tandem:"+pw+"@", 1)
+	badPG := withPassword(t, pgDSN, pw)
 	badMy := "tandem:" + pw + "@tcp(127.0.0.1:1)/tandem"
 	admin := freeAddr(t)
 	c := startCoordinator(t, coordOpts{rms: []string{"pg=postgres:" + badPG, "maria=mysql:" + badMy}, extra: []string{"--admin", admin}})
