@@ -34,7 +34,7 @@ func TestBadRequestsAreRefusedClearly(t *testing.T) {
 		{"unknown RM", &api.CommitRequest{Gtrid: g, Branches: []*api.Branch{{Rm: "oracle"}}}, `unknown resource manager "oracle": this coordinator knows maria, pg`},
 		{"malformed gtrid", &api.CommitRequest{Gtrid: "not-a-gtrid", Branches: pg}, "want 32 lowercase hex digits"},
 		{"upper-case gtrid", &api.CommitRequest{Gtrid: strings.ToUpper(g), Branches: pg}, "want 0-9 or a-f"},
-		{"oversize gtrid", &api.CommitRequest{Gtrid: strings.Repeat("a", 100_000), Branches: pg}, "got 100000 characters"},
+		{"oversize gtrid", &api.CommitRequest{Gtrid: strings.Repeat("a", 10_000), Branches: pg}, "got 10000 characters"},
 		{"empty gtrid", &api.CommitRequest{Gtrid: "", Branches: pg}, "got 0 characters"},
 		{"empty branch list", &api.CommitRequest{Gtrid: g}, "branch list is empty"},
 		{"duplicate branch", &api.CommitRequest{Gtrid: g, Branches: []*api.Branch{{Rm: "pg"}, {Rm: "pg"}}}, `"pg" is listed twice`},
@@ -45,6 +45,10 @@ func TestBadRequestsAreRefusedClearly(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {
 			t.Errorf("%s: got %v; want INVALID_ARGUMENT containing %q", tc.name, err, tc.want)
 		}
+	}
+	// A request larger than any legitimate one is refused before it is decoded.
+	if _, err := cli.Commit(ctx, &api.CommitRequest{Gtrid: strings.Repeat("a", 100_000), Branches: pg}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a 100 kB request: %v, want RESOURCE_EXHAUSTED", err)
 	}
 	// Nothing was decided for g.
 	st, err := cli.Status(ctx, &api.StatusRequest{Gtrid: g})
