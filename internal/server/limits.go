@@ -30,7 +30,7 @@ type grpcLimits struct {
 	Handshake time.Duration // connection set-up, TLS handshake included
 	// MaxRecvMsg is the largest request, bytes: the largest legitimate one
 	// (a Commit of coord.MaxBranches branches with 32-character names) is
-	// about 3 KiB (TestAPIRequestSizeCap).
+	// about 2.5 KiB (TestAPIRequestSizeCap).
 	MaxRecvMsg int
 	MaxStreams uint32 // concurrent calls per connection; more wait in the client
 	// Keepalive: a client may ping at most every PingMinTime (more often:
