@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tandem-tx/tandem/api"
@@ -39,7 +41,15 @@ type Config struct {
 	// contacted when two or more branches of a transaction wrote.
 	Coordinator string
 	RMs         []RM
-	// DialOptions replace the default (plaintext, for a coordinator on loopback).
+	// TLS, when set, is used to reach a coordinator that serves TLS (its
+	// --tls-cert): RootCAs must trust its certificate (nil: the system's
+	// roots), and Certificates holds the client's certificate when the
+	// coordinator asks for one (--tls-client-ca, mutual TLS). Nil: plaintext,
+	// for a coordinator on loopback.
+	TLS *tls.Config
+	// DialOptions are added to the connection's options. Without TLS, a
+	// non-empty DialOptions replaces the plaintext default, so that it can
+	// bring its own transport credentials.
 	DialOptions []grpc.DialOption
 	// AuthToken is the coordinator's shared token (its --auth-token-file),
 	// sent on every call. Empty for a coordinator without authentication.
@@ -134,10 +144,14 @@ func New(cfg Config) (*Client, error) {
 		if err := addrhint.CheckAPIAddr(cfg.Coordinator); err != nil {
 			return nil, fmt.Errorf("client: %w", err)
 		}
-		opts := cfg.DialOptions
-		if len(opts) == 0 {
-			opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		var opts []grpc.DialOption
+		switch {
+		case cfg.TLS != nil:
+			opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS)))
+		case len(cfg.DialOptions) == 0:
+			opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		}
+		opts = append(opts, cfg.DialOptions...)
 		if cfg.AuthToken != "" {
 			opts = append(opts, grpc.WithPerRPCCredentials(api.TokenCredentials(cfg.AuthToken)))
 		}

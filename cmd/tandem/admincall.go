@@ -3,47 +3,126 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strings"
 
+	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/server"
+	"github.com/tandem-tx/tandem/internal/tlsconf"
 )
 
-// adminCall sends method path to the admin listener at addr (with the token
-// of TANDEM_AUTH_TOKEN_FILE, if set) and decodes the JSON answer into out.
-// An answer other than 200 OK is an error carrying the coordinator's text.
-func adminCall(ctx context.Context, method, addr, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, nil)
+// addTLSFlags adds --tls-ca, --tls-cert and --tls-key (defaults from
+// TANDEM_TLS_CA, TANDEM_TLS_CERT, TANDEM_TLS_KEY): how the command reaches
+// a coordinator that serves TLS. With none set it speaks plaintext.
+func addTLSFlags(fs *flag.FlagSet) *tlsconf.Files {
+	f := &tlsconf.Files{}
+	fs.StringVar(&f.CA, "tls-ca", os.Getenv("TANDEM_TLS_CA"), "the CA that signed the coordinator's certificate (env TANDEM_TLS_CA); any --tls-* flag makes the command use TLS (HTTPS for --admin)")
+	fs.StringVar(&f.Cert, "tls-cert", os.Getenv("TANDEM_TLS_CERT"), "client certificate, for a coordinator with --tls-client-ca (env TANDEM_TLS_CERT)")
+	fs.StringVar(&f.Key, "tls-key", os.Getenv("TANDEM_TLS_KEY"), "the client certificate's key (env TANDEM_TLS_KEY)")
+	return f
+}
+
+// adminFlags are the flags of a command that calls admin listeners: TLS,
+// and where the admin token is.
+type adminFlags struct {
+	tls       *tlsconf.Files
+	tokenFile *string
+	dataDir   *string // the coordinator's data directory, if the command has --data-dir
+}
+
+func addAdminFlags(fs *flag.FlagSet, dataDir *string) *adminFlags {
+	return &adminFlags{tls: addTLSFlags(fs), dataDir: dataDir,
+		tokenFile: fs.String("admin-token-file", os.Getenv("TANDEM_ADMIN_TOKEN_FILE"),
+			"the coordinator's admin token, which role changes need (env TANDEM_ADMIN_TOKEN_FILE; default DATA_DIR/"+server.AdminTokenName+", with --data-dir or "+config.DefaultDataDir+")")}
+}
+
+// tokenPath is where the admin token is read from.
+func (a *adminFlags) tokenPath() string {
+	if *a.tokenFile != "" {
+		return *a.tokenFile
+	}
+	dir := config.DefaultDataDir
+	if a.dataDir != nil && *a.dataDir != "" {
+		dir = *a.dataDir
+	}
+	return server.DefaultAdminTokenFile(dir)
+}
+
+// client is an admin client with the token in tokenFile ("" for
+// tokenPath()).
+func (a *adminFlags) client(tokenFile string) (*adminClient, error) {
+	cfg, err := tlsconf.Client(*a.tls)
+	if err != nil {
+		return nil, err
+	}
+	if tokenFile == "" {
+		tokenFile = a.tokenPath()
+	}
+	// No proxy: the admin token must go to the coordinator only.
+	tr := &http.Transport{Proxy: nil, TLSClientConfig: cfg}
+	c := &adminClient{http: &http.Client{Transport: tr}, scheme: "http", tokenFile: tokenFile}
+	if cfg != nil {
+		c.scheme = "https"
+	}
+	return c, nil
+}
+
+// adminClient calls a coordinator's admin listener (tandem serve --admin).
+type adminClient struct {
+	http      *http.Client
+	scheme    string
+	tokenFile string
+}
+
+// call sends method path to the admin listener at addr and decodes the
+// JSON answer into out. A role change (any method but GET) carries the
+// admin token and fails without it; a read carries the admin token if it
+// can be read, else the API token of TANDEM_AUTH_TOKEN_FILE, if set (a
+// listener off loopback wants one of them). An answer other than 200 OK is
+// an error carrying the coordinator's text.
+func (c *adminClient) call(ctx context.Context, method, addr, path string, out any) error {
+	url := c.scheme + "://" + addr + path
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		return fmt.Errorf("admin address %q: %w", addr, err)
 	}
-	if f := os.Getenv("TANDEM_AUTH_TOKEN_FILE"); f != "" {
-		tok, err := server.ReadTokenFile(f)
-		if err != nil {
-			return err
+	tok, err := server.ReadTokenFile(c.tokenFile)
+	if err != nil && method != http.MethodGet {
+		return fmt.Errorf("role changes need the coordinator's admin token: %w. It is DATA_DIR/%s on the coordinator's host (made at its first start): "+
+			"pass --data-dir DIR or --admin-token-file FILE, or set TANDEM_ADMIN_TOKEN_FILE", err, server.AdminTokenName)
+	}
+	if err != nil {
+		tok = ""
+		if f := os.Getenv("TANDEM_AUTH_TOKEN_FILE"); f != "" {
+			if tok, err = server.ReadTokenFile(f); err != nil {
+				return err
+			}
 		}
+	}
+	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("cannot reach the coordinator's admin listener at %s (tandem serve --admin): %w", addr, err)
+		return fmt.Errorf("cannot reach the coordinator's admin listener at %s (tandem serve --admin): %w", url, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return fmt.Errorf("%s http://%s%s: %w", method, addr, path, err)
+		return fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s http://%s%s: %s: %s", method, addr, path, resp.Status, strings.TrimSpace(string(body)))
+		return fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, strings.TrimSpace(string(body)))
 	}
 	if out == nil {
 		return nil
 	}
 	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("%s http://%s%s: bad JSON: %w", method, addr, path, err)
+		return fmt.Errorf("%s %s: bad JSON: %w", method, url, err)
 	}
 	return nil
 }

@@ -18,10 +18,12 @@ func init() {
 	register(&command{
 		name:    "promote",
 		summary: "make a standby the primary (failover): a running one (--admin) or a stopped one's data directory",
-		usage: `--admin ADDR | --data-dir DIR
+		usage: `--admin ADDR [--data-dir DIR | --admin-token-file FILE] [--tls-ca FILE ...] | --data-dir DIR
 
 A running standby (its tandem serve --admin address):
-  tandem promote --admin 127.0.0.1:7081
+  tandem promote --admin 127.0.0.1:7081 --data-dir /b
+The role change needs the standby's admin token: DIR/admin.token of its
+data directory (or --admin-token-file, TANDEM_ADMIN_TOKEN_FILE).
 It stops following, bumps the cluster's epoch, replays its copy of the log,
 drives phase 2 of every COMMIT without END, scans every database for
 in-doubt branches, and serves decisions (and ships to a standby of its own
@@ -45,14 +47,16 @@ newer epoch ("FENCED" in its log).`,
 
 func runPromote(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags(commands["promote"], stderr)
-	dir := fs.String("data-dir", "", "a stopped standby's data directory (default "+config.DefaultDataDir+")")
+	dir := fs.String("data-dir", "", "a stopped standby's data directory; with --admin, the running standby's (where its admin token is) (default "+config.DefaultDataDir+")")
 	admin := fs.String("admin", "", "a running standby's admin address (its tandem serve --admin)")
+	af := addAdminFlags(fs, dir)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *admin != "" {
-		if *dir != "" {
-			return errors.New("--admin (a running standby) and --data-dir (a stopped one) exclude each other")
+		ac, err := af.client("")
+		if err != nil {
+			return err
 		}
 		var out struct {
 			Cluster string `json:"cluster"`
@@ -60,7 +64,7 @@ func runPromote(args []string, stdout, stderr io.Writer) error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := adminCall(ctx, http.MethodPost, *admin, "/role/promote", &out); err != nil {
+		if err := ac.call(ctx, http.MethodPost, *admin, "/role/promote", &out); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "promoted the standby at %s: cluster %s, epoch %d; it serves decisions now\n", *admin, out.Cluster, out.Epoch)

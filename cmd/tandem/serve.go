@@ -13,6 +13,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/fileperm"
 	"github.com/tandem-tx/tandem/internal/server"
+	"github.com/tandem-tx/tandem/internal/tlsconf"
 )
 
 func init() {
@@ -32,18 +33,24 @@ decided transaction whose phase 2 is unfinished is driven again, and every
 resource manager is scanned for prepared branches in Tandem's format.
 SIGINT or SIGTERM stops it cleanly; unfinished phase 2 resumes at the next start.
 
-The admin listener (--admin, plain HTTP: keep it on loopback) serves /waits
-(wait events as JSON, read by "tandem waits"), /metrics (Prometheus) and
-/standby (the standby state as JSON).
+The admin listener (--admin) serves /waits (wait events as JSON, read by
+"tandem waits"), /metrics (Prometheus) and /standby (the standby state as
+JSON), open to reads on loopback, and the role changes (POST /role/...),
+which always need the admin token: DATA_DIR/admin.token, made at the first
+start (tandem promote, follow and switchover read it with --data-dir or
+--admin-token-file). Off loopback, --listen and --admin need TLS
+(--tls-cert, --tls-key; --tls-client-ca for mutual TLS), and the API a
+token or mutual TLS; see the README's "Security".
 
 A standby pair (each names the other with --peer, for fencing):
   tandem serve --data-dir /a --standby-listen 127.0.0.1:7072 --peer 127.0.0.1:7082 --protection max-protection --rm ...
   tandem serve --data-dir /b --listen 127.0.0.1:7080 --admin 127.0.0.1:7081 --standby-of 127.0.0.1:7072 \
                --standby-listen 127.0.0.1:7082 --peer 127.0.0.1:7072 --protection max-protection --rm ...
 The standby's own --standby-listen, --protection and --peer take effect when
-it is promoted. Failover: "tandem promote --admin 127.0.0.1:7081" (or stop
-it, "tandem promote --data-dir /b", start it without --standby-of).
-Switchover: "tandem switchover --primary-admin 127.0.0.1:7071 --standby-admin 127.0.0.1:7081".`,
+it is promoted. Failover: "tandem promote --admin 127.0.0.1:7081 --data-dir /b"
+(or stop it, "tandem promote --data-dir /b", start it without --standby-of).
+Switchover: "tandem switchover --primary-admin 127.0.0.1:7071 --standby-admin 127.0.0.1:7081
+--primary-token-file /a/admin.token --standby-token-file /b/admin.token".`,
 		run: runServe,
 	})
 }
@@ -57,7 +64,12 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	file := fs.String("config", "", "YAML configuration file (see the README's configuration reference)")
 	listen := fs.String("listen", "", "gRPC listen address (default "+config.DefaultListen+")")
 	dataDir := fs.String("data-dir", "", "directory of the decision log (default "+config.DefaultDataDir+")")
-	admin := fs.String("admin", defaultAdmin, "admin HTTP address for /waits and /metrics (plain HTTP, no authentication: keep it on loopback); \"\" for none. If the default is taken, the coordinator starts without it")
+	admin := fs.String("admin", defaultAdmin, "admin HTTP address: /waits, /metrics, /standby (open to reads on loopback) and the role changes (always need the admin token); off loopback it needs --tls-cert; \"\" for none. If the default is taken, the coordinator starts without it")
+	adminTokenFile := fs.String("admin-token-file", os.Getenv("TANDEM_ADMIN_TOKEN_FILE"), "file of the admin token that role changes (tandem promote, follow, switchover) need; created (random, mode 0600) if absent (env TANDEM_ADMIN_TOKEN_FILE; default DATA_DIR/"+server.AdminTokenName+")")
+	tlsCert := fs.String("tls-cert", "", "certificate (PEM) of the gRPC API and the admin listener: both then serve TLS only; required off loopback unless --insecure-no-tls")
+	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM)")
+	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) that signs client certificates: API and admin clients must present one (mutual TLS; it authenticates API calls as a token does)")
+	insecureTLS := fs.Bool("insecure-no-tls", false, "allow plaintext on a non-loopback --listen or --admin (only on a network you trust: tokens and transactions travel in clear)")
 	var rms multiFlag
 	fs.Var(&rms, "rm", "resource manager NAME=DRIVER:DSN or NAME=DRIVER:@FILE, DRIVER postgres or mysql (repeatable). Keep passwords off the command line: ${VAR} in the DSN is replaced by the environment variable VAR, and @FILE reads the DSN from FILE")
 	orphan := fs.Duration("orphan-timeout", 0, "abort a prepared branch with no decision after this long (default 60s)")
@@ -70,8 +82,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	batchWindow := fs.Duration("batch-window", 0, "with --write batch: longest a decision waits to share an fdatasync (default 2ms)")
 	visibility := fs.String("visibility", "", "default for commits: sync (reply after phase 2) or async (right after the decision) (default sync)")
 	logSize := fs.String("log-size", "", "decision log size, e.g. 64MiB: circular, in 8 segments; past 80% new commits are throttled, past 90% refused (default 64MiB)")
-	tokenFile := fs.String("auth-token-file", "", "file holding a shared token every API call must carry (required to listen on anything but loopback)")
-	insecure := fs.Bool("insecure-no-auth", false, "allow an API without authentication on a non-loopback address (only on a network you trust)")
+	tokenFile := fs.String("auth-token-file", "", "file holding a shared token every API call must carry (off loopback, this or --tls-client-ca is required)")
+	insecure := fs.Bool("insecure-no-auth", false, "allow an API without authentication (no token, no client certificate) on a non-loopback address (only on a network you trust)")
 	standbyListen := fs.String("standby-listen", "", "address standbys connect to (e.g. 0.0.0.0:7072); the decision log is shipped to the standby that connects (plain TCP: a trusted network only). On a standby: the address it serves its own standby on once promoted")
 	standbyOf := fs.String("standby-of", "", "run a standby of the primary whose --standby-listen is ADDR: copy its decision log into --data-dir, decide nothing (Commit is refused, naming the primary); \"tandem promote\" makes it a primary")
 	transport := fs.String("transport", "", "with --standby-listen: sync (a decision is acknowledged once the standby has it on disk; one round trip per group commit), async (the stream runs behind, never delays a commit) or arch (only completed log segments are shipped, over --max-connections; max-performance only) (default: from --protection)")
@@ -174,7 +186,12 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		}
 		*b.dst = int(n)
 	}
-	s, err := server.Start(cfg, server.Options{Logger: logger, Admin: *admin, AdminBestEffort: !adminSet, AuthToken: token, InsecureNoAuth: *insecure, Standby: so})
+	tlsCfg, err := tlsconf.Server(tlsconf.Files{Cert: *tlsCert, Key: *tlsKey, CA: *tlsClientCA})
+	if err != nil {
+		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
+	}
+	s, err := server.Start(cfg, server.Options{Logger: logger, Admin: *admin, AdminBestEffort: !adminSet, AdminTokenFile: *adminTokenFile,
+		AuthToken: token, InsecureNoAuth: *insecure, TLS: tlsCfg, InsecureNoTLS: *insecureTLS, Standby: so})
 	if err != nil {
 		return err
 	}

@@ -10,19 +10,22 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/server"
+	"github.com/tandem-tx/tandem/internal/tlsconf"
 )
 
 func init() {
 	register(&command{
 		name:    "status",
 		summary: "show the coordinator's health, or the outcome of one global transaction",
-		usage: `[--coordinator ADDR] [--resolve] [GTRID]
+		usage: `[--coordinator ADDR] [--resolve] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] [GTRID]
 
 A coordinator that requires a token: set TANDEM_AUTH_TOKEN_FILE to its file.
+One that serves TLS: --tls-ca (and a client certificate for mutual TLS).
 Without GTRID: whether the coordinator can decide, which databases it reaches,
 and how many decided transactions still wait for phase 2. Exits non-zero when
 the coordinator is not ready (a database refused its login: fix the DSN) or
@@ -33,10 +36,18 @@ With GTRID: COMMITTED, ABORTED or UNDECIDED, and phase 2 on each branch.
 	})
 }
 
-// dialCoordinator connects to a coordinator's API. The shared token, if the
-// coordinator requires one, comes from $TANDEM_AUTH_TOKEN_FILE.
-func dialCoordinator(addr string) (api.CoordinatorClient, func(), error) {
+// dialCoordinator connects to a coordinator's API, over TLS when tf names
+// any file. The shared token, if the coordinator requires one, comes from
+// $TANDEM_AUTH_TOKEN_FILE.
+func dialCoordinator(addr string, tf tlsconf.Files) (api.CoordinatorClient, func(), error) {
+	cfg, err := tlsconf.Client(tf)
+	if err != nil {
+		return nil, nil, err
+	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if cfg != nil {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
+	}
 	if f := os.Getenv("TANDEM_AUTH_TOKEN_FILE"); f != "" {
 		tok, err := server.ReadTokenFile(f)
 		if err != nil {
@@ -56,10 +67,11 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("coordinator", "127.0.0.1:7070", "coordinator gRPC address")
 	resolve := fs.Bool("resolve", false, "abort the gtrid if it is undecided")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	tf := addTLSFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cli, closeFn, err := dialCoordinator(*addr)
+	cli, closeFn, err := dialCoordinator(*addr, *tf)
 	if err != nil {
 		return err
 	}

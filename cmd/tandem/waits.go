@@ -30,7 +30,8 @@ largest wait ever fell in the interval, else within a factor of 2). The
 client side is the SDK's table in the coordinator's process: empty for
 "tandem serve", filled when the coordinator is embedded in the application.
 Every event is described in the README ("Wait events"). A coordinator that
-requires a token: set TANDEM_AUTH_TOKEN_FILE to its file.`,
+listens off loopback wants a token: the admin token (--admin-token-file) or
+the API's (TANDEM_AUTH_TOKEN_FILE); with TLS, --tls-ca.`,
 		run: runWaits,
 	})
 }
@@ -42,7 +43,12 @@ func runWaits(args []string, stdout, stderr io.Writer) error {
 	side := fs.String("side", "all", "coordinator, client or all")
 	asJSON := fs.Bool("json", false, "print JSON (the /waits body, or the interval's delta) instead of tables")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up on one request after this long")
+	af := addAdminFlags(fs, nil)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	ac, err := af.client("")
+	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -58,7 +64,7 @@ func runWaits(args []string, stdout, stderr io.Writer) error {
 	get := func() (server.WaitsResponse, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 		defer cancel()
-		return fetchWaits(ctx, *addr)
+		return fetchWaits(ctx, ac, *addr)
 	}
 	first, err := get()
 	if err != nil {
@@ -102,8 +108,8 @@ func runWaits(args []string, stdout, stderr io.Writer) error {
 }
 
 // fetchWaits reads GET /waits from an admin listener.
-func fetchWaits(ctx context.Context, addr string) (server.WaitsResponse, error) {
+func fetchWaits(ctx context.Context, ac *adminClient, addr string) (server.WaitsResponse, error) {
 	var out server.WaitsResponse
-	err := adminCall(ctx, http.MethodGet, addr, "/waits", &out)
+	err := ac.call(ctx, http.MethodGet, addr, "/waits", &out)
 	return out, err
 }

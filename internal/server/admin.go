@@ -3,21 +3,38 @@ package server
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/metrics"
 	"github.com/tandem-tx/tandem/internal/waits"
 )
 
-// The admin listener (HTTP, plain text, meant for loopback or a trusted
-// network) serves:
+// The admin listener (HTTP on loopback, HTTPS with --tls-cert) serves:
 //
-//	GET /waits     the wait events of both sides as JSON (WaitsResponse);
-//	               ?buckets=1 adds the histograms, ?all=1 keeps events never waited on
-//	GET /metrics   Prometheus text format (package metrics)
+//	GET  /waits     the wait events of both sides as JSON (WaitsResponse);
+//	                ?buckets=1 adds the histograms, ?all=1 keeps events never waited on
+//	GET  /metrics   Prometheus text format (package metrics)
+//	GET  /standby   the role and shipping state (RoleStatus)
+//	POST /role/...  role changes (roles.go): promote, demote, resume, follow
+//
+// Who may do what (adminGuard):
+//   - A request that carries an Origin header (a web page's request) is
+//     refused with 403, whatever it carries else.
+//   - Every method but GET and HEAD needs the admin token ("Authorization:
+//     Bearer <token>", the file Options.AdminTokenFile, made at first start);
+//     401 otherwise, naming the file.
+//   - GET and HEAD are open on a loopback listener (any local user can read
+//     them) and on one with mutual TLS (the handshake authenticated the
+//     client); elsewhere they need the admin token or the API's token.
+//   - On a plaintext loopback listener, a Host that is not a loopback
+//     address or "localhost" is refused with 403 (a web page that
+//     rebinds its name to 127.0.0.1 cannot read the open endpoints).
 //
 // `tandem waits --admin ADDR` reads /waits.
 
@@ -49,22 +66,59 @@ func AdminHandler() http.Handler {
 	return mux
 }
 
-// RequireToken wraps an admin handler so that, when token is set, every
-// request must carry "Authorization: Bearer <token>" (what Prometheus sends
-// with authorization.credentials_file), like the gRPC API.
-func RequireToken(h http.Handler, token string) http.Handler {
-	if token == "" {
-		return h
+// adminGuard authenticates the admin listener's requests (see the top of
+// this file) before handing them to next.
+type adminGuard struct {
+	next      http.Handler
+	admin     []byte // "Bearer <admin token>"
+	api       []byte // "Bearer <API token>"; nil without one
+	tokenFile string // where the admin token is, for the 401's message
+	openReads bool   // GET and HEAD need no token
+	checkHost bool   // refuse a Host that is not loopback (DNS rebinding)
+}
+
+func newAdminGuard(next http.Handler, adminToken, tokenFile, apiToken string, listen string, mtls bool, tlsOn bool) *adminGuard {
+	g := &adminGuard{next: next, admin: []byte("Bearer " + adminToken), tokenFile: tokenFile,
+		openReads: isLoopback(listen) || mtls, checkHost: isLoopback(listen) && !tlsOn}
+	if apiToken != "" {
+		g.api = []byte("Bearer " + apiToken)
 	}
-	want := []byte("Bearer " + token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tandem"`)
-			http.Error(w, "missing or wrong auth token: send \"Authorization: Bearer <token>\" (the coordinator's --auth-token-file)", http.StatusUnauthorized)
+	return g
+}
+
+func (g *adminGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, ok := r.Header["Origin"]; ok {
+		http.Error(w, "requests from web pages (with an Origin header) are refused: use the tandem CLI, curl or Prometheus", http.StatusForbidden)
+		return
+	}
+	if g.checkHost && r.Host != "" {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(r.Host); err == nil {
+			host = h
+		}
+		if !isLoopbackHost(strings.Trim(host, "[]")) {
+			http.Error(w, "Host "+strconv.Quote(r.Host)+" is not a loopback address: this listener answers only requests for 127.0.0.1, ::1 or localhost", http.StatusForbidden)
 			return
 		}
-		h.ServeHTTP(w, r)
-	})
+	}
+	got := []byte(r.Header.Get("Authorization"))
+	isAdmin := subtle.ConstantTimeCompare(got, g.admin) == 1
+	read := r.Method == http.MethodGet || r.Method == http.MethodHead
+	switch {
+	case isAdmin:
+	case read && g.openReads:
+	case read && g.api != nil && subtle.ConstantTimeCompare(got, g.api) == 1:
+	default:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tandem"`)
+		what := "role changes need"
+		if read {
+			what = "off loopback, reads need the API token or"
+		}
+		http.Error(w, fmt.Sprintf("missing or wrong admin token: %s \"Authorization: Bearer <token>\" with the admin token, which is in %s on the coordinator's host "+
+			"(the tandem CLI reads it from there with --data-dir, or from --admin-token-file / TANDEM_ADMIN_TOKEN_FILE)", what, g.tokenFile), http.StatusUnauthorized)
+		return
+	}
+	g.next.ServeHTTP(w, r)
 }
 
 func truthy(s string) bool {

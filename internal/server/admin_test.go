@@ -92,23 +92,68 @@ func TestAdminAddressTaken(t *testing.T) {
 	}
 }
 
-func TestRequireToken(t *testing.T) {
-	h := RequireToken(AdminHandler(), "s3cret")
-	for _, c := range []struct {
-		auth string
-		want int
-	}{{"", 401}, {"Bearer nope", 401}, {"s3cret", 401}, {"Bearer s3cret", 200}} {
-		req := httptest.NewRequest("GET", "/waits", nil)
-		if c.auth != "" {
-			req.Header.Set("Authorization", c.auth)
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != c.want {
-			t.Errorf("Authorization %q: %d, want %d", c.auth, rec.Code, c.want)
-		}
+// The admin guard's rules, on each kind of listener: reads open on loopback
+// and with mutual TLS, else the admin or the API token; everything else the
+// admin token only; Origin refused first; a non-loopback Host refused on a
+// plaintext loopback listener.
+func TestAdminGuard(t *testing.T) {
+	const adminTok, apiTok = "admin-token-0123456789", "api-token-0123456789"
+	type req struct {
+		method, auth, host, origin string
+		want                       int
 	}
-	if RequireToken(AdminHandler(), "") == nil {
-		t.Fatal("no token: nil handler")
+	for _, c := range []struct {
+		name        string
+		listen      string
+		mtls, tlsOn bool
+		apiToken    string
+		reqs        []req
+	}{
+		{"loopback", "127.0.0.1:7071", false, false, apiTok, []req{
+			{"GET", "", "127.0.0.1:7071", "", 200},
+			{"GET", "", "localhost:7071", "", 200},
+			{"GET", "", "[::1]:7071", "", 200},
+			{"GET", "", "evil.example:7071", "", 403},
+			{"GET", "", "127.0.0.1:7071", "http://127.0.0.1:7071", 403},
+			{"POST", "", "127.0.0.1:7071", "", 401},
+			{"POST", "Bearer " + apiTok, "127.0.0.1:7071", "", 401},
+			{"POST", "Bearer " + adminTok, "127.0.0.1:7071", "", 200},
+			{"POST", "Bearer " + adminTok, "127.0.0.1:7071", "null", 403},
+			{"OPTIONS", "", "127.0.0.1:7071", "", 401},
+		}},
+		{"off loopback with TLS", "10.0.0.5:7071", false, true, apiTok, []req{
+			{"GET", "", "coord-b.internal:7071", "", 401},
+			{"GET", "Bearer wrong-token-000000", "coord-b.internal:7071", "", 401},
+			{"GET", "Bearer " + apiTok, "coord-b.internal:7071", "", 200},
+			{"GET", "Bearer " + adminTok, "coord-b.internal:7071", "", 200},
+			{"POST", "Bearer " + apiTok, "coord-b.internal:7071", "", 401},
+			{"POST", "Bearer " + adminTok, "coord-b.internal:7071", "", 200},
+		}},
+		{"off loopback with mutual TLS", "10.0.0.5:7071", true, true, "", []req{
+			{"GET", "", "coord-b.internal:7071", "", 200},
+			{"POST", "", "coord-b.internal:7071", "", 401},
+			{"POST", "Bearer " + adminTok, "coord-b.internal:7071", "", 200},
+		}},
+	} {
+		ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+		g := newAdminGuard(ok, adminTok, "/data/admin.token", c.apiToken, c.listen, c.mtls, c.tlsOn)
+		for _, r := range c.reqs {
+			req := httptest.NewRequest(r.method, "/standby", nil)
+			req.Host = r.host
+			if r.auth != "" {
+				req.Header.Set("Authorization", r.auth)
+			}
+			if r.origin != "" {
+				req.Header.Set("Origin", r.origin)
+			}
+			rec := httptest.NewRecorder()
+			g.ServeHTTP(rec, req)
+			if rec.Code != r.want {
+				t.Errorf("%s: %s Host %s Authorization %q Origin %q: %d %q, want %d", c.name, r.method, r.host, r.auth, r.origin, rec.Code, rec.Body, r.want)
+			}
+			if rec.Code == 401 && !strings.Contains(rec.Body.String(), "/data/admin.token") {
+				t.Errorf("%s: the 401 does not say where the token is: %q", c.name, rec.Body)
+			}
+		}
 	}
 }

@@ -2,33 +2,87 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/tandem-tx/tandem/internal/tlsconf"
 )
 
 // AuthMetadataKey carries the shared token on every call: "authorization: Bearer <token>".
 const AuthMetadataKey = "authorization"
+
+// AdminTokenName is the admin token's file in the data directory, unless
+// Options.AdminTokenFile (tandem serve --admin-token-file) names another.
+const AdminTokenName = "admin.token"
+
+// DefaultAdminTokenFile is where a coordinator with data directory dataDir
+// keeps its admin token by default.
+func DefaultAdminTokenFile(dataDir string) string { return filepath.Join(dataDir, AdminTokenName) }
 
 // ReadTokenFile reads a shared token from a file (surrounding white space
 // ignored). The token itself never goes on a command line.
 func ReadTokenFile(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("auth token file: %w", err)
+		return "", fmt.Errorf("token file: %w", err)
 	}
 	tok := strings.TrimSpace(string(b))
 	if len(tok) < 16 {
-		return "", fmt.Errorf("auth token file %s: the token has %d characters; use at least 16 (e.g. openssl rand -hex 32)", path, len(tok))
+		return "", fmt.Errorf("token file %s: the token has %d characters; use at least 16 (e.g. openssl rand -hex 32)", path, len(tok))
 	}
 	return tok, nil
+}
+
+// LoadOrCreateToken reads the token in path or, when the file does not
+// exist, makes one: 32 random bytes in hex, written to a new file of mode
+// 0600 (its directory made 0700 if missing) and synced. created says which.
+// Two processes racing to create it end with the same token.
+func LoadOrCreateToken(path string) (tok string, created bool, err error) {
+	tok, err = ReadTokenFile(path)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return tok, false, err
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", false, fmt.Errorf("token file %s: %w", path, err)
+	}
+	tok = hex.EncodeToString(b[:])
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", false, fmt.Errorf("token file: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		tok, err = ReadTokenFile(path) // made by another process meanwhile
+		return tok, false, err
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("token file: %w", err)
+	}
+	_, err = f.WriteString(tok + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return "", false, fmt.Errorf("token file %s: %w", path, err)
+	}
+	return tok, true, nil
 }
 
 // isLoopback reports whether a listen address accepts only local connections.
@@ -38,6 +92,10 @@ func isLoopback(addr string) bool {
 	if err != nil || host == "" {
 		return false
 	}
+	return isLoopbackHost(host)
+}
+
+func isLoopbackHost(host string) bool {
 	if host == "localhost" {
 		return true
 	}
@@ -45,14 +103,30 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// checkExposure refuses an unauthenticated API on a non-loopback address
-// unless the operator said, in so many words, that this is wanted.
-func checkExposure(listen, token string, insecure bool) error {
-	if token != "" || insecure || isLoopback(listen) {
-		return nil
+// checkExposure refuses, before anything listens, an API or an admin
+// listener that strangers could use: off loopback, the API needs
+// authentication (a token or mutual TLS) and both need TLS, unless the
+// operator said, in so many words, that the network is trusted.
+func checkExposure(listen string, o Options) error {
+	var errs []error
+	if !isLoopback(listen) {
+		if o.AuthToken == "" && !tlsconf.MutualTLS(o.TLS) && !o.InsecureNoAuth {
+			errs = append(errs, fmt.Errorf("server: refusing to serve the coordinator API on %s without authentication: anyone who reaches it could decide transactions. "+
+				"Set --auth-token-file (clients send the token) or --tls-client-ca (clients present a certificate), listen on 127.0.0.1, or pass --insecure-no-auth if the network itself is trusted", listen))
+		}
+		if o.TLS == nil && !o.InsecureNoTLS {
+			errs = append(errs, plaintextErr("the coordinator API", listen, "transactions and the auth token"))
+		}
 	}
-	return fmt.Errorf("server: refusing to serve the coordinator API on %s without authentication: anyone who reaches it could decide transactions. "+
-		"Set --auth-token-file (clients send the token), listen on 127.0.0.1, or pass --insecure-no-auth if the network itself is trusted", listen)
+	if o.Admin != "" && !isLoopback(o.Admin) && o.TLS == nil && !o.InsecureNoTLS {
+		errs = append(errs, plaintextErr("the admin listener", o.Admin, "the admin token (which allows role changes)"))
+	}
+	return errors.Join(errs...)
+}
+
+func plaintextErr(what, addr, exposed string) error {
+	return fmt.Errorf("server: refusing to serve %s in plaintext on %s: anyone on the path could read and alter its traffic, %s included. "+
+		"Set --tls-cert and --tls-key (and --tls-client-ca for mutual TLS), listen on 127.0.0.1, or pass --insecure-no-tls if the network itself is trusted", what, addr, exposed)
 }
 
 // tokenInterceptor rejects calls that do not carry the shared token.
@@ -62,7 +136,7 @@ func tokenInterceptor(token string) grpc.UnaryServerInterceptor {
 		md, _ := metadata.FromIncomingContext(ctx)
 		got := md.Get(AuthMetadataKey)
 		if len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), want) != 1 {
-			return nil, status.Error(codes.Unauthenticated, "missing or wrong auth token: send \"authorization: Bearer <token>\" (client.Config.AuthToken, tandem status --auth-token-file)")
+			return nil, status.Error(codes.Unauthenticated, "missing or wrong auth token: send \"authorization: Bearer <token>\" (client.Config.AuthToken; tandem status reads the file TANDEM_AUTH_TOKEN_FILE names)")
 		}
 		return handler(ctx, req)
 	}

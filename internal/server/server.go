@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,11 +16,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/standby"
+	"github.com/tandem-tx/tandem/internal/tlsconf"
 )
 
 // Server is a running coordinator and its gRPC listener. Its role (primary,
@@ -57,10 +60,16 @@ type Options struct {
 	Logger *slog.Logger
 	// NoSync skips fdatasync of the decision log: tests only.
 	NoSync bool
-	// Admin is the admin HTTP listener's address (/waits, /metrics; see
-	// AdminHandler), e.g. 127.0.0.1:7071; "" for none. It serves plain HTTP
-	// without authentication: keep it on loopback or a trusted network.
+	// Admin is the admin HTTP listener's address (/waits, /metrics,
+	// /standby, /role/*; see admin.go), e.g. 127.0.0.1:7071; "" for none.
+	// Role changes always need the admin token; off loopback the listener
+	// needs TLS (or InsecureNoTLS).
 	Admin string
+	// AdminTokenFile holds the admin token that role changes need
+	// ("Authorization: Bearer <token>"); "" for DATA_DIR/admin.token. With
+	// an admin listener, a missing file is created at start (32 random
+	// bytes in hex, mode 0600).
+	AdminTokenFile string
 	// AdminBestEffort: when Admin cannot be listened on (a default address
 	// already taken), log a warning and serve without it instead of failing.
 	AdminBestEffort bool
@@ -70,6 +79,14 @@ type Options struct {
 	AuthToken string
 	// InsecureNoAuth allows an unauthenticated API on a non-loopback address.
 	InsecureNoAuth bool
+	// TLS, when set, is the API's and the admin listener's TLS
+	// configuration (tlsconf.Server); with ClientAuth
+	// tls.RequireAndVerifyClientCert, clients must present a certificate
+	// (mutual TLS), which also authenticates API calls. Without it both
+	// serve plaintext, which is refused off loopback unless InsecureNoTLS.
+	TLS *tls.Config
+	// InsecureNoTLS allows plaintext on a non-loopback address.
+	InsecureNoTLS bool
 	// Standby: the decision-log transport; zero for none.
 	Standby StandbyOptions
 }
@@ -83,8 +100,22 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if _, err := cfg.RMConfigs(); err != nil {
 		return nil, err
 	}
-	if err := checkExposure(cfg.Listen, o.AuthToken, o.InsecureNoAuth); err != nil {
+	if err := checkExposure(cfg.Listen, o); err != nil {
 		return nil, err
+	}
+	var adminToken string
+	if o.Admin != "" {
+		if o.AdminTokenFile == "" {
+			o.AdminTokenFile = DefaultAdminTokenFile(cfg.DataDir)
+		}
+		tok, created, err := LoadOrCreateToken(o.AdminTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("server: the admin token (role changes need it): %w", err)
+		}
+		adminToken = tok
+		if created && o.Logger != nil {
+			o.Logger.Info("admin token created (mode 0600): tandem promote, follow and switchover read it from there", "file", o.AdminTokenFile)
+		}
 	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -126,13 +157,16 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 			adminLis = nil
 		}
 	}
-	sopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20)}
+	sopts := apiLimits.serverOptions()
+	if o.TLS != nil {
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(o.TLS)))
+	}
 	if o.AuthToken != "" {
 		sopts = append(sopts, grpc.UnaryInterceptor(tokenInterceptor(o.AuthToken)), grpc.StreamInterceptor(streamTokenInterceptor(o.AuthToken)))
 	}
 	s.grpc = grpc.NewServer(sopts...)
 	api.RegisterCoordinatorServer(s.grpc, s.svc)
-	s.serve(adminLis, o)
+	s.serve(adminLis, adminToken, o)
 	return s, nil
 }
 
@@ -202,20 +236,28 @@ func (s *Server) logError(msg string, args ...any) {
 }
 
 // serve starts the gRPC server and the admin listener.
-func (s *Server) serve(adminLis net.Listener, o Options) {
+func (s *Server) serve(adminLis net.Listener, adminToken string, o Options) {
 	go func() { s.done <- s.grpc.Serve(s.lis) }()
-	if adminLis != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/", AdminHandler())
-		s.standbyHandler(mux)
-		s.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		s.adminLis = adminLis
-		go func() {
-			if err := s.admin.Serve(adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) && o.Logger != nil {
-				o.Logger.Error("admin listener stopped", "error", err)
-			}
-		}()
+	if adminLis == nil {
+		return
 	}
+	mux := http.NewServeMux()
+	mux.Handle("/", AdminHandler())
+	s.standbyHandler(mux)
+	guard := newAdminGuard(mux, adminToken, o.AdminTokenFile, o.AuthToken, o.Admin, tlsconf.MutualTLS(o.TLS), o.TLS != nil)
+	s.admin = adminLimits.server(guard, o.TLS, o.Logger)
+	s.adminLis = adminLis
+	go func() {
+		var err error
+		if o.TLS != nil {
+			err = s.admin.ServeTLS(adminLis, "", "") // the certificate is in o.TLS
+		} else {
+			err = s.admin.Serve(adminLis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) && o.Logger != nil {
+			o.Logger.Error("admin listener stopped", "error", err)
+		}
+	}()
 }
 
 // AdminAddr is the admin listener's address, "" without one.

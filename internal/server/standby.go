@@ -112,7 +112,9 @@ func (s *Server) standbyHandler(mux *http.ServeMux) {
 		_ = enc.Encode(RoleStatus{Status: st, StandbyListen: s.opts.Standby.Listen})
 	})
 	role := func(f func(r *http.Request) (any, error)) http.Handler {
-		return RequireToken(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The admin guard (admin.go) has checked the admin token.
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			adminLimits.extendForRole(w)
 			v, err := f(r)
 			if err != nil {
 				code := http.StatusInternalServerError
@@ -126,7 +128,7 @@ func (s *Server) standbyHandler(mux *http.ServeMux) {
 			enc := json.NewEncoder(w)
 			enc.SetIndent("", "  ")
 			_ = enc.Encode(v)
-		}), s.opts.AuthToken)
+		})
 	}
 	mux.Handle("POST /role/promote", role(func(*http.Request) (any, error) {
 		id, err := s.Promote()

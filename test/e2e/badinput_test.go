@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"errors"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,7 +36,7 @@ func TestBadRequestsAreRefusedClearly(t *testing.T) {
 		{"unknown RM", &api.CommitRequest{Gtrid: g, Branches: []*api.Branch{{Rm: "oracle"}}}, `unknown resource manager "oracle": this coordinator knows maria, pg`},
 		{"malformed gtrid", &api.CommitRequest{Gtrid: "not-a-gtrid", Branches: pg}, "want 32 lowercase hex digits"},
 		{"upper-case gtrid", &api.CommitRequest{Gtrid: strings.ToUpper(g), Branches: pg}, "want 0-9 or a-f"},
-		{"oversize gtrid", &api.CommitRequest{Gtrid: strings.Repeat("a", 100_000), Branches: pg}, "got 100000 characters"},
+		{"oversize gtrid", &api.CommitRequest{Gtrid: strings.Repeat("a", 10_000), Branches: pg}, "got 10000 characters"},
 		{"empty gtrid", &api.CommitRequest{Gtrid: "", Branches: pg}, "got 0 characters"},
 		{"empty branch list", &api.CommitRequest{Gtrid: g}, "branch list is empty"},
 		{"duplicate branch", &api.CommitRequest{Gtrid: g, Branches: []*api.Branch{{Rm: "pg"}, {Rm: "pg"}}}, `"pg" is listed twice`},
@@ -48,6 +47,10 @@ func TestBadRequestsAreRefusedClearly(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {
 			t.Errorf("%s: got %v; want INVALID_ARGUMENT containing %q", tc.name, err, tc.want)
 		}
+	}
+	// A request larger than any legitimate one is refused before it is decoded.
+	if _, err := cli.Commit(ctx, &api.CommitRequest{Gtrid: strings.Repeat("a", 100_000), Branches: pg}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a 100 kB request: %v, want RESOURCE_EXHAUSTED", err)
 	}
 	// Nothing was decided for g.
 	st, err := cli.Status(ctx, &api.StatusRequest{Gtrid: g})
@@ -232,17 +235,6 @@ func TestCorruptLogAndSharedDataDirAreRefused(t *testing.T) {
 		t.Fatalf("corrupted log: exit %d, output:\n%s", code, out)
 	}
 	assertNoStackTrace(t, out)
-}
-
-// withPassword returns the PostgreSQL URL dsn with its password replaced.
-func withPassword(t *testing.T, dsn, pw string) string {
-	t.Helper()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.UserPassword(u.User.Username(), pw)
-	return u.String()
 }
 
 // A wrong password in an RM's DSN is not an outage: the coordinator says

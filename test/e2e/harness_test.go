@@ -65,6 +65,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: building tandem:", err)
 		os.Exit(1)
 	}
+	// One admin token file for every coordinator the tests start and every
+	// tandem command they run, as for a cluster whose coordinators share one
+	// (--admin-token-file); TestRoleChangesNeedTheAdminToken uses each data
+	// directory's own instead.
+	os.Setenv("TANDEM_ADMIN_TOKEN_FILE", filepath.Join(dir, "admin.token"))
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

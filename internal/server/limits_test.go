@@ -1,0 +1,144 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/coord"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// closedWithin reports how long the server took to close conn (reading
+// whatever it sends meanwhile), or fails after limit.
+func closedWithin(t *testing.T, conn net.Conn, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	_ = conn.SetReadDeadline(start.Add(limit))
+	_, err := io.Copy(io.Discard, conn)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the server still held the connection after %v", limit)
+	}
+	return time.Since(start)
+}
+
+// A slowloris client of the admin listener — headers sent slowly, a body
+// sent slowly, a kept-alive connection left idle — is closed by the
+// listener's timeouts (shortened here).
+func TestAdminSlowClientsAreClosed(t *testing.T) {
+	saved := adminLimits
+	adminLimits = httpLimits{ReadHeader: 200 * time.Millisecond, Read: 300 * time.Millisecond, Write: 300 * time.Millisecond,
+		Idle: 200 * time.Millisecond, RoleWrite: time.Second, MaxHeaderBytes: 4 << 10}
+	defer func() { adminLimits = saved }()
+	s, _ := startAdmin(t, Options{})
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", s.AdminAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	const limit = 5 * time.Second // far above the timeouts: only a connection never closed fails
+
+	// Headers that never end.
+	c := dial()
+	_, _ = io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+	t.Logf("slow headers closed after %v", closedWithin(t, c, limit))
+
+	// A body that never comes (the handler does not read it; the server
+	// must not wait for it forever either).
+	c = dial()
+	_, _ = io.WriteString(c, "POST /role/resume HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\nx")
+	t.Logf("slow body closed after %v", closedWithin(t, c, limit))
+
+	// One request, then idle.
+	c = dial()
+	_, _ = io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.Contains(line, "200") {
+		t.Fatalf("GET /metrics: %q %v", line, err)
+	}
+	start := time.Now()
+	_ = c.SetReadDeadline(start.Add(limit))
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		t.Fatalf("the idle kept-alive connection was not closed: %v", err)
+	}
+	t.Logf("idle connection closed %v after its answer began", time.Since(start))
+
+	// Oversized headers.
+	c = dial()
+	_, _ = io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: "+strings.Repeat("a", 64<<10)+"\r\n\r\n")
+	line, _ = bufio.NewReader(c).ReadString('\n')
+	if !strings.Contains(line, "431") {
+		t.Fatalf("64 KiB of headers: %q, want 431", line)
+	}
+}
+
+// The production limits are all set.
+func TestAdminLimitsAreSet(t *testing.T) {
+	l := adminLimits
+	if l.ReadHeader <= 0 || l.Read <= 0 || l.Write <= 0 || l.Idle <= 0 || l.RoleWrite < time.Minute || l.MaxHeaderBytes <= 0 || l.MaxHeaderBytes > 64<<10 {
+		t.Fatalf("admin limits %+v: every timeout must be set, a role change given at least a minute, headers capped at 64 KiB", l)
+	}
+	a := apiLimits
+	if a.Handshake <= 0 || a.MaxStreams == 0 || a.MaxRecvMsg <= 0 || a.MaxRecvMsg > 64<<10 {
+		t.Fatalf("API limits %+v: a handshake timeout, a stream cap and a request cap of at most 64 KiB", a)
+	}
+}
+
+// A gRPC connection that never completes its set-up is closed after the
+// handshake timeout (shortened here).
+func TestAPIHandshakeTimeout(t *testing.T) {
+	saved := apiLimits
+	apiLimits.Handshake = 200 * time.Millisecond
+	defer func() { apiLimits = saved }()
+	s, _ := startAdmin(t, Options{})
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	t.Logf("silent connection closed after %v", closedWithin(t, c, 5*time.Second))
+}
+
+// The largest legitimate request fits apiLimits.MaxRecvMsg with room to
+// spare; a larger one is refused with RESOURCE_EXHAUSTED before it is
+// decoded.
+func TestAPIRequestSizeCap(t *testing.T) {
+	largest := &api.CommitRequest{Gtrid: xid.New().String(), Options: &api.CommitOptions{Durability: api.Durability_NOWAIT, Visibility: api.Visibility_ASYNC}}
+	for i := range coord.MaxBranches {
+		largest.Branches = append(largest.Branches, &api.Branch{Rm: strings.Repeat("r", 30) + string(rune('a'+i/26)) + string(rune('a'+i%26)), ClientSettles: true})
+	}
+	n := proto.Size(largest)
+	t.Logf("largest legitimate Commit: %d bytes; cap %d", n, apiLimits.MaxRecvMsg)
+	if n*2 > apiLimits.MaxRecvMsg {
+		t.Fatalf("the largest legitimate request (%d bytes) is more than half the cap %d", n, apiLimits.MaxRecvMsg)
+	}
+	s, _ := startAdmin(t, Options{})
+	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = api.NewCoordinatorClient(conn).Commit(ctx, &api.CommitRequest{Gtrid: strings.Repeat("a", apiLimits.MaxRecvMsg), Branches: []*api.Branch{{Rm: "pg"}}})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a request over the cap: %v, want RESOURCE_EXHAUSTED", err)
+	}
+}
