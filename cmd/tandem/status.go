@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/addrhint"
 	"github.com/tandem-tx/tandem/internal/server"
 	"github.com/tandem-tx/tandem/internal/tlsconf"
 )
@@ -40,6 +41,9 @@ With GTRID: COMMITTED, ABORTED or UNDECIDED, and phase 2 on each branch.
 // any file. The shared token, if the coordinator requires one, comes from
 // $TANDEM_AUTH_TOKEN_FILE.
 func dialCoordinator(addr string, tf tlsconf.Files) (api.CoordinatorClient, func(), error) {
+	if err := addrhint.CheckAPIAddr(addr); err != nil {
+		return nil, nil, err
+	}
 	cfg, err := tlsconf.Client(tf)
 	if err != nil {
 		return nil, nil, err
@@ -71,6 +75,9 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 && addrhint.LooksLikeAddr(fs.Arg(0)) {
+		return fmt.Errorf("%q is an address, not a gtrid: to ask the coordinator there, run tandem status --coordinator %s [GTRID]", fs.Arg(0), fs.Arg(0))
+	}
 	cli, closeFn, err := dialCoordinator(*addr, *tf)
 	if err != nil {
 		return err
@@ -83,7 +90,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() == 0 {
 		h, err := cli.Health(ctx, &api.HealthRequest{})
 		if err != nil {
-			return fmt.Errorf("cannot reach the coordinator at %s: %w", *addr, err)
+			return fmt.Errorf("cannot reach the coordinator at %s: %w", *addr, addrhint.Wrap(*addr, err))
 		}
 		fmt.Fprintf(tw, "coordinator\t%s\tserving=%v\tversion=%s\tunfinished=%d\n", *addr, h.Serving, h.Version, h.Unfinished)
 		if h.Message != "" {
@@ -110,7 +117,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	}
 	s, err := cli.Status(ctx, &api.StatusRequest{Gtrid: fs.Arg(0), Resolve: *resolve})
 	if err != nil {
-		return err
+		return addrhint.Wrap(*addr, err)
 	}
 	fmt.Fprintf(tw, "gtrid\t%s\n", fs.Arg(0))
 	fmt.Fprintf(tw, "outcome\t%s\n", s.Outcome)

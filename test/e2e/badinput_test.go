@@ -290,3 +290,24 @@ func TestWrongPasswordIsNotAnOutage(t *testing.T) {
 		t.Fatal("the password appears in the log, Health, status or the error")
 	}
 }
+
+// The usual address mistakes get a sentence saying what was probably
+// meant, not a bare transport error: the admin port given as the
+// coordinator, a host without a port, an address where the gtrid goes.
+func TestWrongAddressesAreExplained(t *testing.T) {
+	admin := freeAddr(t)
+	c := startCoordinator(t, coordOpts{extra: []string{"--admin", admin}})
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "--coordinator", admin}, "admin listener"},
+		{[]string{"status", "--coordinator", "localhost"}, `did you mean "localhost:7070"`},
+		{[]string{"status", "--coordinator", c.addr, c.addr}, "is an address, not a gtrid"},
+	} {
+		out, err := exec.Command(tandemBin, tc.args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("tandem %s: err %v, output %q; want a failure saying %q", strings.Join(tc.args, " "), err, out, tc.want)
+		}
+	}
+}
