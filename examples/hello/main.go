@@ -117,12 +117,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 		_, err = maria.ExecContext(ctx, "INSERT INTO tandem_hello (id, note) VALUES (?, ?)", id, note)
 		return err
 	})
-	var unknown *client.OutcomeUnknownError
 	switch {
 	case errors.Is(err, client.ErrAborted):
 		return fmt.Errorf("rolled back on both databases (safe to run again): %w", err)
-	case errors.As(err, &unknown):
-		return fmt.Errorf("the outcome is not known yet (never half-committed); ask the coordinator: bin/tandem status %s: %w", unknown.GTRID, err)
+	case errors.Is(err, client.ErrOutcomeUnknown):
+		// Never half-committed; its message names the gtrid to ask about
+		// (tandem status GTRID) once the coordinator is reachable.
+		return err
 	case err != nil:
 		return err
 	}
