@@ -100,8 +100,10 @@ import (
 
 // Version is the protocol version. 2: RELEASE frames; MARK records are
 // never shipped. 3: the ARCH transport (WELCOME says which transport, JOIN
-// and SEGMENT frames).
-const Version = 3
+// and SEGMENT frames). 4: every connection starts with the authentication
+// handshake (CHALLENGE, PROOF, RESPONSE); frame lengths are bounded per
+// kind.
+const Version = 4
 
 // MaxFrame bounds a frame's payload.
 const MaxFrame = 64 << 20
@@ -121,7 +123,39 @@ const (
 	// the primary answers WELCOME (or REFUSE) and hangs up; it never takes
 	// the prober for its standby.
 	kindProbe = 16
+	// The authentication handshake (auth.go), before any other frame.
+	kindChallenge = 9  // dialling side: version u8 | mode u8 | nonce [32]
+	kindProof     = 10 // accepting side: version u8 | mode u8 | nonce [32] | mac [32]
+	kindResponse  = 11 // dialling side: mac [32]
 )
+
+// kinds is a set of frame kinds: what a reader accepts next.
+type kinds uint32
+
+func kindsOf(ks ...byte) kinds {
+	var s kinds
+	for _, k := range ks {
+		s |= 1 << k
+	}
+	return s
+}
+
+func (s kinds) has(k byte) bool { return k < 32 && s&(1<<k) != 0 }
+
+// maxPayload is each kind's largest payload, checked from the header
+// before anything is allocated or read for the payload.
+var maxPayload = [32]uint32{
+	kindHello: 41, kindWelcome: 35, kindRecords: MaxFrame, kindAck: 16, kindRefuse: maxRefuse,
+	kindRelease: 24, kindJoin: 33, kindSegment: 44, kindProbe: 41,
+	kindChallenge: 2 + nonceSize, kindProof: 2 + nonceSize + 32, kindResponse: 32,
+}
+
+// maxRefuse bounds a REFUSE message.
+const maxRefuse = 4096
+
+// anyKind accepts every kind (the checks are the caller's).
+const anyKind kinds = 1<<kindHello | 1<<kindWelcome | 1<<kindRecords | 1<<kindAck | 1<<kindRefuse | 1<<kindRelease |
+	1<<kindJoin | 1<<kindSegment | 1<<kindProbe | 1<<kindChallenge | 1<<kindProof | 1<<kindResponse
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -147,8 +181,9 @@ func writeFrame(w *bufio.Writer, kind byte, payload []byte) error {
 	return w.Flush()
 }
 
-// readFrame reads one frame. buf is reused when large enough.
-func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
+// readFrame reads one frame of a kind in accept (a REFUSE is always
+// accepted, and returned as an error). buf is reused when large enough.
+func readFrame(r io.Reader, buf []byte, accept kinds) (byte, []byte, error) {
 	var h [9]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
@@ -157,12 +192,15 @@ func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
 		return 0, nil, err
 	}
 	kind := h[0]
-	if (kind < kindHello || kind > kindSegment) && kind != kindProbe {
+	if !anyKind.has(kind) {
 		return 0, nil, fmt.Errorf("%w: unknown frame kind %d (not a Tandem standby stream?)", ErrProtocol, kind)
 	}
+	if !accept.has(kind) && kind != kindRefuse {
+		return 0, nil, fmt.Errorf("%w: unexpected kind %d frame here", ErrProtocol, kind)
+	}
 	n := binary.LittleEndian.Uint32(h[1:5])
-	if n > MaxFrame {
-		return 0, nil, fmt.Errorf("%w: frame of %d bytes is larger than the limit %d", ErrProtocol, n, MaxFrame)
+	if n > maxPayload[kind] {
+		return 0, nil, fmt.Errorf("%w: a kind %d frame of %d bytes is larger than its limit %d", ErrProtocol, kind, n, maxPayload[kind])
 	}
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)
@@ -319,7 +357,10 @@ func decodeSegHeader(b []byte) (segHeader, error) {
 	h.after, _ = decodeAck(b[8:24])
 	h.last, _ = decodeAck(b[24:40])
 	h.n = binary.LittleEndian.Uint32(b[40:])
-	if h.n == 0 || !h.after.Less(h.last) || h.last.Segment != h.seg {
+	// n records have n distinct positions in the segment, 8-byte aligned
+	// and at least 8 bytes apart (a record's header): a count past that is
+	// a lie, refused before anything is allocated for it.
+	if h.n == 0 || !h.after.Less(h.last) || h.last.Segment != h.seg || h.last.Offset < 0 || uint64(h.n) > uint64(h.last.Offset)/8+1 {
 		return h, fmt.Errorf("%w: SEGMENT %d of %d records after %s ending at %s is not a segment", ErrProtocol, h.seg, h.n, h.after, h.last)
 	}
 	return h, nil
