@@ -50,14 +50,48 @@
 // and replaying it (a promoted standby) still finds every decision the
 // primary's own replay would.
 //
+// # Authentication
+//
+// Every connection, before any other frame (auth.go): the dialling side
+// (a standby, an arch JOIN, a prober) sends CHALLENGE with a fresh 32-byte
+// nonce Nd; the accepting side (a primary's shipper, a standby answering
+// PROBEs) answers PROOF with its own fresh nonce Na and
+// HMAC-SHA256(secret, "tandem standby link v4: accepting side" | version |
+// mode | Nd | Na); the dialling side checks it (constant time) and only
+// then sends RESPONSE, HMAC-SHA256(secret, "tandem standby link v4:
+// dialling side" | version | mode | Nd | Na), followed by its HELLO, JOIN or
+// PROBE; the accepting side checks RESPONSE before it reads further. Each
+// side's nonce makes a recorded handshake useless on a new connection, and
+// the per-side labels make a proof reflected back to its maker fail. A
+// failure is a REFUSE naming no cluster, or a closed connection: no
+// WELCOME, cluster id, epoch, position or record reaches a peer that has not
+// proved it holds the secret, in either direction. mode is 1 with a secret
+// and 0 without one (CheckExposure allows that on loopback only); sides
+// whose modes differ refuse each other. With TLS configured (Auth.ServerTLS
+// and ClientTLS: mutual TLS) the connection is TLS first and the handshake
+// runs inside it; the secret authenticates the ends, TLS also hides and
+// protects the stream on the wire.
+//
+// An accepting side holds at most maxHandshakes connections that have not
+// authenticated (more are closed unread), maxLinkConns in all, each for at
+// most the net timeout, with handshakeBuffer-byte buffers; every frame's
+// length is checked against its kind's maximum (maxPayload) and against
+// the kinds the reader expects next before anything is allocated for it.
+//
 // # Protocol
 //
 // Every frame: kind u8 | length u32 LE | CRC-32C u32 LE (of kind, length and
 // payload) | payload. The standby connects to the primary's
-// --standby-listen address and sends HELLO; the primary answers WELCOME or
-// REFUSE, then sends RECORDS and RELEASE frames; the standby answers each
-// RECORDS with ACK, once the records are on its disk.
+// --standby-listen address, authenticates (above) and sends HELLO; the
+// primary answers WELCOME or REFUSE, then sends RECORDS and RELEASE frames;
+// the standby answers each RECORDS with ACK, once the records are on its
+// disk. An ACK past the last record the primary sent is refused and ends
+// the connection (a peer cannot make max-protection acknowledge what no
+// standby holds).
 //
+//	CHALLENGE version u8 | mode u8 | nonce [32]
+//	PROOF    version u8 | mode u8 | nonce [32] | mac [32]
+//	RESPONSE mac [32]
 //	HELLO    version u8 | cluster [16] | epoch u64 | segment u64 | offset u64
 //	WELCOME  version u8 | cluster [16] | epoch u64 | transport u8 (0 sync or
 //	         async, 1 arch) | connections u8 | session u64
@@ -67,13 +101,19 @@
 //	RELEASE  before u64 | segment u64 | offset u64: the primary released its
 //	         segments < before; valid once the standby has every record up
 //	         to (segment, offset)
-//	PROBE    as HELLO: asks for WELCOME only (fencing checks); never a standby
+//	PROBE    as HELLO: asks for WELCOME only (fencing checks); never a standby.
+//	         A running standby with a listen address answers it too, with
+//	         its own cluster and epoch, so a primary can check a claim of a
+//	         newer epoch with its --peer. A claim is heard only after the
+//	         handshake, and claims arriving while one is checked are dropped.
 //	JOIN     version u8 | cluster [16] | epoch u64 | session u64: arch, a
 //	         further connection of the session WELCOME named
 //	SEGMENT  segment u64 | after (segment u64 | offset u64) | last (segment
 //	         u64 | offset u64) | n u32: arch, the next n records (in RECORDS
 //	         frames on this connection) are the primary's segment, from the
-//	         one after "after" to "last"
+//	         one after "after" to "last"; n is at most last's offset / 8 + 1
+//	         (a record takes at least 8 bytes), checked before anything is
+//	         allocated for it
 //
 // Under the arch transport (see arch.go) the primary sends only completed
 // segments, each whole on one of the session's connections, and the
