@@ -231,8 +231,15 @@ func (a *Auth) serverConn(c net.Conn) net.Conn {
 	if a == nil || a.ServerTLS == nil {
 		return c
 	}
-	return tls.Server(c, a.ServerTLS)
+	return tlsConn{tls.Server(c, a.ServerTLS)}
 }
+
+// tlsConn is a TLS connection whose Close closes the socket at once: the
+// link closes connections under locks and to drop peers, where a TLS
+// close_notify could block on a full send buffer.
+type tlsConn struct{ *tls.Conn }
+
+func (c tlsConn) Close() error { return c.NetConn().Close() }
 
 // clientConn wraps a dialled connection to addr in TLS when a says so.
 func (a *Auth) clientConn(c net.Conn, addr string) net.Conn {
@@ -244,5 +251,5 @@ func (a *Auth) clientConn(c net.Conn, addr string) net.Conn {
 		cfg = cfg.Clone()
 		cfg.ServerName, _, _ = net.SplitHostPort(addr)
 	}
-	return tls.Client(c, cfg)
+	return tlsConn{tls.Client(c, cfg)}
 }
