@@ -97,7 +97,8 @@ type ShipperConfig struct {
 	Protection Protection
 	// NetTimeout: under max-availability, how long a flush waits for the
 	// standby before the primary goes on unprotected; also the deadline of
-	// a standby's HELLO and of every write to it (default 10s).
+	// a connection's handshake (authentication and HELLO) and of every
+	// write to it (default 10s).
 	NetTimeout time.Duration
 	Identity   Identity
 	// MaxRetained bounds the bytes of records of released segments kept in
@@ -126,10 +127,12 @@ type ShipperConfig struct {
 	// package doc); nil or empty is allowed on a loopback Listen only.
 	Auth   *Auth
 	Logger *slog.Logger
-	// OnFenced, when set, is called (once per such peer, from the
-	// connection's goroutine) when a peer of this cluster reports a newer
-	// epoch: another coordinator was promoted, and this primary must stop
-	// deciding and settling. err wraps ErrFenced and names the peer.
+	// OnFenced, when set, is called when a peer of this cluster that
+	// authenticated reports a newer epoch: another coordinator may have
+	// been promoted, and this primary must check (--peer) and stop deciding
+	// and settling. It runs in a goroutine of its own, one call at a time:
+	// claims that arrive while it runs are dropped (a flood of claims costs
+	// one check). err wraps ErrFenced and names the peer.
 	OnFenced func(err error)
 }
 
