@@ -13,6 +13,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/fileperm"
 	"github.com/tandem-tx/tandem/internal/server"
+	"github.com/tandem-tx/tandem/internal/standby"
 	"github.com/tandem-tx/tandem/internal/tlsconf"
 )
 
@@ -84,7 +85,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	logSize := fs.String("log-size", "", "decision log size, e.g. 64MiB: circular, in 8 segments; past 80% new commits are throttled, past 90% refused (default 64MiB)")
 	tokenFile := fs.String("auth-token-file", "", "file holding a shared token every API call must carry (off loopback, this or --tls-client-ca is required)")
 	insecure := fs.Bool("insecure-no-auth", false, "allow an API without authentication (no token, no client certificate) on a non-loopback address (only on a network you trust)")
-	standbyListen := fs.String("standby-listen", "", "address standbys connect to (e.g. 0.0.0.0:7072); the decision log is shipped to the standby that connects (plain TCP: a trusted network only). On a standby: the address it serves its own standby on once promoted")
+	standbyListen := fs.String("standby-listen", "", "address standbys connect to (e.g. 0.0.0.0:7072; off loopback it needs --standby-secret-file or --standby-tls-*); the decision log is shipped to the standby that authenticates. On a standby: where it answers fencing checks, and serves its own standby once promoted")
 	standbyOf := fs.String("standby-of", "", "run a standby of the primary whose --standby-listen is ADDR: copy its decision log into --data-dir, decide nothing (Commit is refused, naming the primary); \"tandem promote\" makes it a primary")
 	transport := fs.String("transport", "", "with --standby-listen: sync (a decision is acknowledged once the standby has it on disk; one round trip per group commit), async (the stream runs behind, never delays a commit) or arch (only completed log segments are shipped, over --max-connections; max-performance only) (default: from --protection)")
 	protection := fs.String("protection", "", "with --standby-listen: max-performance (async), max-availability (sync; after --net-timeout without the standby, carry on unprotected, loudly) or max-protection (sync; stall rather than acknowledge a decision the standby lacks) (default max-performance, or max-availability with --transport sync)")
@@ -95,6 +96,10 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	sndBuf := fs.String("socket-send-buffer", "", "SO_SNDBUF of the standby connections, e.g. 16MiB (default: the kernel's autotuning; rule of thumb: 3 x bandwidth x round-trip time)")
 	rcvBuf := fs.String("socket-receive-buffer", "", "SO_RCVBUF of the standby connections (set it on the standby; default: the kernel's autotuning)")
 	noDelayOff := fs.Bool("no-tcp-nodelay", false, "turn TCP_NODELAY off on the standby connections (on by default: the sync transport's round trip needs it)")
+	secretFile := fs.String("standby-secret-file", "", "file holding the cluster secret (make one with tandem secret --out FILE; the same file on both coordinators): every standby connection (shipping, fencing checks) starts with a challenge-response over it in both directions, and nothing is sent to a peer that fails it. Required for any standby address off loopback (or the --standby-tls-* flags)")
+	standbyTLSCert := fs.String("standby-tls-cert", "", "PEM certificate of this coordinator for the standby link (mutual TLS, with --standby-tls-key and --standby-tls-ca); it must name the address the peer dials (IP or DNS SAN)")
+	standbyTLSKey := fs.String("standby-tls-key", "", "PEM private key of --standby-tls-cert")
+	standbyTLSCA := fs.String("standby-tls-ca", "", "PEM CA that signs both coordinators' standby certificates")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -172,6 +177,10 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	}
 	so := server.StandbyOptions{Listen: *standbyListen, Of: *standbyOf, Transport: *transport, Protection: *protection, NetTimeout: *netTimeout, Peer: *peer,
 		MaxConnections: *maxConns, DisableNoDelay: *noDelayOff}
+	var err error
+	if so.Auth, err = standbyAuth(*secretFile, *standbyTLSCert, *standbyTLSKey, *standbyTLSCA, logger); err != nil {
+		return err
+	}
 	for _, b := range []struct {
 		flag string
 		val  string
@@ -217,4 +226,30 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		logger.Error("gRPC server stopped", "error", err)
 	}
 	return s.Stop(10 * time.Second)
+}
+
+// standbyAuth builds the standby link's authentication from the flags (nil
+// when none is set).
+func standbyAuth(secretFile, cert, key, ca string, logger *slog.Logger) (*standby.Auth, error) {
+	if secretFile == "" && cert == "" && key == "" && ca == "" {
+		return nil, nil
+	}
+	a := &standby.Auth{}
+	if secretFile != "" {
+		secret, warning, err := standby.LoadSecretFile(secretFile)
+		if err != nil {
+			return nil, err
+		}
+		if warning != "" {
+			logger.Warn(warning)
+		}
+		a.Secret = secret
+	}
+	if cert != "" || key != "" || ca != "" {
+		var err error
+		if a.ServerTLS, a.ClientTLS, err = standby.LoadTLS(cert, key, ca); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }

@@ -240,7 +240,7 @@ func (s *Server) becomeStandby(primary string, reseed bool) error {
 	so := s.opts.Standby
 	r, err := standby.OpenReceiver(standby.ReceiverConfig{Primary: primary, Dir: s.cfg.DataDir,
 		SegmentSize: coord.SegmentSizeFor(int64(s.cfg.LogSize)), LogSize: int64(s.cfg.LogSize), NoSync: s.opts.NoSync,
-		NetTimeout: so.NetTimeout, Logger: s.opts.Logger, NetOptions: so.net()})
+		NetTimeout: so.NetTimeout, Logger: s.opts.Logger, NetOptions: so.net(), Auth: so.Auth, Listen: so.Listen})
 	if err != nil {
 		return err
 	}
@@ -328,7 +328,7 @@ func (s *Server) startPeerCheckLocked(id standby.Identity) {
 				return
 			case <-t.C:
 			}
-			if _, _, err := standby.CheckPeer(peer, id, time.Second); errors.Is(err, standby.ErrFenced) {
+			if _, _, err := standby.CheckPeer(peer, id, s.opts.Standby.Auth, time.Second); errors.Is(err, standby.ErrFenced) {
 				s.fence(err)
 				return
 			}
@@ -355,9 +355,11 @@ func (s *Server) fence(err error) {
 	}
 	if peer := s.opts.Standby.Peer; peer != "" {
 		// Name the new primary precisely when it is the configured peer;
-		// and when the peer answers and is not newer, the claim (from
-		// whoever reached --standby-listen) is not believed.
-		info, reached, perr := standby.CheckPeer(peer, s.shipper.Identity(), time.Second)
+		// and when the peer answers and is not newer, the claim (from a
+		// peer that authenticated on --standby-listen) is not believed: a
+		// running standby answers with its own epoch, so only a promoted
+		// peer (or one that cannot be reached) confirms it.
+		info, reached, perr := standby.CheckPeer(peer, s.shipper.Identity(), s.opts.Standby.Auth, time.Second)
 		switch {
 		case errors.Is(perr, standby.ErrFenced):
 			err = perr
@@ -425,7 +427,7 @@ func (s *Server) Promote() (standby.Identity, error) {
 		// Until the old primary is reached (or 30 tries): if it runs, it
 		// fences itself on this PROBE.
 		for range 30 {
-			info, reached, err := standby.CheckPeer(old, id, time.Second)
+			info, reached, err := standby.CheckPeer(old, id, s.opts.Standby.Auth, time.Second)
 			if reached {
 				s.logInfo("told the old primary of the new epoch", "old_primary", old, "answer", info, "error", err)
 				return

@@ -133,6 +133,13 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	if err := so.checkExposure(); err != nil {
+		_ = lis.Close()
+		return nil, err
+	}
+	if (so.Listen != "" || so.Of != "") && !so.Auth.Enabled() && o.Logger != nil {
+		o.Logger.Warn("the standby link is not authenticated (allowed on loopback only): any local process can connect to it; set --standby-secret-file (make one with tandem secret --out FILE)")
+	}
 	s := &Server{lis: lis, done: make(chan error, 1), cfg: cfg, opts: o, unregister: func() {}, svc: &roleService{}}
 	if so.Of != "" {
 		err = s.becomeStandby(so.Of, false)
@@ -196,15 +203,17 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 		}
 		sh, err = standby.NewShipper(standby.ShipperConfig{Listen: so.Listen, Transport: tr, Protection: prot,
 			NetTimeout: so.NetTimeout, Identity: id, MaxRetained: int64(cfg.LogSize), Logger: o.Logger,
-			MaxSend: so.MaxSend, MaxConnections: so.MaxConnections, NetOptions: so.net(),
-			OnFenced: func(err error) { go s.fence(err) }})
+			MaxSend: so.MaxSend, MaxConnections: so.MaxConnections, NetOptions: so.net(), Auth: so.Auth,
+			// Synchronous: the shipper runs it in a goroutine of its own and
+			// drops further claims until it returns (coalesced).
+			OnFenced: s.fence})
 		if err != nil {
 			return nil, nil, err
 		}
 		if so.Peer != "" {
 			// After listening: a peer this check fences asks back who
 			// superseded it.
-			info, _, err := standby.CheckPeer(so.Peer, id, max(so.NetTimeout, time.Second))
+			info, _, err := standby.CheckPeer(so.Peer, id, so.Auth, max(so.NetTimeout, time.Second))
 			if err != nil {
 				_ = sh.Close()
 				return nil, nil, err

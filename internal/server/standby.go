@@ -44,6 +44,21 @@ type StandbyOptions struct {
 	SendBuffer, ReceiveBuffer int
 	// DisableNoDelay turns TCP_NODELAY off (it is on by default).
 	DisableNoDelay bool
+	// Auth authenticates both ends of every standby connection (the
+	// cluster secret, TLS): see standby.Auth. Without it, Listen, Of and
+	// Peer must be loopback addresses.
+	Auth *standby.Auth
+}
+
+// checkExposure refuses standby addresses off loopback without
+// authentication.
+func (so StandbyOptions) checkExposure() error {
+	for _, a := range []struct{ flag, addr string }{{"--standby-listen", so.Listen}, {"--standby-of", so.Of}, {"--peer", so.Peer}} {
+		if err := standby.CheckExposure(a.flag, a.addr, so.Auth); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (so StandbyOptions) net() standby.NetOptions {

@@ -166,7 +166,9 @@ func (s *Shipper) dropArchConn(sess *archSession, c net.Conn) {
 func (s *Shipper) serveArch(c net.Conn, r *bufio.Reader, w *bufio.Writer, sess *archSession, ctrl bool) error {
 	defer s.dropArchConn(sess, c)
 	readErr := make(chan error, 1)
-	go func() { readErr <- s.readAcks(c, r) }()
+	// The standby applies segments in order: it can acknowledge at most the
+	// last record handed out in the session.
+	go func() { readErr <- s.readAcks(c, r, func() wal.Position { return sess.next }) }()
 	var sentNotice uint64
 	var buf []byte
 	for {
@@ -381,7 +383,7 @@ func (r *Receiver) archReceive(ctx context.Context, br *bufio.Reader, items chan
 	var cur *archSeg
 	var prev wal.Position
 	for {
-		kind, b, err := readFrame(br, nil) // a new buffer: the records alias it until applied
+		kind, b, err := readFrame(br, nil, kindsOf(kindSegment, kindRecords, kindRelease)) // a new buffer: the records alias it until applied
 		if err != nil {
 			return err
 		}
@@ -395,7 +397,9 @@ func (r *Receiver) archReceive(ctx context.Context, br *bufio.Reader, items chan
 			if err != nil {
 				return err
 			}
-			cur, prev = &archSeg{segHeader: h, recs: make([]record, 0, h.n)}, h.after
+			// The count is bounded by decodeSegHeader; the records are
+			// held only as they arrive.
+			cur, prev = &archSeg{segHeader: h, recs: make([]record, 0, min(h.n, 1024))}, h.after
 			continue
 		case kindRecords:
 			if cur == nil {
@@ -404,6 +408,9 @@ func (r *Receiver) archReceive(ctx context.Context, br *bufio.Reader, items chan
 			recs, err := decodeRecords(b, prev)
 			if err != nil {
 				return err
+			}
+			if n := len(recs); n > 0 && recs[n-1].pos.Segment != cur.seg {
+				return fmt.Errorf("%w: segment %d holds a record at %s", ErrProtocol, cur.seg, recs[n-1].pos)
 			}
 			if len(cur.recs)+len(recs) > int(cur.n) {
 				return fmt.Errorf("%w: segment %d has more records than the %d announced", ErrProtocol, cur.seg, cur.n)

@@ -25,7 +25,7 @@ func TestProbeNeverDisplacesTheStandbyAndANewerEpochFences(t *testing.T) {
 	waitFor(t, "the standby connected", func() bool { return sh.Status().Connected })
 	peer := sh.Status().Standby
 	for range 5 {
-		if _, _, err := CheckPeer(sh.Addr(), testID(), time.Second); err != nil {
+		if _, _, err := CheckPeer(sh.Addr(), testID(), nil, time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -40,7 +40,7 @@ func TestProbeNeverDisplacesTheStandbyAndANewerEpochFences(t *testing.T) {
 	}
 	newer := testID()
 	newer.Epoch++
-	if _, reached, err := CheckPeer(sh.Addr(), newer, time.Second); err != nil || !reached {
+	if _, reached, err := CheckPeer(sh.Addr(), newer, nil, time.Second); err != nil || !reached {
 		t.Fatalf("a probe from a newer epoch: %v", err)
 	}
 	mu.Lock()

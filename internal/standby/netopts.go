@@ -41,6 +41,9 @@ func (o NetOptions) check(who string) error {
 // tune applies o to a connected socket: TCP_NODELAY, and the buffer sizes
 // again (where socketControl cannot set them first).
 func (o NetOptions) tune(c net.Conn) {
+	if u, ok := c.(interface{ NetConn() net.Conn }); ok { // TLS
+		c = u.NetConn()
+	}
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		return

@@ -1,9 +1,7 @@
 package standby
 
 import (
-	"bufio"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -64,25 +62,20 @@ func TestMaxSendBoundsFrames(t *testing.T) {
 		}
 		want = append(want, p)
 	}
-	c, err := net.Dial("tcp", sh.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, br, w := dialShipper(t, sh.Addr(), nil)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	w := bufio.NewWriter(c)
 	if err := writeFrame(w, kindHello, hello{cluster: testID().Cluster, epoch: testID().Epoch}.encode()); err != nil {
 		t.Fatal(err)
 	}
-	br := bufio.NewReader(c)
-	if kind, _, err := readFrame(br, nil); err != nil || kind != kindWelcome {
+	if kind, _, err := readFrame(br, nil, anyKind); err != nil || kind != kindWelcome {
 		t.Fatalf("WELCOME: kind %d, %v", kind, err)
 	}
 	var got []string
 	var at wal.Position
 	frames := 0
 	for len(got) < len(want) {
-		kind, b, err := readFrame(br, nil)
+		kind, b, err := readFrame(br, nil, anyKind)
 		if err != nil {
 			t.Fatal(err)
 		}

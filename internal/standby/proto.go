@@ -50,14 +50,48 @@
 // and replaying it (a promoted standby) still finds every decision the
 // primary's own replay would.
 //
+// # Authentication
+//
+// Every connection, before any other frame (auth.go): the dialling side
+// (a standby, an arch JOIN, a prober) sends CHALLENGE with a fresh 32-byte
+// nonce Nd; the accepting side (a primary's shipper, a standby answering
+// PROBEs) answers PROOF with its own fresh nonce Na and
+// HMAC-SHA256(secret, "tandem standby link v4: accepting side" | version |
+// mode | Nd | Na); the dialling side checks it (constant time) and only
+// then sends RESPONSE, HMAC-SHA256(secret, "tandem standby link v4:
+// dialling side" | version | mode | Nd | Na), followed by its HELLO, JOIN or
+// PROBE; the accepting side checks RESPONSE before it reads further. Each
+// side's nonce makes a recorded handshake useless on a new connection, and
+// the per-side labels make a proof reflected back to its maker fail. A
+// failure is a REFUSE naming no cluster, or a closed connection: no
+// WELCOME, cluster id, epoch, position or record reaches a peer that has not
+// proved it holds the secret, in either direction. mode is 1 with a secret
+// and 0 without one (CheckExposure allows that on loopback only); sides
+// whose modes differ refuse each other. With TLS configured (Auth.ServerTLS
+// and ClientTLS: mutual TLS) the connection is TLS first and the handshake
+// runs inside it; the secret authenticates the ends, TLS also hides and
+// protects the stream on the wire.
+//
+// An accepting side holds at most maxHandshakes connections that have not
+// authenticated (more are closed unread), maxLinkConns in all, each for at
+// most the net timeout, with handshakeBuffer-byte buffers; every frame's
+// length is checked against its kind's maximum (maxPayload) and against
+// the kinds the reader expects next before anything is allocated for it.
+//
 // # Protocol
 //
 // Every frame: kind u8 | length u32 LE | CRC-32C u32 LE (of kind, length and
 // payload) | payload. The standby connects to the primary's
-// --standby-listen address and sends HELLO; the primary answers WELCOME or
-// REFUSE, then sends RECORDS and RELEASE frames; the standby answers each
-// RECORDS with ACK, once the records are on its disk.
+// --standby-listen address, authenticates (above) and sends HELLO; the
+// primary answers WELCOME or REFUSE, then sends RECORDS and RELEASE frames;
+// the standby answers each RECORDS with ACK, once the records are on its
+// disk. An ACK past the last record the primary sent is refused and ends
+// the connection (a peer cannot make max-protection acknowledge what no
+// standby holds).
 //
+//	CHALLENGE version u8 | mode u8 | nonce [32]
+//	PROOF    version u8 | mode u8 | nonce [32] | mac [32]
+//	RESPONSE mac [32]
 //	HELLO    version u8 | cluster [16] | epoch u64 | segment u64 | offset u64
 //	WELCOME  version u8 | cluster [16] | epoch u64 | transport u8 (0 sync or
 //	         async, 1 arch) | connections u8 | session u64
@@ -67,13 +101,19 @@
 //	RELEASE  before u64 | segment u64 | offset u64: the primary released its
 //	         segments < before; valid once the standby has every record up
 //	         to (segment, offset)
-//	PROBE    as HELLO: asks for WELCOME only (fencing checks); never a standby
+//	PROBE    as HELLO: asks for WELCOME only (fencing checks); never a standby.
+//	         A running standby with a listen address answers it too, with
+//	         its own cluster and epoch, so a primary can check a claim of a
+//	         newer epoch with its --peer. A claim is heard only after the
+//	         handshake, and claims arriving while one is checked are dropped.
 //	JOIN     version u8 | cluster [16] | epoch u64 | session u64: arch, a
 //	         further connection of the session WELCOME named
 //	SEGMENT  segment u64 | after (segment u64 | offset u64) | last (segment
 //	         u64 | offset u64) | n u32: arch, the next n records (in RECORDS
 //	         frames on this connection) are the primary's segment, from the
-//	         one after "after" to "last"
+//	         one after "after" to "last"; n is at most last's offset / 8 + 1
+//	         (a record takes at least 8 bytes), checked before anything is
+//	         allocated for it
 //
 // Under the arch transport (see arch.go) the primary sends only completed
 // segments, each whole on one of the session's connections, and the
@@ -100,8 +140,10 @@ import (
 
 // Version is the protocol version. 2: RELEASE frames; MARK records are
 // never shipped. 3: the ARCH transport (WELCOME says which transport, JOIN
-// and SEGMENT frames).
-const Version = 3
+// and SEGMENT frames). 4: every connection starts with the authentication
+// handshake (CHALLENGE, PROOF, RESPONSE); frame lengths are bounded per
+// kind.
+const Version = 4
 
 // MaxFrame bounds a frame's payload.
 const MaxFrame = 64 << 20
@@ -121,7 +163,39 @@ const (
 	// the primary answers WELCOME (or REFUSE) and hangs up; it never takes
 	// the prober for its standby.
 	kindProbe = 16
+	// The authentication handshake (auth.go), before any other frame.
+	kindChallenge = 9  // dialling side: version u8 | mode u8 | nonce [32]
+	kindProof     = 10 // accepting side: version u8 | mode u8 | nonce [32] | mac [32]
+	kindResponse  = 11 // dialling side: mac [32]
 )
+
+// kinds is a set of frame kinds: what a reader accepts next.
+type kinds uint32
+
+func kindsOf(ks ...byte) kinds {
+	var s kinds
+	for _, k := range ks {
+		s |= 1 << k
+	}
+	return s
+}
+
+func (s kinds) has(k byte) bool { return k < 32 && s&(1<<k) != 0 }
+
+// maxPayload is each kind's largest payload, checked from the header
+// before anything is allocated or read for the payload.
+var maxPayload = [32]uint32{
+	kindHello: 41, kindWelcome: 35, kindRecords: MaxFrame, kindAck: 16, kindRefuse: maxRefuse,
+	kindRelease: 24, kindJoin: 33, kindSegment: 44, kindProbe: 41,
+	kindChallenge: 2 + nonceSize, kindProof: 2 + nonceSize + 32, kindResponse: 32,
+}
+
+// maxRefuse bounds a REFUSE message.
+const maxRefuse = 4096
+
+// anyKind accepts every kind (the checks are the caller's).
+const anyKind kinds = 1<<kindHello | 1<<kindWelcome | 1<<kindRecords | 1<<kindAck | 1<<kindRefuse | 1<<kindRelease |
+	1<<kindJoin | 1<<kindSegment | 1<<kindProbe | 1<<kindChallenge | 1<<kindProof | 1<<kindResponse
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -147,8 +221,9 @@ func writeFrame(w *bufio.Writer, kind byte, payload []byte) error {
 	return w.Flush()
 }
 
-// readFrame reads one frame. buf is reused when large enough.
-func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
+// readFrame reads one frame of a kind in accept (a REFUSE is always
+// accepted, and returned as an error). buf is reused when large enough.
+func readFrame(r io.Reader, buf []byte, accept kinds) (byte, []byte, error) {
 	var h [9]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
@@ -157,12 +232,15 @@ func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
 		return 0, nil, err
 	}
 	kind := h[0]
-	if (kind < kindHello || kind > kindSegment) && kind != kindProbe {
+	if !anyKind.has(kind) {
 		return 0, nil, fmt.Errorf("%w: unknown frame kind %d (not a Tandem standby stream?)", ErrProtocol, kind)
 	}
+	if !accept.has(kind) && kind != kindRefuse {
+		return 0, nil, fmt.Errorf("%w: unexpected kind %d frame here", ErrProtocol, kind)
+	}
 	n := binary.LittleEndian.Uint32(h[1:5])
-	if n > MaxFrame {
-		return 0, nil, fmt.Errorf("%w: frame of %d bytes is larger than the limit %d", ErrProtocol, n, MaxFrame)
+	if n > maxPayload[kind] {
+		return 0, nil, fmt.Errorf("%w: a kind %d frame of %d bytes is larger than its limit %d", ErrProtocol, kind, n, maxPayload[kind])
 	}
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)
@@ -319,7 +397,10 @@ func decodeSegHeader(b []byte) (segHeader, error) {
 	h.after, _ = decodeAck(b[8:24])
 	h.last, _ = decodeAck(b[24:40])
 	h.n = binary.LittleEndian.Uint32(b[40:])
-	if h.n == 0 || !h.after.Less(h.last) || h.last.Segment != h.seg {
+	// n records have n distinct positions in the segment, 8-byte aligned
+	// and at least 8 bytes apart (a record's header): a count past that is
+	// a lie, refused before anything is allocated for it.
+	if h.n == 0 || !h.after.Less(h.last) || h.last.Segment != h.seg || h.last.Offset < 0 || uint64(h.n) > uint64(h.last.Offset)/8+1 {
 		return h, fmt.Errorf("%w: SEGMENT %d of %d records after %s ending at %s is not a segment", ErrProtocol, h.seg, h.n, h.after, h.last)
 	}
 	return h, nil

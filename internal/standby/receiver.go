@@ -44,6 +44,14 @@ type ReceiverConfig struct {
 	// primary (the receive buffer is the one that bounds a long link's
 	// throughput on this side).
 	NetOptions
+	// Auth authenticates the primary (and this standby to it) before
+	// anything is sent; nil or empty is allowed for a loopback Primary only.
+	Auth *Auth
+	// Listen, when set, is where this standby answers authenticated PROBEs
+	// with its cluster and epoch (its --standby-listen, where it serves its
+	// own standby once promoted), so that a primary's --peer check can
+	// disprove a forged claim of a newer epoch. It answers nothing else.
+	Listen string
 	Logger *slog.Logger
 }
 
@@ -81,6 +89,8 @@ type Receiver struct {
 	notice  release // the latest RELEASE from the primary (before 0: none)
 	acted   uint64  // the before of the latest notice recycle acted on
 
+	probes *gate // answers PROBEs on cfg.Listen; nil without
+
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -104,6 +114,12 @@ func OpenReceiver(cfg ReceiverConfig) (*Receiver, error) {
 		cfg.Logger = slog.Default()
 	}
 	if err := cfg.NetOptions.check("receiver"); err != nil {
+		return nil, err
+	}
+	if err := CheckExposure("--standby-of", cfg.Primary, cfg.Auth); err != nil {
+		return nil, err
+	}
+	if err := CheckExposure("--standby-listen", cfg.Listen, cfg.Auth); err != nil {
 		return nil, err
 	}
 	r := &Receiver{cfg: cfg, done: make(chan struct{}), bound: map[uint64]wal.Position{}, unbound: map[uint64]bool{}}
@@ -138,6 +154,12 @@ func OpenReceiver(cfg ReceiverConfig) (*Receiver, error) {
 		return nil, fmt.Errorf("standby: open the log in %s: %w", cfg.Dir, err)
 	}
 	r.log = l
+	if cfg.Listen != "" {
+		if err := r.answerProbes(); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go r.run(ctx)
@@ -160,6 +182,9 @@ func (r *Receiver) Close() error {
 	}
 	r.mu.Unlock()
 	<-r.done
+	if r.probes != nil {
+		_ = r.probes.close()
+	}
 	return r.log.Close()
 }
 
@@ -213,6 +238,7 @@ func (r *Receiver) session(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	// Sent only once the primary proved it holds the secret.
 	br, bw, w, err := r.handshake(c, kindHello, h.encode())
 	if err != nil {
 		return err
@@ -233,7 +259,7 @@ func (r *Receiver) session(ctx context.Context) error {
 	r.addConns(1)
 	defer r.addConns(-1)
 	for {
-		kind, b, err := readFrame(br, nil) // a new buffer: AppendNoWait keeps the payloads
+		kind, b, err := readFrame(br, nil, kindsOf(kindRecords, kindRelease)) // a new buffer: AppendNoWait keeps the payloads
 		if err != nil {
 			return err
 		}
@@ -460,18 +486,23 @@ func (r *Receiver) LastError() error {
 	return r.lastErr
 }
 
-// handshake tunes a new connection to the primary, sends the opening frame
-// (HELLO or JOIN) and reads the primary's WELCOME, within the net timeout
-// (the deadline stays set: the caller clears it).
+// handshake tunes a new connection to the primary, authenticates both ends
+// (TLS and the secret's challenge-response, as configured), sends the
+// opening frame (HELLO or JOIN) and reads the primary's WELCOME, within the
+// net timeout (the deadline stays set: the caller clears it).
 func (r *Receiver) handshake(c net.Conn, kind byte, payload []byte) (*bufio.Reader, *bufio.Writer, welcome, error) {
 	r.cfg.NetOptions.tune(c)
-	br := bufio.NewReaderSize(c, 256<<10)
-	bw := bufio.NewWriterSize(c, 4<<10)
 	_ = c.SetDeadline(time.Now().Add(r.cfg.NetTimeout))
+	tc := r.cfg.Auth.clientConn(c, r.cfg.Primary)
+	br := bufio.NewReaderSize(tc, 256<<10)
+	bw := bufio.NewWriterSize(tc, 4<<10)
+	if err := dialAuth(br, bw, r.cfg.Auth); err != nil {
+		return nil, nil, welcome{}, fmt.Errorf("authenticating the primary at %s: %w", r.cfg.Primary, err)
+	}
 	if err := writeFrame(bw, kind, payload); err != nil {
 		return nil, nil, welcome{}, err
 	}
-	got, b, err := readFrame(br, nil)
+	got, b, err := readFrame(br, nil, kindsOf(kindWelcome))
 	if err != nil {
 		return nil, nil, welcome{}, err
 	}

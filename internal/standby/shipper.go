@@ -9,6 +9,7 @@ import (
 	"net"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/waits"
@@ -96,7 +97,8 @@ type ShipperConfig struct {
 	Protection Protection
 	// NetTimeout: under max-availability, how long a flush waits for the
 	// standby before the primary goes on unprotected; also the deadline of
-	// a standby's HELLO and of every write to it (default 10s).
+	// a connection's handshake (authentication and HELLO) and of every
+	// write to it (default 10s).
 	NetTimeout time.Duration
 	Identity   Identity
 	// MaxRetained bounds the bytes of records of released segments kept in
@@ -121,11 +123,16 @@ type ShipperConfig struct {
 	// NetOptions: socket buffers and TCP_NODELAY of standby connections
 	// (set on the listener, so every accepted connection has them).
 	NetOptions
+	// Auth authenticates every connection before anything is sent (see the
+	// package doc); nil or empty is allowed on a loopback Listen only.
+	Auth   *Auth
 	Logger *slog.Logger
-	// OnFenced, when set, is called (once per such peer, from the
-	// connection's goroutine) when a peer of this cluster reports a newer
-	// epoch: another coordinator was promoted, and this primary must stop
-	// deciding and settling. err wraps ErrFenced and names the peer.
+	// OnFenced, when set, is called when a peer of this cluster that
+	// authenticated reports a newer epoch: another coordinator may have
+	// been promoted, and this primary must check (--peer) and stop deciding
+	// and settling. It runs in a goroutine of its own, one call at a time:
+	// claims that arrive while it runs are dropped (a flood of claims costs
+	// one check). err wraps ErrFenced and names the peer.
 	OnFenced func(err error)
 }
 
@@ -133,9 +140,13 @@ type ShipperConfig struct {
 // need, serves standbys on a listener and, under the sync transport, holds
 // each flush until the standby has it. It implements coord.LogHook.
 type Shipper struct {
-	cfg ShipperConfig
-	lis net.Listener
-	log *slog.Logger
+	cfg  ShipperConfig
+	lis  net.Listener
+	gate *gate
+	log  *slog.Logger
+	// fencing: a claim of a newer epoch is being handed to OnFenced; more
+	// claims meanwhile are dropped (coalesced).
+	fencing atomic.Bool
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced at every change below
@@ -158,7 +169,6 @@ type Shipper struct {
 	since       time.Time // when unprotected began
 	closed      bool
 	started     time.Time
-	conns       sync.WaitGroup
 }
 
 // NewShipper checks cfg and listens; call Serve to accept standbys.
@@ -190,13 +200,17 @@ func NewShipper(cfg ShipperConfig) (*Shipper, error) {
 	if err := cfg.NetOptions.check("shipper"); err != nil {
 		return nil, err
 	}
+	if err := CheckExposure("--standby-listen", cfg.Listen, cfg.Auth); err != nil {
+		return nil, err
+	}
 	lc := net.ListenConfig{Control: socketControl(cfg.SendBuffer, cfg.ReceiveBuffer)}
 	lis, err := lc.Listen(context.Background(), "tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("standby: listen for standbys on %s: %w", cfg.Listen, err)
 	}
 	s := &Shipper{cfg: cfg, lis: lis, log: cfg.Logger, changed: make(chan struct{}), started: time.Now()}
-	go s.serve()
+	s.gate = newGate(lis, cfg.Auth, cfg.NetTimeout, kindsOf(kindHello, kindJoin, kindProbe), cfg.Logger, "standby listener")
+	go s.gate.serve(s.handle)
 	return s, nil
 }
 
@@ -361,56 +375,41 @@ func (s *Shipper) Close() error {
 	}
 	s.notifyLocked()
 	s.mu.Unlock()
-	err := s.lis.Close()
-	s.conns.Wait()
-	return err
-}
-
-func (s *Shipper) serve() {
-	for {
-		c, err := s.lis.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			s.log.Warn("standby listener: accept failed", "error", err)
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			c.Close()
-			return
-		}
-		s.conns.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer s.conns.Done()
-			if err := s.handle(c); err != nil {
-				s.log.Warn("standby connection ended", "standby", c.RemoteAddr().String(), "error", err)
-			}
-		}()
-	}
+	return s.gate.close()
 }
 
 func (s *Shipper) refuse(c net.Conn, w *bufio.Writer, msg string) error {
 	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-	_ = writeFrame(w, kindRefuse, []byte(msg))
+	_ = writeFrame(w, kindRefuse, []byte(truncate(msg, maxRefuse)))
 	return errors.New("refused the standby: " + msg)
 }
 
-// handle serves one standby connection.
-func (s *Shipper) handle(c net.Conn) error {
-	defer c.Close()
-	s.cfg.NetOptions.tune(c)
-	r := bufio.NewReaderSize(c, 64<<10)
-	w := bufio.NewWriterSize(c, 256<<10)
-	_ = c.SetReadDeadline(time.Now().Add(s.cfg.NetTimeout))
-	kind, b, err := readFrame(r, nil)
-	if err != nil {
-		return fmt.Errorf("reading HELLO: %w", err)
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
 	}
+	return s
+}
+
+// fenced hands an authenticated claim of a newer epoch to OnFenced, in its
+// own goroutine (it may close this shipper), unless one is being handled:
+// a flood of claims costs one check at a time.
+func (s *Shipper) fenced(err error) {
+	if s.cfg.OnFenced == nil || !s.fencing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.fencing.Store(false)
+		s.cfg.OnFenced(err)
+	}()
+}
+
+// handle serves one authenticated standby connection, from its opening
+// frame (HELLO, JOIN or PROBE).
+func (s *Shipper) handle(o opening) error {
+	c, r, kind, b := o.c, o.r, o.kind, o.payload
+	s.cfg.NetOptions.tune(c)
+	w := bufio.NewWriterSize(c, 256<<10)
 	if kind == kindJoin {
 		return s.handleJoin(c, r, w, b)
 	}
@@ -430,8 +429,8 @@ func (s *Shipper) handle(c net.Conn) error {
 	if h.epoch > id.Epoch {
 		s.log.Error("FENCED: a peer reports a newer epoch: another coordinator was promoted since this one became primary; this primary is superseded",
 			"standby", c.RemoteAddr().String(), "standby_epoch", h.epoch, "epoch", id.Epoch)
-		if s.cfg.OnFenced != nil && h.cluster == id.Cluster {
-			s.cfg.OnFenced(fmt.Errorf("%w: a coordinator of cluster %s at epoch %d (connected from %s) was promoted since this primary took epoch %d: this coordinator must not decide or settle anything; re-seed it as a standby of the new primary (tandem reseed, then tandem serve --standby-of)",
+		if h.cluster == id.Cluster {
+			s.fenced(fmt.Errorf("%w: a coordinator of cluster %s at epoch %d (connected from %s) was promoted since this primary took epoch %d: this coordinator must not decide or settle anything; re-seed it as a standby of the new primary (tandem reseed, then tandem serve --standby-of)",
 				ErrFenced, id.Cluster, h.epoch, c.RemoteAddr(), id.Epoch))
 		}
 		return s.refuse(c, w, fmt.Sprintf("the standby is at epoch %d, this primary at epoch %d: it follows a newer primary", h.epoch, id.Epoch))
@@ -505,8 +504,10 @@ func (s *Shipper) handle(c net.Conn) error {
 	}
 
 	readErr := make(chan error, 1)
-	go func() { readErr <- s.readAcks(c, r) }()
+	// sent: the last record handed to this connection, under s.mu (the
+	// acknowledgement reader refuses anything past it).
 	sent := h.pos
+	go func() { readErr <- s.readAcks(c, r, func() wal.Position { return sent }) }()
 	var sentNotice uint64 // the last RELEASE notice sent: its before
 	var buf []byte
 	for {
@@ -534,6 +535,9 @@ func (s *Shipper) handle(c net.Conn) error {
 					j++
 				}
 				batch = append(batch[:0], s.recs[i:j]...) // payloads are never modified
+				// Counted as sent before it is written: the standby's ACK
+				// may come back before this goroutine runs again.
+				sent = batch[len(batch)-1].pos
 				break
 			}
 			if err := s.waitChangeLocked(readErr); err != nil {
@@ -554,20 +558,24 @@ func (s *Shipper) handle(c net.Conn) error {
 		if err := writeFrame(w, kindRecords, buf); err != nil {
 			return fmt.Errorf("sending records: %w", err)
 		}
-		sent = batch[len(batch)-1].pos
 	}
 }
 
-func (s *Shipper) readAcks(c net.Conn, r *bufio.Reader) error {
+// readAcks takes the standby's acknowledgements on c until it fails. An
+// ACK past sent() (called under s.mu: the last record handed to the
+// standby) is refused and ends the connection: no standby can have it, and
+// taking it would let max-protection acknowledge decisions no standby
+// holds.
+func (s *Shipper) readAcks(c net.Conn, r *bufio.Reader, sent func() wal.Position) error {
 	var buf []byte
 	for {
-		kind, b, err := readFrame(r, buf)
+		kind, b, err := readFrame(r, buf, kindsOf(kindAck))
 		if err != nil {
 			c.Close()
 			return err
 		}
 		buf = b
-		if kind != kindAck {
+		if kind != kindAck { // cannot happen: readFrame accepts only ACK
 			c.Close()
 			return fmt.Errorf("%w: expected ACK, got a kind %d frame", ErrProtocol, kind)
 		}
@@ -577,6 +585,13 @@ func (s *Shipper) readAcks(c net.Conn, r *bufio.Reader) error {
 			return err
 		}
 		s.mu.Lock()
+		if last := sent(); last.Less(pos) {
+			s.mu.Unlock()
+			c.Close()
+			s.log.Error("standby link: the peer acknowledged a position past every record sent to it: refused, connection dropped (a broken or forged standby)",
+				"peer", c.RemoteAddr().String(), "ack", pos.String(), "sent", last.String())
+			return fmt.Errorf("%w: ACK of %s, past the last record sent %s", ErrProtocol, pos, last)
+		}
 		s.ackLocked(pos)
 		s.mu.Unlock()
 	}

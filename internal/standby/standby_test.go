@@ -226,7 +226,23 @@ func TestMaxAvailabilityGoesOnAndComesBack(t *testing.T) {
 	waitFor(t, "protected again", func() bool { return p.sh.Status().Protected })
 }
 
-// fakePrimary accepts one standby, reads its HELLO, then does what do says.
+// dialShipper dials a shipper and runs the dialling side's handshake.
+func dialShipper(t *testing.T, addr string, auth *Auth) (net.Conn, *bufio.Reader, *bufio.Writer) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br, bw := bufio.NewReader(c), bufio.NewWriter(c)
+	if err := dialAuth(br, bw, auth); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	return c, br, bw
+}
+
+// fakePrimary accepts standbys, runs the accepting side's handshake (no
+// secret), reads the opening frame, then does what do says.
 func fakePrimary(t *testing.T, do func(w *bufio.Writer, c net.Conn)) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -242,10 +258,14 @@ func fakePrimary(t *testing.T, do func(w *bufio.Writer, c net.Conn)) string {
 			}
 			go func() {
 				defer c.Close()
-				if _, _, err := readFrame(c, nil); err != nil {
+				r, w := bufio.NewReader(c), bufio.NewWriter(c)
+				if acceptAuth(r, w, nil) != nil {
 					return
 				}
-				do(bufio.NewWriter(c), c)
+				if _, _, err := readFrame(r, nil, anyKind); err != nil {
+					return
+				}
+				do(w, c)
 				time.Sleep(50 * time.Millisecond)
 			}()
 		}
@@ -335,14 +355,10 @@ func TestShipperRefusesBadStandbys(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := net.Dial("tcp", p.sh.Addr())
-			if err != nil {
-				t.Fatal(err)
-			}
+			c, br, w := dialShipper(t, p.sh.Addr(), nil)
 			defer c.Close()
-			w := bufio.NewWriter(c)
 			writeFrame(w, kindHello, tc.hello)
-			_, _, err = readFrame(c, nil)
+			_, _, err := readFrame(br, nil, anyKind)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v, want a refusal saying %q", err, tc.want)
 			}
@@ -393,22 +409,22 @@ func TestCheckPeerFences(t *testing.T) {
 	p := startPrimary(t, t.TempDir(), MaxPerformance, time.Second) // epoch 3
 	old := testID()
 	old.Epoch = 2
-	_, _, err := CheckPeer(p.sh.Addr(), old, time.Second)
+	_, _, err := CheckPeer(p.sh.Addr(), old, nil, time.Second)
 	if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), p.sh.Addr()) || !strings.Contains(err.Error(), "epoch 3") {
 		t.Fatalf("CheckPeer from epoch 2 = %v, want ErrFenced naming %s and epoch 3", err, p.sh.Addr())
 	}
-	if info, reached, err := CheckPeer(p.sh.Addr(), testID(), time.Second); err != nil || !reached || !strings.Contains(info, "epoch 3") {
+	if info, reached, err := CheckPeer(p.sh.Addr(), testID(), nil, time.Second); err != nil || !reached || !strings.Contains(info, "epoch 3") {
 		t.Errorf("CheckPeer from the same epoch = %q, %v", info, err)
 	}
 	newer := testID()
 	newer.Epoch = 4
-	if _, reached, err := CheckPeer(p.sh.Addr(), newer, time.Second); err != nil || !reached {
+	if _, reached, err := CheckPeer(p.sh.Addr(), newer, nil, time.Second); err != nil || !reached {
 		t.Errorf("CheckPeer from a newer epoch = %v, want nil (the peer is the superseded one)", err)
 	}
 	lis, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := lis.Addr().String()
 	lis.Close()
-	if info, reached, err := CheckPeer(addr, old, 200*time.Millisecond); err != nil || reached || !strings.Contains(info, "not reachable") {
+	if info, reached, err := CheckPeer(addr, old, nil, 200*time.Millisecond); err != nil || reached || !strings.Contains(info, "not reachable") {
 		t.Errorf("CheckPeer of nobody = %q, %v", info, err)
 	}
 }
@@ -511,7 +527,7 @@ func TestReceiverDoesNotWriteAShippedMark(t *testing.T) {
 	addr := fakePrimary(t, func(w *bufio.Writer, c net.Conn) {
 		writeFrame(w, kindWelcome, welcome{cluster: testID().Cluster, epoch: testID().Epoch}.encode())
 		writeFrame(w, kindRecords, recs)
-		readFrame(c, nil) // the ACK
+		readFrame(c, nil, anyKind) // the ACK
 	})
 	dir := t.TempDir()
 	r := startStandby(t, dir, addr)

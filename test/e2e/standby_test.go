@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,16 +23,84 @@ import (
 )
 
 // startIn starts `tandem serve` on a fresh port with the given data directory
-// and flags (besides --listen, --data-dir, the RMs and fast scans).
+// and flags (besides --listen, --data-dir, the RMs and fast scans). A
+// coordinator with a standby role gets the run's cluster secret
+// (standbySecret), as a real pair would.
 func startIn(t *testing.T, dir string, extra ...string) *coordinator {
 	t.Helper()
 	c := &coordinator{t: t, addr: freeAddr(t), dataDir: dir}
 	c.args = []string{"serve", "--listen", c.addr, "--data-dir", dir, "--admin", "", "--scan-interval", "200ms", "--orphan-timeout", "2s",
 		"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN}
+	for _, a := range extra {
+		if a == "--standby-listen" || a == "--standby-of" {
+			c.args = append(c.args, "--standby-secret-file", standbySecret(t))
+			break
+		}
+	}
 	c.args = append(c.args, extra...)
 	c.start()
 	t.Cleanup(c.stop)
 	return c
+}
+
+var (
+	secretOnce sync.Once
+	secretFile string
+	secretErr  error
+)
+
+// standbySecret is the cluster secret of every standby pair of the run,
+// made once by `tandem secret` beside the test binary (removed at exit).
+// It checks what `tandem secret` promises: mode 0600, never overwritten.
+func standbySecret(t *testing.T) string {
+	t.Helper()
+	secretOnce.Do(func() {
+		f := filepath.Join(filepath.Dir(tandemBin), "standby-secret")
+		out, err := exec.Command(tandemBin, "secret", "--out", f).CombinedOutput()
+		if err != nil {
+			secretErr = fmt.Errorf("tandem secret: %v\n%s", err, out)
+			return
+		}
+		if strings.Contains(string(out), readSecret(f)) {
+			secretErr = fmt.Errorf("tandem secret printed the secret: %s", out)
+			return
+		}
+		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
+			secretErr = fmt.Errorf("the secret file: %v, mode %v, want 0600", err, fi.Mode().Perm())
+			return
+		}
+		if out, err := exec.Command(tandemBin, "secret", "--out", f).CombinedOutput(); err == nil || !strings.Contains(string(out), "not overwritten") {
+			secretErr = fmt.Errorf("a second tandem secret on the same file: %v\n%s", err, out)
+			return
+		}
+		secretFile = f
+	})
+	if secretErr != nil {
+		t.Fatal(secretErr)
+	}
+	return secretFile
+}
+
+func readSecret(f string) string {
+	b, _ := os.ReadFile(f)
+	if s := strings.TrimSpace(string(b)); len(s) >= 32 {
+		return s
+	}
+	return "\x00no secret"
+}
+
+// Off loopback, a standby address without authentication stops the start
+// with an error that says how to fix it; with the secret it starts.
+func TestStandbyOffLoopbackNeedsASecret(t *testing.T) {
+	rms := []string{"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN}
+	for _, flags := range [][]string{{"--standby-listen", "0.0.0.0:0"}, {"--standby-of", "192.0.2.1:7072"}} {
+		out, code := serveOnce(t, append(append([]string{"--data-dir", t.TempDir(), "--admin", ""}, rms...), flags...)...)
+		if code == 0 || !strings.Contains(out, "without authentication") || !strings.Contains(out, "tandem secret --out FILE") {
+			t.Errorf("tandem serve %v: exit %d, want refused with how to fix it:\n%s", flags, code, out)
+		}
+		assertNoStackTrace(t, out)
+	}
+	startIn(t, t.TempDir(), "--standby-listen", "0.0.0.0:"+strings.Split(freeAddr(t), ":")[1])
 }
 
 func healthMessage(c *coordinator) string {
