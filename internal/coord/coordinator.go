@@ -389,6 +389,20 @@ func (c *Coordinator) lockDir() error {
 	return nil
 }
 
+// CheckDirFree reports, before anything else is started, whether dir is in
+// use by another coordinator (the error names it, as Open's would). It
+// takes the lock and lets it go: Open takes it for good. A second start of
+// the same command then names the data directory, not the port it cannot
+// bind.
+func CheckDirFree(dir string) error {
+	c := &Coordinator{opts: Options{Dir: dir}}
+	if err := c.lockDir(); err != nil {
+		return err
+	}
+	c.unlockDir()
+	return nil
+}
+
 func (c *Coordinator) unlockDir() {
 	if c.lock != nil {
 		_ = c.lock.Close() // releases the flock

@@ -103,6 +103,11 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if err := checkExposure(cfg.Listen, o); err != nil {
 		return nil, err
 	}
+	if so := o.Standby; so.Of == "" {
+		if err := coord.CheckDirFree(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
 	var adminToken string
 	if o.Admin != "" {
 		if o.AdminTokenFile == "" {

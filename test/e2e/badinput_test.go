@@ -207,6 +207,12 @@ func TestCorruptLogAndSharedDataDirAreRefused(t *testing.T) {
 	if code == 0 || !strings.Contains(other, "in use by another coordinator") || !strings.Contains(other, "pid ") {
 		t.Fatalf("second coordinator on the same data dir: exit %d, output:\n%s", code, other)
 	}
+	// Started twice by the same command (same port too): the data directory
+	// is the cause worth naming, not the port.
+	other, code = serveOnce(t, "--data-dir", c.dataDir, "--rm", "pg=postgres:"+pgDSN, "--listen", c.addr)
+	if code == 0 || !strings.Contains(other, "in use by another coordinator") || strings.Contains(other, "address already in use") {
+		t.Fatalf("second coordinator on the same data dir and port: exit %d, output:\n%s\nwant the data directory named, not the port", code, other)
+	}
 	ctx := context.Background()
 	for i := 0; i < 6; i++ { // six ABORT records
 		if _, err := c.api().Abort(ctx, &api.AbortRequest{Gtrid: xid.New().String()}); err != nil {
