@@ -14,7 +14,9 @@
 // It exits non-zero when a check fails.
 //
 // With no flags it reads TANDEM_PG_DSN and TANDEM_MYSQL_DSN, creates its
-// tables, starts a coordinator in this process that its workers reach over
+// tables (tandem_demo_accounts and tandem_demo_transfer_journal on both
+// databases, marked with a comment: a later reset drops only tables that
+// carry it, never a table of the same name it did not create), starts a coordinator in this process that its workers reach over
 // gRPC on loopback, runs for 10 seconds with 8 workers, and prints what it did.
 package main
 
@@ -66,7 +68,7 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&cfg.MySQLDSN, "mysql", os.Getenv("TANDEM_MYSQL_DSN"), "MariaDB/MySQL DSN (default $TANDEM_MYSQL_DSN)")
 	fs.BoolVar(&cfg.Reset, "reset", true, "recreate the tables and balances before running (off with --check-only)")
 	fs.StringVar(&cfg.AckFile, "acked", "", "append the gtrid of every transfer acknowledged as committed to this file")
-	fs.StringVar(&cfg.Prefix, "prefix", "", "prefix of the table names (accounts, transfer_journal), to keep runs apart")
+	fs.StringVar(&cfg.Prefix, "prefix", "tandem_demo_", "prefix of the demo's table names (PREFIXaccounts, PREFIXtransfer_journal); a reset drops only tables this demo created")
 	fs.StringVar(&cfg.PGName, "rm-pg", "pg", "the PostgreSQL resource manager's name (the coordinator's --rm name)")
 	fs.StringVar(&cfg.MariaName, "rm-maria", "maria", "the MariaDB resource manager's name")
 	fs.BoolVar(&cfg.NoCheck, "no-check", false, "skip the checks at the end (when other clients still run, as in the chaos test)")

@@ -412,12 +412,53 @@ func isConnErr(pc, mc *sql.Conn) bool {
 	return pc.PingContext(ctx) != nil || mc.PingContext(ctx) != nil
 }
 
+// demoMark is the comment the demo puts on every table it creates; a reset
+// drops only tables that carry it.
+const demoMark = "created by tandem examples/transfer"
+
+// checkOwned refuses to go on when one of the demo's table names is taken
+// by a table the demo did not create (no demoMark comment): a reset would
+// drop someone's data. comment answers (exists, comment) for a table.
+func checkOwned(ctx context.Context, where string, n names, comment func(ctx context.Context, table string) (bool, string, error)) error {
+	for _, tbl := range []string{n.accounts, n.journal} {
+		exists, c, err := comment(ctx, tbl)
+		if err != nil {
+			return fmt.Errorf("%s: look at table %s before the reset: %w", where, tbl, err)
+		}
+		if exists && c != demoMark {
+			return fmt.Errorf("%s: table %s exists and was not created by this demo (it lacks the comment %q): it is left as it is; "+
+				"pick another --prefix for the demo's tables", where, tbl, demoMark)
+		}
+	}
+	return nil
+}
+
 func setup(ctx context.Context, pg, my *sql.DB, cfg Config) error {
 	n := cfg.names()
+	if err := checkOwned(ctx, "postgres", n, func(ctx context.Context, tbl string) (bool, string, error) {
+		var exists bool
+		var c string
+		err := pg.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL, COALESCE(obj_description(to_regclass($1), 'pg_class'), '')", tbl).Scan(&exists, &c)
+		return exists, c, err
+	}); err != nil {
+		return err
+	}
+	if err := checkOwned(ctx, "mariadb", n, func(ctx context.Context, tbl string) (bool, string, error) {
+		var c string
+		err := my.QueryRowContext(ctx, "SELECT table_comment FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?", tbl).Scan(&c)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, "", nil
+		}
+		return err == nil, c, err
+	}); err != nil {
+		return err
+	}
 	for _, s := range []string{
 		"DROP TABLE IF EXISTS " + n.accounts, "DROP TABLE IF EXISTS " + n.journal,
 		"CREATE TABLE " + n.accounts + " (id int PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))",
 		"CREATE TABLE " + n.journal + " (gtrid char(32) PRIMARY KEY, amount bigint NOT NULL)",
+		"COMMENT ON TABLE " + n.accounts + " IS '" + demoMark + "'",
+		"COMMENT ON TABLE " + n.journal + " IS '" + demoMark + "'",
 		fmt.Sprintf("INSERT INTO %s SELECT g, %d FROM generate_series(1, %d) g", n.accounts, cfg.InitialBalance, cfg.Accounts),
 	} {
 		if _, err := pg.ExecContext(ctx, s); err != nil {
@@ -426,8 +467,8 @@ func setup(ctx context.Context, pg, my *sql.DB, cfg Config) error {
 	}
 	for _, s := range []string{
 		"DROP TABLE IF EXISTS " + n.accounts, "DROP TABLE IF EXISTS " + n.journal,
-		"CREATE TABLE " + n.accounts + " (id int PRIMARY KEY, balance bigint NOT NULL, CHECK (balance >= 0)) ENGINE=InnoDB",
-		"CREATE TABLE " + n.journal + " (gtrid char(32) PRIMARY KEY, amount bigint NOT NULL) ENGINE=InnoDB",
+		"CREATE TABLE " + n.accounts + " (id int PRIMARY KEY, balance bigint NOT NULL, CHECK (balance >= 0)) ENGINE=InnoDB COMMENT='" + demoMark + "'",
+		"CREATE TABLE " + n.journal + " (gtrid char(32) PRIMARY KEY, amount bigint NOT NULL) ENGINE=InnoDB COMMENT='" + demoMark + "'",
 		fmt.Sprintf("INSERT INTO %s (id, balance) SELECT seq, %d FROM seq_1_to_%d", n.accounts, cfg.InitialBalance, cfg.Accounts),
 	} {
 		if _, err := my.ExecContext(ctx, s); err != nil {

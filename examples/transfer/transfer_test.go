@@ -134,3 +134,60 @@ func dropTables(t *testing.T, prefix string) {
 		h.Close()
 	}
 }
+
+// The demo's tables have an unmistakable default prefix, and a reset never
+// drops a table the demo did not create: a user's own "accounts" (here,
+// one named like the demo's on each database) is left as it was, and the
+// error says what to do.
+func TestResetNeverDropsATableItDidNotCreate(t *testing.T) {
+	if cfg, err := parseFlags(nil, io.Discard); err != nil || cfg.Prefix != "tandem_demo_" {
+		t.Fatalf("default prefix %q (%v), want tandem_demo_", cfg.Prefix, err)
+	}
+	if os.Getenv("TANDEM_PG_DSN") == "" || os.Getenv("TANDEM_MYSQL_DSN") == "" {
+		if os.Getenv("TANDEM_E2E_REQUIRED") == "1" {
+			t.Fatal("TANDEM_PG_DSN and TANDEM_MYSQL_DSN are required")
+		}
+		t.Skip("TANDEM_PG_DSN / TANDEM_MYSQL_DSN not set")
+	}
+	prefix := fmt.Sprintf("u%d_", os.Getpid())
+	t.Cleanup(func() { dropTables(t, prefix) })
+	for _, db := range []struct{ driver, dsn string }{{"pgx", os.Getenv("TANDEM_PG_DSN")}, {"mysql", os.Getenv("TANDEM_MYSQL_DSN")}} {
+		h, err := sql.Open(db.driver, db.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		for _, q := range []string{"DROP TABLE IF EXISTS " + prefix + "accounts", "CREATE TABLE " + prefix + "accounts (id int PRIMARY KEY, owner varchar(20))",
+			"INSERT INTO " + prefix + "accounts VALUES (1, 'mine')"} {
+			if _, err := h.Exec(q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cfg, err := parseFlags([]string{"--reset-only", "--accounts", "5", "--prefix", prefix}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Run(ctx, cfg, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "was not created by this demo") || !strings.Contains(err.Error(), "--prefix") {
+			t.Fatalf("reset over a user's table: %v, want a refusal that says to pick another --prefix", err)
+		}
+		var owner string
+		if err := h.QueryRow("SELECT owner FROM " + prefix + "accounts WHERE id = 1").Scan(&owner); err != nil || owner != "mine" {
+			t.Fatalf("the user's table after the refused reset: %q, %v", owner, err)
+		}
+		if _, err := h.Exec("DROP TABLE " + prefix + "accounts"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Tables the demo created it recreates freely.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range 2 {
+		cfg, _ := parseFlags([]string{"--reset-only", "--accounts", "5", "--prefix", prefix}, io.Discard)
+		if _, err := Run(ctx, cfg, io.Discard); err != nil {
+			t.Fatalf("reset of the demo's own tables: %v", err)
+		}
+	}
+}
