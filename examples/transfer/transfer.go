@@ -190,10 +190,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		rep.CoordinatorAt = srv.Addr() + " (in-process)"
 		cfg.Coordinator = srv.Addr()
 	}
-	cli, err := client.New(client.Config{
+	cliCfg := client.Config{
 		Coordinator: cfg.Coordinator,
 		RMs:         []client.RM{{Name: cfg.names().pg, Driver: "postgres"}, {Name: cfg.names().maria, Driver: "mysql", MultiStatements: true}},
-	})
+	}
+	if progress != nil {
+		cliCfg.Logger = slog.New(newOutageLine(progress)) // "coordinator unreachable at ADDR, retrying (N s)", once a second
+	}
+	cli, err := client.New(cliCfg)
 	if err != nil {
 		return nil, err
 	}
