@@ -137,7 +137,8 @@ type Coordinator struct {
 	log    *wal.Log
 	lock   *os.File
 	rms    map[string]*rm.Conn
-	rmList []string // sorted names
+	retry  map[string]*retryQueue // phase-2 retries, one queue per resource manager (retry.go)
+	rmList []string               // sorted names
 	logger *slog.Logger
 
 	mu   sync.Mutex
@@ -172,7 +173,7 @@ func Open(opts Options) (*Coordinator, error) {
 	if opts.SegmentSize > opts.LogSize/2 {
 		return nil, fmt.Errorf("coord: segment size %d is more than half the log size %d: the log must hold several segments to be reused", opts.SegmentSize, opts.LogSize)
 	}
-	c := &Coordinator{opts: opts, rms: map[string]*rm.Conn{}, txns: map[xid.GTRID]*txn{},
+	c := &Coordinator{opts: opts, rms: map[string]*rm.Conn{}, retry: map[string]*retryQueue{}, txns: map[xid.GTRID]*txn{},
 		seen: map[xid.Branch]time.Time{}, logger: opts.Logger, scanNow: make(chan chan struct{})}
 	c.ck.init()
 	for _, cfg := range opts.RMs {
@@ -186,6 +187,7 @@ func Open(opts Options) (*Coordinator, error) {
 			return nil, fmt.Errorf("coord: %w", err)
 		}
 		c.rms[cfg.Name] = conn
+		c.retry[cfg.Name] = newRetryQueue(c)
 		c.rmList = append(c.rmList, cfg.Name)
 	}
 	sort.Strings(c.rmList)
@@ -234,6 +236,10 @@ func Open(opts Options) (*Coordinator, error) {
 	c.log = l
 	c.stats.replayed = uint64(replayed)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	for _, q := range c.retry {
+		c.wg.Add(1)
+		go q.run()
+	}
 	unfinished := 0
 	now := time.Now()
 	for g, t := range c.txns {

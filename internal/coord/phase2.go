@@ -38,9 +38,12 @@ func (c *Coordinator) startPhase2Locked(t *txn, recovered bool) {
 	go c.drive(t, recovered)
 }
 
-// drive settles every pending branch of t in parallel, retrying each until
-// its resource manager acknowledges, then writes END. Branches added while it
-// runs (a late ABORTED answer) are picked up before END.
+// drive settles every pending branch of t in parallel, once each. A branch
+// its resource manager does not acknowledge goes to that RM's retry queue
+// (retryQueue): the driver then ends, so an RM that is down holds no
+// goroutine per transaction. Branches added while it runs (a late ABORTED
+// answer) are picked up before it ends; the last branch settled, here or
+// by a retry queue, writes END.
 func (c *Coordinator) drive(t *txn, recovered bool) {
 	defer c.wg.Done()
 	_ = failpoint.Inject("before-phase2")
@@ -65,7 +68,7 @@ func (c *Coordinator) drive(t *txn, recovered bool) {
 		c.mu.Lock()
 		var pending []*branchProgress
 		for _, b := range t.branches {
-			if b.state == BranchPending {
+			if b.state == BranchPending && !b.parked {
 				pending = append(pending, b)
 			}
 		}
@@ -82,10 +85,10 @@ func (c *Coordinator) drive(t *txn, recovered bool) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c.settleBranch(t, b, recovered)
+				c.settleFirst(t, b, recovered)
 			}()
 		}
-		c.settleBranch(t, pending[len(pending)-1], recovered)
+		c.settleFirst(t, pending[len(pending)-1], recovered)
 		wg.Wait()
 		if c.ctx.Err() != nil {
 			c.mu.Lock()
@@ -94,122 +97,173 @@ func (c *Coordinator) drive(t *txn, recovered bool) {
 			return // shutting down: the next Open resumes from the log
 		}
 	}
+	c.endIfSettled(t)
+}
+
+// endIfSettled writes END for t once every branch is settled and no driver
+// runs, exactly once. END needs no fsync: without it, a restart simply
+// drives phase 2 again and finds every branch already done.
+func (c *Coordinator) endIfSettled(t *txn) {
+	c.mu.Lock()
+	if t.ended || t.ending || t.driving || c.ctx.Err() != nil {
+		c.mu.Unlock()
+		return
+	}
+	for _, b := range t.branches {
+		if b.state == BranchPending {
+			c.mu.Unlock()
+			return
+		}
+	}
+	t.ending = true
+	c.mu.Unlock()
 	_ = failpoint.Inject("after-phase2")
-	// Every branch acknowledged. END needs no fsync: without it, a restart
-	// simply drives phase 2 again and finds every branch already done.
 	_ = failpoint.Inject("before-end")
 	if _, err := c.log.AppendNoWait(recEnd, encodeEnd(t.gtrid)); err != nil {
 		c.logger.Warn("could not write END; phase 2 will be re-driven after a restart", "gtrid", t.gtrid.String(), "error", err)
 	}
 	_ = failpoint.Inject("after-end")
 	c.mu.Lock()
+	t.ending = false
 	c.setEnded(t, time.Now())
 	c.mu.Unlock()
 }
 
-// settleBranch commits or rolls back one branch until its RM acknowledges.
+// settleFirst makes the first attempt at one branch (after the client's
+// head start, for a branch the client settles itself: only the check that
+// it is gone). A branch still pending after it is parked in the RM's retry
+// queue. The first attempt is made even while the RM's breaker is open: a
+// failure may be one branch's (one poison branch must not hold back every
+// other), and its success closes the breaker.
+func (c *Coordinator) settleFirst(t *txn, b *branchProgress, recovered bool) {
+	p := &parked{t: t, b: b, recovered: recovered}
+	c.mu.Lock()
+	waitForClient := b.clientSettles && !recovered
+	c.mu.Unlock()
+	if waitForClient && !c.sleep(clientSettleFirstCheck) {
+		return
+	}
+	switch c.attempt(p, !waitForClient) {
+	case attemptSettled:
+		c.retry[b.rm].answered()
+	case attemptHeld:
+		c.retry[b.rm].answered()
+		c.park(p)
+	default:
+		c.park(p)
+	}
+}
+
+// park hands p to its RM's retry queue.
+func (c *Coordinator) park(p *parked) {
+	if c.ctx.Err() != nil {
+		return
+	}
+	c.mu.Lock()
+	p.b.parked = true
+	c.mu.Unlock()
+	p.backoff = phase2FirstBackoff
+	p.next = time.Now().Add(p.backoff)
+	c.retry[p.b.rm].push(p)
+}
+
+// attemptResult is what one phase-2 attempt at a branch came to.
+type attemptResult uint8
+
+const (
+	attemptSettled attemptResult = iota // acknowledged (or known done)
+	attemptHeld                         // prepared and held by the client's session: not the RM's fault
+	attemptFailed                       // the RM did not acknowledge (down, or an error)
+)
+
+// attempt makes one phase-2 attempt at p's branch: with call, COMMIT or
+// ROLLBACK PREPARED; without, only the confirmation that a branch the
+// client settles itself is gone.
 //
 // "Not found" is final on PostgreSQL. On a session-bound RM (MariaDB) it is
 // ambiguous — the branch may still be prepared and held by the client's
 // session — so the coordinator confirms with a (shared) recover scan: absent
 // means settled; present means wait and try again (it becomes settleable here
-// once that session ends). A branch the client settles itself is not called
-// at first: the coordinator only confirms that it is gone.
-func (c *Coordinator) settleBranch(t *txn, b *branchProgress, recovered bool) {
+// once that session ends).
+func (c *Coordinator) attempt(p *parked, call bool) attemptResult {
+	t, b := p.t, p.b
 	conn := c.rms[b.rm]
 	id := xid.Branch{GTRID: t.gtrid, RM: b.rm}
 	bound := conn.Dialect().SessionBound()
+	ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
+	defer cancel()
+	var err error
+	if call {
+		err = failpoint.Inject("before-phase2-call")
+	}
+	switch {
+	case err != nil:
+	case call && c.opts.settle != nil:
+		err = c.opts.settle(ctx, b.rm, id, t.outcome == Committed)
+	case call && t.outcome == Committed:
+		err = conn.CommitPrepared(ctx, id)
+	case call:
+		err = conn.RollbackPrepared(ctx, id)
+	default:
+		err = rm.ErrBranchNotFound
+	}
+	if call {
+		_ = failpoint.Inject("after-phase2-call") // kill or sleep: the call's effect stands
+	}
+	heldElsewhere := false
+	if errors.Is(err, rm.ErrBranchNotFound) && bound {
+		if p.scanSince.IsZero() {
+			p.scanSince = t.decidedAt
+		}
+		// Any scan that started after the decision will do: a branch once
+		// gone never comes back (its XID is never prepared again), so
+		// "absent" is final; "present" is retried with a later scan. This
+		// lets every branch decided before a scan share it.
+		prepared, perr := conn.IsPrepared(ctx, id, p.scanSince)
+		switch {
+		case perr != nil:
+			err = perr
+		case prepared:
+			heldElsewhere = true
+		}
+	}
 	c.mu.Lock()
-	waitForClient := b.clientSettles && !recovered
-	c.mu.Unlock()
-	backoff := phase2FirstBackoff
-	var scanSince time.Time // the oldest recover scan that can confirm this branch
-	if waitForClient {
-		backoff = clientSettleFirstCheck
+	defer c.mu.Unlock()
+	if call {
+		b.attempts++
 	}
-	for first := true; ; first = false {
-		if waitForClient && first {
-			// Give the client's own XA COMMIT/ROLLBACK a head start.
-			if !c.sleep(backoff) {
-				return
-			}
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
-		var err error
-		called := !(waitForClient && first)
-		if called {
-			err = failpoint.Inject("before-phase2-call")
-		}
-		switch {
-		case err != nil:
-		case called && c.opts.settle != nil:
-			err = c.opts.settle(ctx, b.rm, id, t.outcome == Committed)
-		case called && t.outcome == Committed:
-			err = conn.CommitPrepared(ctx, id)
-		case called:
-			err = conn.RollbackPrepared(ctx, id)
-		default:
-			err = rm.ErrBranchNotFound
-		}
-		if called {
-			_ = failpoint.Inject("after-phase2-call") // kill or sleep: the call's effect stands
-		}
-		heldElsewhere := false
-		if errors.Is(err, rm.ErrBranchNotFound) && bound {
-			if scanSince.IsZero() {
-				scanSince = t.decidedAt
-			}
-			// Any scan that started after the decision will do: a branch once
-			// gone never comes back (its XID is never prepared again), so
-			// "absent" is final; "present" is retried with a later scan. This
-			// lets every branch decided before a scan share it.
-			prepared, perr := conn.IsPrepared(ctx, id, scanSince)
-			switch {
-			case perr != nil:
-				err = perr
-			case prepared:
-				heldElsewhere = true
-			}
-		}
-		cancel()
-		c.mu.Lock()
-		if called {
-			b.attempts++
-		}
-		if heldElsewhere {
-			scanSince = time.Now() // seen present: the next check needs a newer scan
-		}
-		switch {
-		case heldElsewhere:
-			b.lastErr = "prepared and held by the client's session; waiting for the client to settle it or disconnect"
-		case err == nil:
+	if heldElsewhere {
+		p.scanSince = time.Now() // seen present: the next check needs a newer scan
+	}
+	switch {
+	case heldElsewhere:
+		b.lastErr = "prepared and held by the client's session; waiting for the client to settle it or disconnect"
+	case err == nil:
+		b.state, b.lastErr = BranchDone, ""
+	case errors.Is(err, rm.ErrBranchNotFound):
+		// After a crash (or on a retry) "not found" means done. On the very
+		// first live attempt of a COMMIT the coordinator drives, it means the
+		// branch was never prepared there (or someone else settled it): say so.
+		if b.attempts == 1 && !p.recovered && !b.clientSettles && t.outcome == Committed {
+			b.state, b.lastErr = BranchNotFound, "the resource manager did not know this branch on the first attempt: it was never prepared there, or was settled by someone else"
+			c.logger.Warn("phase 2: branch not found on first attempt", "gtrid", t.gtrid.String(), "rm", b.rm)
+		} else {
 			b.state, b.lastErr = BranchDone, ""
-		case errors.Is(err, rm.ErrBranchNotFound):
-			// After a crash (or on a retry) "not found" means done. On the very
-			// first live attempt of a COMMIT the coordinator drives, it means the
-			// branch was never prepared there (or someone else settled it): say so.
-			if b.attempts == 1 && !recovered && !b.clientSettles && t.outcome == Committed {
-				b.state, b.lastErr = BranchNotFound, "the resource manager did not know this branch on the first attempt: it was never prepared there, or was settled by someone else"
-				c.logger.Warn("phase 2: branch not found on first attempt", "gtrid", t.gtrid.String(), "rm", b.rm)
-			} else {
-				b.state, b.lastErr = BranchDone, ""
-			}
-		default:
-			b.lastErr = err.Error()
-			if b.attempts <= 1 || b.attempts%20 == 0 {
-				c.logger.Warn("phase 2 failed; retrying", "gtrid", t.gtrid.String(), "rm", b.rm, "outcome", t.outcome.String(), "attempt", b.attempts, "error", err)
-			}
 		}
-		settled := b.state != BranchPending
-		if settled {
-			t.checkReplyReady()
+	default:
+		b.lastErr = err.Error()
+		if b.attempts <= 1 || b.attempts%20 == 0 {
+			c.logger.Warn("phase 2 failed; retrying", "gtrid", t.gtrid.String(), "rm", b.rm, "outcome", t.outcome.String(), "attempt", b.attempts, "error", err)
 		}
-		c.mu.Unlock()
-		if settled || !c.sleep(backoff) {
-			return
-		}
-		backoff = min(2*backoff, phase2MaxBackoff)
 	}
+	if b.state != BranchPending {
+		t.checkReplyReady()
+		return attemptSettled
+	}
+	if heldElsewhere {
+		return attemptHeld
+	}
+	return attemptFailed
 }
 
 // sleep waits d; false when the coordinator is shutting down.

@@ -65,6 +65,7 @@ type txn struct {
 	// (all but client-settled ones) is settled: a sync Commit replies then.
 	replyReady chan struct{}
 	driving    bool // a phase-2 driver is running
+	ending     bool // its END is being written
 	// unsynced: the decision was queued with durability nowait; phase 2
 	// must wait until it is on disk.
 	unsynced bool
@@ -87,6 +88,9 @@ type branchProgress struct {
 	state         BranchState
 	attempts      uint32
 	lastErr       string
+	// parked: in its resource manager's retry queue (retry.go), which
+	// settles it; a driver leaves it alone.
+	parked bool
 }
 
 // BranchRef names a branch in a Commit or Abort request.
