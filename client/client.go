@@ -68,6 +68,10 @@ type Config struct {
 	// reachable — it commits them if it decided COMMIT, and rolls them back
 	// after its orphan timeout if it never received the Commit.
 	DecisionTimeout time.Duration
+	// Now, when set, replaces time.Now as the clock that stamps each gtrid
+	// (a test seam: a client whose clock is skewed). A coordinator refuses
+	// a gtrid stamped further ahead than its --max-clock-skew.
+	Now func() time.Time
 	// Logger, when set, receives the SDK's warnings: while the coordinator
 	// cannot be reached, "coordinator unreachable at ADDR, retrying" about
 	// once a second.
@@ -189,7 +193,11 @@ func (c *Client) Stats() Stats {
 // Begin starts a global transaction. It makes the gtrid locally: no round
 // trip, no shared sequence.
 func (c *Client) Begin() *Tx {
-	return &Tx{c: c, gtrid: xid.New(), opts: c.cfg.Defaults}
+	g := xid.New()
+	if c.cfg.Now != nil {
+		g = xid.NewAt(0, c.cfg.Now())
+	}
+	return &Tx{c: c, gtrid: g, opts: c.cfg.Defaults}
 }
 
 // RunInTx runs fn in a new transaction and commits it, or rolls it back when

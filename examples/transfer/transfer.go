@@ -49,6 +49,9 @@ type Config struct {
 	CheckOnly bool
 	// NoCheck skips the end-of-run checks.
 	NoCheck bool
+	// ClockSkew shifts the SDK's clock (client.Config.Now): the chaos run's
+	// client with a skewed clock.
+	ClockSkew time.Duration
 	// Prefix is put before the table names (accounts, transfer_journal), so
 	// that several runs can share the databases.
 	Prefix string
@@ -193,6 +196,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	cliCfg := client.Config{
 		Coordinator: cfg.Coordinator,
 		RMs:         []client.RM{{Name: cfg.names().pg, Driver: "postgres"}, {Name: cfg.names().maria, Driver: "mysql", MultiStatements: true}},
+	}
+	if skew := cfg.ClockSkew; skew != 0 {
+		cliCfg.Now = func() time.Time { return time.Now().Add(skew) }
 	}
 	if progress != nil {
 		cliCfg.Logger = slog.New(newOutageLine(progress)) // "coordinator unreachable at ADDR, retrying (N s)", once a second
