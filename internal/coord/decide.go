@@ -58,11 +58,21 @@ func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef,
 		if err != nil {
 			return Report{}, err
 		}
+		if anyClientSettles(rms) {
+			if err := c.answerAfterStandby(ctx, t); err != nil {
+				return Report{}, err
+			}
+		}
 		return c.finish(ctx, t, false, fmt.Sprintf("gtrid %s began %s ago, more than max-txn-age %s", g, age.Round(time.Second), c.opts.MaxTxnAge))
 	}
 	t, err := c.decideMode(ctx, g, Committed, 0, rms, durable)
 	if err != nil {
 		return Report{}, err
+	}
+	if anyClientSettles(rms) {
+		if err := c.answerAfterStandby(ctx, t); err != nil {
+			return Report{}, err
+		}
 	}
 	return c.finish(ctx, t, waitPhase2, "")
 }
