@@ -268,20 +268,51 @@ func (s *Shipper) Written(recs []wal.Written, synced bool) {
 	}
 	s.mu.Unlock()
 	start := time.Now()
-	s.waitAck(target)
+	_ = s.waitAck(context.Background(), target) // closed: Halt already stopped the coordinator
 	waits.Coordinator.Since(waits.StandbySyncAck, start)
 }
 
-// waitAck waits until the standby has target, per the protection mode.
-func (s *Shipper) waitAck(target wal.Position) {
-	var timeout <-chan time.Time
-	if s.cfg.Protection == MaxAvailability {
+// ErrShipperClosed: the shipper was closed while a decision waited for the
+// standby; the decision must not be acted on by this primary.
+var ErrShipperClosed = errors.New("standby: the shipper is closed")
+
+// WaitStandby implements coord.StandbyWaiter: it returns once the standby
+// has acknowledged every record durable in the primary's log at the call,
+// in every transport. Under max-protection it waits for as long as that
+// takes (or ctx); under max-availability and max-performance (async,
+// arch) it waits up to NetTimeout and then lets the primary go on without
+// the standby: the shipper is then unprotected (not synchronized) until the
+// standby has caught up, and a standby promoted meanwhile may lack
+// decisions this primary acted on (it refuses promotion without
+// --accept-data-loss). It fails with ErrShipperClosed once the shipper is
+// closed, or with ctx's error.
+func (s *Shipper) WaitStandby(ctx context.Context) error {
+	s.mu.Lock()
+	target, closed, done := s.last, s.closed, !s.acked.Less(s.last) || s.unprotected
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return ErrShipperClosed
+	case done:
+		return nil
+	}
+	return s.waitAck(ctx, target)
+}
+
+// waitAck waits until the standby has target, per the protection mode: nil
+// once it has, or once the primary goes on unprotected; ErrShipperClosed
+// or ctx's error otherwise.
+func (s *Shipper) waitAck(ctx context.Context, target wal.Position) error {
+	var timeout, warn <-chan time.Time
+	if s.cfg.Protection != MaxProtection {
 		t := time.NewTimer(s.cfg.NetTimeout)
 		defer t.Stop()
 		timeout = t.C
+	} else {
+		t := time.NewTicker(s.cfg.NetTimeout)
+		defer t.Stop()
+		warn = t.C
 	}
-	warn := time.NewTicker(s.cfg.NetTimeout)
-	defer warn.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.acked.Less(target) && !s.closed && !s.unprotected {
@@ -289,23 +320,30 @@ func (s *Shipper) waitAck(target wal.Position) {
 		s.mu.Unlock()
 		select {
 		case <-ch:
+		case <-ctx.Done():
+			s.mu.Lock()
+			return ctx.Err()
 		case <-timeout:
 			s.mu.Lock()
 			if s.acked.Less(target) && !s.unprotected {
 				s.unprotected, s.since = true, time.Now()
-				s.log.Error("STANDBY UNPROTECTED: no acknowledgement from the standby within the net timeout; max-availability carries on without it, and decisions acknowledged from now on are not on the standby until it catches up",
-					"net_timeout", s.cfg.NetTimeout, "standby", s.peerLocked(), "standby_at", s.acked.String(), "primary_at", target.String())
+				s.log.Error("STANDBY UNPROTECTED: no acknowledgement from the standby within the net timeout; the primary carries on without it: decisions acknowledged or acted on (phase 2) from now on are not on the standby until it catches up, and promoting it then needs --accept-data-loss",
+					"transport", s.cfg.Transport, "protection", s.cfg.Protection, "net_timeout", s.cfg.NetTimeout, "standby", s.peerLocked(), "standby_at", s.acked.String(), "primary_at", target.String())
 				s.notifyLocked()
 			}
 			s.mu.Unlock()
-		case <-warn.C:
+		case <-warn:
 			s.mu.Lock()
-			s.log.Error("commits stalled: max-protection waits for the standby, which has not acknowledged",
+			s.log.Error("decisions stalled: max-protection waits for the standby, which has not acknowledged",
 				"standby", s.peerLocked(), "standby_at", s.acked.String(), "primary_at", target.String())
 			s.mu.Unlock()
 		}
 		s.mu.Lock()
 	}
+	if s.acked.Less(target) && s.closed {
+		return ErrShipperClosed
+	}
+	return nil
 }
 
 func (s *Shipper) peerLocked() string {
@@ -590,7 +628,7 @@ func (s *Shipper) ackLocked(pos wal.Position) {
 	}
 	s.acked, s.ackedAt = pos, time.Now()
 	if s.unprotected && !s.acked.Less(s.last) {
-		s.log.Warn("standby caught up: protected again (sync)", "standby", s.peer, "unprotected_for", time.Since(s.since).Round(time.Millisecond))
+		s.log.Warn("standby caught up: protected (synchronized) again", "transport", s.cfg.Transport, "standby", s.peer, "unprotected_for", time.Since(s.since).Round(time.Millisecond))
 		s.unprotected = false
 	}
 	if s.arch != nil {
