@@ -128,8 +128,8 @@ func (s *Server) standbyHandler(mux *http.ServeMux) {
 			_ = enc.Encode(v)
 		}), s.opts.AuthToken)
 	}
-	mux.Handle("POST /role/promote", role(func(*http.Request) (any, error) {
-		id, err := s.Promote()
+	mux.Handle("POST /role/promote", role(func(r *http.Request) (any, error) {
+		id, err := s.Promote(standby.PromoteOptions{AcceptDataLoss: truthy(r.URL.Query().Get("accept-data-loss"))})
 		return map[string]any{"role": RolePrimary, "cluster": id.Cluster.String(), "epoch": id.Epoch}, err
 	}))
 	mux.Handle("POST /role/demote", role(func(r *http.Request) (any, error) {

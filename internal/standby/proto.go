@@ -100,8 +100,8 @@ import (
 
 // Version is the protocol version. 2: RELEASE frames; MARK records are
 // never shipped. 3: the ARCH transport (WELCOME says which transport, JOIN
-// and SEGMENT frames).
-const Version = 3
+// and SEGMENT frames). 4: STATE frames (syncstate.go).
+const Version = 4
 
 // MaxFrame bounds a frame's payload.
 const MaxFrame = 64 << 20
@@ -116,6 +116,9 @@ const (
 	kindRelease = 6
 	kindJoin    = 7
 	kindSegment = 8
+	// kindState: the primary tells its standby whether it holds every
+	// decision the primary acts on (syncstate.go).
+	kindState = 9
 	// kindProbe is a HELLO that only asks for the primary's identity (the
 	// fencing check of --peer, a promoted standby announcing its epoch):
 	// the primary answers WELCOME (or REFUSE) and hangs up; it never takes

@@ -153,8 +153,16 @@ type Shipper struct {
 	ackedAt    time.Time
 	conn       net.Conn // the standby's connection, nil when none
 	peer       string
-	// unprotected: max-availability went on without the standby.
+	// unprotected: the primary went on without the standby (max-availability
+	// or max-performance after the net timeout).
 	unprotected bool
+	// caughtUp: the connected standby has acknowledged every record durable
+	// at some point since it connected (with sync and protected, it then
+	// holds every decision acted on from there on).
+	caughtUp bool
+	// closing: Close asks the connection's sender for a final STATE.
+	closing   bool
+	finalSent bool // the final STATE went out
 	since       time.Time // when unprotected began
 	closed      bool
 	started     time.Time
@@ -346,6 +354,27 @@ func (s *Shipper) waitAck(ctx context.Context, target wal.Position) error {
 	return nil
 }
 
+// stateLocked is the STATE to tell the standby: synchronized only when it holds every decision this primary acts
+// on (see syncstate.go); final once closing and the standby has every
+// record (or, under closing, -1 until then: the records go first).
+func (s *Shipper) stateLocked() int {
+	st := 0
+	if s.cfg.Protection == MaxProtection {
+		st |= stateMaxProtection
+	}
+	all := !s.acked.Less(s.last)
+	if s.closing {
+		if all {
+			return st | stateFinal | stateSynchronized
+		}
+		return -1
+	}
+	if s.cfg.Transport == Sync && !s.unprotected && s.caughtUp {
+		st |= stateSynchronized
+	}
+	return st
+}
+
 func (s *Shipper) peerLocked() string {
 	if s.conn == nil {
 		return "none connected"
@@ -391,8 +420,34 @@ func (s *Shipper) pruneLocked() {
 }
 
 // Close stops serving standbys and releases every flush waiting for one.
+//
+// A connected sync or async standby first gets up to NetTimeout to
+// acknowledge every record, then a final STATE saying whether it holds them
+// all (the coordinator was halted or closed before: nothing more is acted
+// on), so that it can be promoted without --accept-data-loss after a clean
+// stop of its primary.
 func (s *Shipper) Close() error {
 	s.mu.Lock()
+	if s.conn != nil && s.arch == nil && !s.closed {
+		s.closing = true
+		s.notifyLocked()
+		deadline := time.NewTimer(s.cfg.NetTimeout)
+		for s.conn != nil && !s.finalSent {
+			ch := s.changed
+			s.mu.Unlock()
+			timedOut := false
+			select {
+			case <-ch:
+			case <-deadline.C:
+				timedOut = true
+			}
+			s.mu.Lock()
+			if timedOut {
+				break
+			}
+		}
+		deadline.Stop()
+	}
 	s.closed = true
 	if s.conn != nil {
 		s.conn.Close()
@@ -520,6 +575,7 @@ func (s *Shipper) handle(c net.Conn) error {
 	// (The same standby never reports less than it acknowledged: it
 	// acknowledges only what is durable in its log.)
 	s.acked = h.pos
+	s.caughtUp = !s.acked.Less(s.last)
 	s.notifyLocked()
 	s.mu.Unlock()
 	s.log.Info("standby connected", "standby", c.RemoteAddr().String(), "standby_at", h.pos.String(), "primary_at", last.String(),
@@ -546,15 +602,21 @@ func (s *Shipper) handle(c net.Conn) error {
 	go func() { readErr <- s.readAcks(c, r) }()
 	sent := h.pos
 	var sentNotice uint64 // the last RELEASE notice sent: its before
+	sentState := -1       // the last STATE sent
 	var buf []byte
 	for {
 		s.mu.Lock()
 		var batch []record
 		var notice release
+		state := -1
 		for {
 			if s.closed || s.conn != c {
 				s.mu.Unlock()
 				return nil
+			}
+			if st := s.stateLocked(); st >= 0 && st != sentState {
+				state = st
+				break
 			}
 			if n := s.notice; n.before > sentNotice && !sent.Less(n.at) {
 				notice = n
@@ -580,6 +642,20 @@ func (s *Shipper) handle(c net.Conn) error {
 			}
 		}
 		s.mu.Unlock()
+		if state >= 0 {
+			_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
+			if err := writeFrame(w, kindState, []byte{byte(state)}); err != nil {
+				return fmt.Errorf("sending STATE: %w", err)
+			}
+			sentState = state
+			if state&stateFinal != 0 {
+				s.mu.Lock()
+				s.finalSent = true
+				s.notifyLocked()
+				s.mu.Unlock()
+			}
+			continue
+		}
 		if notice.before != 0 {
 			if err := s.sendRelease(c, w, notice); err != nil {
 				return err
@@ -627,6 +703,9 @@ func (s *Shipper) ackLocked(pos wal.Position) {
 		return
 	}
 	s.acked, s.ackedAt = pos, time.Now()
+	if !s.acked.Less(s.last) {
+		s.caughtUp = true
+	}
 	if s.unprotected && !s.acked.Less(s.last) {
 		s.log.Warn("standby caught up: protected (synchronized) again", "transport", s.cfg.Transport, "standby", s.peer, "unprotected_for", time.Since(s.since).Round(time.Millisecond))
 		s.unprotected = false
