@@ -160,7 +160,7 @@ func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
 		return 0, nil, err
 	}
 	kind := h[0]
-	if (kind < kindHello || kind > kindSegment) && kind != kindProbe {
+	if (kind < kindHello || kind > kindState) && kind != kindProbe {
 		return 0, nil, fmt.Errorf("%w: unknown frame kind %d (not a Tandem standby stream?)", ErrProtocol, kind)
 	}
 	n := binary.LittleEndian.Uint32(h[1:5])
