@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -53,8 +54,18 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("coordinator", "127.0.0.1:7070", "coordinator gRPC address")
 	resolve := fs.Bool("resolve", false, "abort the gtrid if it is undecided")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	inDoubt := fs.Bool("in-doubt", false, "list the in-doubt branches (after a promotion with --accept-data-loss); needs --admin")
+	admin := fs.String("admin", "", "the coordinator's admin address, for --in-doubt")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *inDoubt {
+		if *admin == "" {
+			return errors.New("--in-doubt needs --admin (the coordinator's tandem serve --admin address)")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+		defer cancel()
+		return listInDoubt(ctx, *admin, stdout)
 	}
 	cli, closeFn, err := dialCoordinator(*addr)
 	if err != nil {

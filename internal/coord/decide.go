@@ -110,6 +110,9 @@ func (c *Coordinator) Status(ctx context.Context, gtrid string, resolve bool) (R
 		return r, nil
 	}
 	c.mu.Unlock()
+	if resolve && t == nil && c.unknowable(g) {
+		return Report{}, inputErr("gtrid", "gtrid %s began before this coordinator's promotion with --accept-data-loss and has no decision here: the old primary may have decided it; it is not resolved by presumption: settle it with tandem resolve after looking at what each database holds", g)
+	}
 	if !resolve {
 		if t != nil { // being decided right now
 			<-t.deciding

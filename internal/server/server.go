@@ -150,6 +150,13 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 		Phase2Wait: cfg.Phase2Wait, MaxTxnAge: cfg.MaxTxnAge, NoSync: o.NoSync, Logger: o.Logger,
 		NoWait: cfg.Durability == "nowait", BatchWindow: cfg.LogBatchWindow(), LogSize: int64(cfg.LogSize),
 	}
+	if at, ok, err := standby.UnsynchronizedPromotion(cfg.DataDir); err != nil {
+		return nil, nil, err
+	} else if ok {
+		copts.InDoubtBefore = at
+		s.logError("this coordinator was promoted with --accept-data-loss while not synchronized: prepared branches of gtrids from before the promotion with no decision here are listed as in doubt (tandem status --in-doubt), never presumed aborted; settle them with tandem resolve",
+			"promoted_at", at.UTC().Format(time.RFC3339Nano))
+	}
 	var sh *standby.Shipper
 	if so.Listen != "" {
 		tr, prot, err := standby.ParseMode(so.Transport, so.Protection)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/metrics"
 	"github.com/tandem-tx/tandem/internal/standby"
 )
@@ -131,6 +132,46 @@ func (s *Server) standbyHandler(mux *http.ServeMux) {
 	mux.Handle("POST /role/promote", role(func(r *http.Request) (any, error) {
 		id, err := s.Promote(standby.PromoteOptions{AcceptDataLoss: truthy(r.URL.Query().Get("accept-data-loss"))})
 		return map[string]any{"role": RolePrimary, "cluster": id.Cluster.String(), "epoch": id.Epoch}, err
+	}))
+	primary := func() (*coord.Coordinator, error) {
+		if c := s.Coordinator(); c != nil {
+			return c, nil
+		}
+		return nil, fmt.Errorf("%w: this coordinator is %s; only the primary lists and settles in-doubt branches", ErrRole, s.Role())
+	}
+	// In-doubt branches (a promotion with --accept-data-loss): listed, the
+	// RMs' holdings of one gtrid shown, settled by an explicit choice.
+	mux.Handle("GET /in-doubt", role(func(r *http.Request) (any, error) {
+		c, err := primary()
+		if err != nil {
+			return nil, err
+		}
+		if g := r.URL.Query().Get("gtrid"); g != "" {
+			ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+			defer cancel()
+			h, err := c.Holdings(ctx, g)
+			return map[string]any{"gtrid": g, "prepared": h}, err
+		}
+		return map[string]any{"in_doubt": c.InDoubt()}, nil
+	}))
+	mux.Handle("POST /in-doubt/resolve", role(func(r *http.Request) (any, error) {
+		c, err := primary()
+		if err != nil {
+			return nil, err
+		}
+		q := r.URL.Query()
+		var commit bool
+		switch q.Get("outcome") {
+		case "commit":
+			commit = true
+		case "abort":
+		default:
+			return nil, fmt.Errorf("%w: outcome must be commit or abort (the operator's explicit choice)", ErrRole)
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		rep, err := c.ResolveInDoubt(ctx, q.Get("gtrid"), commit)
+		return map[string]any{"gtrid": q.Get("gtrid"), "outcome": rep.Outcome.String(), "phase2_pending": rep.Phase2Pending}, err
 	}))
 	mux.Handle("POST /role/demote", role(func(r *http.Request) (any, error) {
 		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
