@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tandem-tx/tandem/internal/failpoint"
 	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
 )
@@ -664,6 +665,7 @@ func (s *Shipper) handle(c net.Conn) error {
 			continue
 		}
 		buf = encodeRecords(buf[:0], batch)
+		_ = failpoint.Inject("standby-before-ship") // kill or sleep: records durable here, not yet sent
 		_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
 		if err := writeFrame(w, kindRecords, buf); err != nil {
 			return fmt.Errorf("sending records: %w", err)
