@@ -2,9 +2,13 @@ package e2e
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/testproxy"
 )
 
 // startInEnv is startIn with TANDEM_FAILPOINTS set for the process.
@@ -69,5 +73,69 @@ func TestAsyncFailoverNeverSplits(t *testing.T) {
 	}
 	if s := b.sum(t); s != b.total {
 		t.Errorf("money: %d, want %d", s, b.total)
+	}
+}
+
+// The deterministic split of issue 10: an async primary commits the
+// PostgreSQL branch of a COMMIT its standby does not have yet (shipping held
+// 3s at the failpoint standby-before-ship), cannot reach MariaDB for the
+// other branch (the coordinator's link to it is cut), and is SIGKILLed. The
+// standby, promoted with --accept-data-loss, must not roll the MariaDB
+// branch back. Before the fix phase 2 did not wait for the standby: the
+// PostgreSQL row appeared at once, the standby never saw the COMMIT, and its
+// orphan scan rolled the MariaDB branch back.
+func TestAsyncFailoverAfterAFirstBranchCommitNeverSplits(t *testing.T) {
+	d := openDBs(t)
+	d.rollbackLeftovers(t)
+	d.table(t, "e2e_ns")
+	myHost := regexp.MustCompile(`tcp\(([^)]*)\)`).FindStringSubmatch(myDSN)
+	if myHost == nil {
+		t.Fatalf("no tcp(host:port) in the MariaDB DSN")
+	}
+	px, err := testproxy.New(myHost[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	viaProxy := strings.Replace(myDSN, myHost[0], "tcp("+px.Addr()+")", 1)
+	rms := func(c *coordinator) {
+		for i, a := range c.args {
+			if strings.HasPrefix(a, "maria=mysql:") {
+				c.args[i] = "maria=mysql:" + viaProxy
+			}
+		}
+	}
+	sbListen := freeAddr(t)
+	pdir, sdir := t.TempDir(), t.TempDir()
+	prim := &coordinator{t: t, addr: freeAddr(t), dataDir: pdir, env: []string{"TANDEM_FAILPOINTS=standby-before-ship=sleep(3s)"}}
+	prim.args = []string{"serve", "--listen", prim.addr, "--data-dir", pdir, "--admin", "", "--scan-interval", "200ms", "--orphan-timeout", "2s",
+		"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN, "--standby-listen", sbListen, "--transport", "async", "--net-timeout", "20s"}
+	rms(prim)
+	prim.start()
+	t.Cleanup(prim.stop)
+	sb := startIn(t, sdir, "--standby-of", sbListen)
+	eventually(t, 10*time.Second, "standby connected", func() bool { return strings.Contains(healthMessage(prim), "standby=127.0.0.1") })
+
+	g := prepareAndDie(t, "e2e_ns", 1)
+	px.Cut() // the coordinator cannot settle the MariaDB branch
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, _ = prim.api().Commit(ctx, &api.CommitRequest{Gtrid: g.String(), Branches: []*api.Branch{{Rm: "pg"}, {Rm: "maria"}},
+			Options: &api.CommitOptions{Visibility: api.Visibility_ASYNC}})
+	}()
+	start := time.Now()
+	eventually(t, 15*time.Second, "phase 2 committed the PostgreSQL branch", func() bool { return d.count(t, d.pg, "e2e_ns", 1) == 1 })
+	t.Logf("the PostgreSQL branch committed %v after the Commit", time.Since(start).Round(time.Millisecond))
+	prim.kill()
+	px.Restore()
+	sb.stop()
+	if out, err := tandemCmd(t, "promote", "--data-dir", sdir, "--accept-data-loss"); err != nil {
+		t.Fatalf("promote --accept-data-loss: %v\n%s", err, out)
+	}
+	np := startIn(t, sdir)
+	eventually(t, 20*time.Second, "nothing of the gtrid left prepared", func() bool { return len(d.preparedFor(t, g.String())) == 0 })
+	if pg, my := d.count(t, d.pg, "e2e_ns", 1), d.count(t, d.my, "e2e_ns", 1); pg != my {
+		t.Fatalf("SPLIT: gtrid %s committed on PostgreSQL %d, on MariaDB %d\n%s", g, pg, my, np.out.String())
 	}
 }
