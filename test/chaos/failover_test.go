@@ -77,7 +77,7 @@ func TestChaosFailover(t *testing.T) {
 	for mi, m := range failoverModes {
 		k := tallies[mi]
 		fmt.Fprintf(&b, "  %s: failovers %d (primary killed: %d at ship failpoints, %d by SIGKILL), transfers acknowledged %d\n"+
-			"    split gtrids %d, lost acknowledged decisions %d, in-doubt branches resolved by hand %d, promote refused as it must %d, wrongly %d, other violations %d, dangling %d\n",
+			"    split gtrids %d, lost acknowledged decisions %d, in-doubt gtrids resolved by hand (all branches prepared: aborted) %d, promote refused as it must %d, wrongly %d, other violations %d, dangling %d\n",
 			m.name, k.failovers, k.fpKills, k.randomKills, k.acked, k.split, k.lost, k.inDoubt, k.refusedOK, k.refusedWrong, k.otherViolations, k.dangling)
 		if k.split != 0 || k.refusedWrong != 0 || k.otherViolations != 0 || k.dangling != 0 || (!m.needsFlag && k.lost != 0) {
 			bad = true
