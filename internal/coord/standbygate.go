@@ -68,3 +68,17 @@ func anyClientSettles(rms []BranchRef) bool {
 	}
 	return false
 }
+
+// SwitchLogSegment closes the decision log's current segment and writes a
+// record that replays as nothing into the next one, so that a standby fed
+// completed segments only (arch) gets the decisions of the closed one
+// (standby.Shipper.SetSwitcher). END of the zero gtrid names no decision.
+func (c *Coordinator) SwitchLogSegment() error {
+	if _, err := c.log.Switch(); err != nil {
+		return fmt.Errorf("coord: switch the log segment: %w", err)
+	}
+	if _, err := c.log.Append(recEnd, encodeEnd(xid.GTRID{})); err != nil {
+		return fmt.Errorf("coord: write after a segment switch: %w", err)
+	}
+	return nil
+}

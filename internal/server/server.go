@@ -169,7 +169,7 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 		}
 		sh, err = standby.NewShipper(standby.ShipperConfig{Listen: so.Listen, Transport: tr, Protection: prot,
 			NetTimeout: so.NetTimeout, Identity: id, MaxRetained: int64(cfg.LogSize), Logger: o.Logger,
-			MaxSend: so.MaxSend, MaxConnections: so.MaxConnections, NetOptions: so.net(),
+			MaxSend: so.MaxSend, MaxConnections: so.MaxConnections, NetOptions: so.net(), ArchLag: so.ArchLag,
 			OnFenced: func(err error) { go s.fence(err) }})
 		if err != nil {
 			return nil, nil, err
@@ -192,6 +192,9 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 			_ = sh.Close()
 		}
 		return nil, nil, err
+	}
+	if sh != nil {
+		sh.SetSwitcher(c.SwitchLogSegment)
 	}
 	return c, sh, nil
 }

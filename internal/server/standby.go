@@ -40,6 +40,9 @@ type StandbyOptions struct {
 	// MaxConnections (primary, arch): parallel connections the standby
 	// opens to receive completed segments (default 1).
 	MaxConnections int
+	// ArchLag (primary, arch): the longest a decision waits for its log
+	// segment to complete before the segment is switched (default 1s).
+	ArchLag time.Duration
 	// SendBuffer, ReceiveBuffer: SO_SNDBUF/SO_RCVBUF of the standby
 	// connections, bytes; 0 leaves them to the kernel (standby.NetOptions).
 	SendBuffer, ReceiveBuffer int

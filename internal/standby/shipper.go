@@ -119,6 +119,11 @@ type ShipperConfig struct {
 	// The standby holds up to 2 × MaxConnections segments in memory while
 	// it applies them in order. Ignored by sync and async.
 	MaxConnections int
+	// ArchLag: under the arch transport, how long a decision waits for its
+	// segment to complete before the shipper asks the primary's log to
+	// switch segments (SetSwitcher), so that phase 2 waits about this long
+	// for an arch standby instead of until the segment fills (default 1s).
+	ArchLag time.Duration
 	// NetOptions: socket buffers and TCP_NODELAY of standby connections
 	// (set on the listener, so every accepted connection has them).
 	NetOptions
@@ -167,6 +172,10 @@ type Shipper struct {
 	since       time.Time // when unprotected began
 	closed      bool
 	started     time.Time
+	// switcher closes the primary's current log segment (arch's bounded
+	// lag); switching: one is running.
+	switcher  func() error
+	switching bool
 	conns       sync.WaitGroup
 }
 
@@ -174,6 +183,9 @@ type Shipper struct {
 func NewShipper(cfg ShipperConfig) (*Shipper, error) {
 	if cfg.NetTimeout <= 0 {
 		cfg.NetTimeout = 10 * time.Second
+	}
+	if cfg.ArchLag <= 0 {
+		cfg.ArchLag = time.Second
 	}
 	if cfg.MaxRetained <= 0 {
 		cfg.MaxRetained = 64 << 20
@@ -312,7 +324,12 @@ func (s *Shipper) WaitStandby(ctx context.Context) error {
 // once it has, or once the primary goes on unprotected; ErrShipperClosed
 // or ctx's error otherwise.
 func (s *Shipper) waitAck(ctx context.Context, target wal.Position) error {
-	var timeout, warn <-chan time.Time
+	var timeout, warn, lag <-chan time.Time
+	if s.cfg.Transport == Arch {
+		t := time.NewTicker(s.cfg.ArchLag)
+		defer t.Stop()
+		lag = t.C
+	}
 	if s.cfg.Protection != MaxProtection {
 		t := time.NewTimer(s.cfg.NetTimeout)
 		defer t.Stop()
@@ -340,6 +357,10 @@ func (s *Shipper) waitAck(ctx context.Context, target wal.Position) error {
 					"transport", s.cfg.Transport, "protection", s.cfg.Protection, "net_timeout", s.cfg.NetTimeout, "standby", s.peerLocked(), "standby_at", s.acked.String(), "primary_at", target.String())
 				s.notifyLocked()
 			}
+			s.mu.Unlock()
+		case <-lag:
+			s.mu.Lock()
+			s.switchLocked(target)
 			s.mu.Unlock()
 		case <-warn:
 			s.mu.Lock()
@@ -374,6 +395,35 @@ func (s *Shipper) stateLocked() int {
 		st |= stateSynchronized
 	}
 	return st
+}
+
+// SetSwitcher gives the shipper the primary's way to close its current log
+// segment (the coordinator's SwitchLogSegment): under the arch transport, a
+// decision that has waited ArchLag for its segment to complete makes the
+// shipper call it (one call at a time), so the segment is shipped.
+func (s *Shipper) SetSwitcher(f func() error) {
+	s.mu.Lock()
+	s.switcher = f
+	s.mu.Unlock()
+}
+
+// switchLocked starts a segment switch if target's segment is still the
+// live one and none is running.
+func (s *Shipper) switchLocked(target wal.Position) {
+	if s.switcher == nil || s.switching || target.Segment < s.durableSeg || s.closed {
+		return
+	}
+	s.switching = true
+	f := s.switcher
+	go func() {
+		err := f()
+		s.mu.Lock()
+		s.switching = false
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Warn("arch: could not switch the log segment to ship a waiting decision", "error", err)
+		}
+	}()
 }
 
 func (s *Shipper) peerLocked() string {
