@@ -403,11 +403,13 @@ func (s *Server) Promote(o standby.PromoteOptions) (standby.Identity, error) {
 	}
 	old := s.following
 	at := s.receiver.Position()
-	if !o.AcceptDataLoss {
-		// Checked while the standby still follows: a refusal leaves it so.
-		if err := standby.CheckPromotable(s.cfg.DataDir); err != nil {
-			return standby.Identity{}, fmt.Errorf("%w: promote refused: %w", ErrRole, err)
-		}
+	// Checked while the standby still follows (a refusal leaves it so):
+	// closing the receiver below records "not synchronized", as any end of
+	// the stream does.
+	if err := standby.CheckPromotable(s.cfg.DataDir); err == nil {
+		o.CheckedWhileFollowing = true
+	} else if !o.AcceptDataLoss {
+		return standby.Identity{}, fmt.Errorf("%w: promote refused: %w", ErrRole, err)
 	}
 	if err := s.closeRoleLocked(); err != nil {
 		s.logError("closing the standby's log before the promotion", "error", err)

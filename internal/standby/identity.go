@@ -124,7 +124,7 @@ func Promote(dir string, o PromoteOptions) (Identity, error) {
 	if !ok {
 		return id, fmt.Errorf("standby: %s has no cluster identity: it never received a primary's log, there is nothing to promote", dir)
 	}
-	if err := CheckPromotable(dir); err != nil {
+	if err := CheckPromotable(dir); err != nil && !o.CheckedWhileFollowing {
 		if !o.AcceptDataLoss {
 			return id, fmt.Errorf("refusing to promote %s: %w", dir, err)
 		}

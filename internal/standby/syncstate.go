@@ -144,6 +144,13 @@ type PromoteOptions struct {
 	// doubt for an operator to settle (tandem status --in-doubt, tandem
 	// resolve), never rolled back by the orphan scan.
 	AcceptDataLoss bool
+	// CheckedWhileFollowing: the caller (a running standby being promoted)
+	// found it synchronized with CheckPromotable while it still followed
+	// its primary, before it stopped following; the state it then records
+	// for having stopped (not synchronized, since its primary could go on
+	// without it) does not apply to this promotion, which fences that
+	// primary.
+	CheckedWhileFollowing bool
 }
 
 // CheckPromotable reports why dir must not be promoted without
