@@ -81,7 +81,11 @@ func describe(st standby.Status) string {
 		if !st.Connected {
 			state = "NOT CONNECTED"
 		}
-		return fmt.Sprintf("role=standby of %s (%s) cluster=%s epoch=%d at=%s", st.Standby, state, st.Cluster, st.Epoch, st.StandbyAt)
+		sync := "synchronized=yes"
+		if !st.Synchronized {
+			sync = "synchronized=NO (promote needs --accept-data-loss)"
+		}
+		return fmt.Sprintf("role=standby of %s (%s) %s cluster=%s epoch=%d at=%s", st.Standby, state, sync, st.Cluster, st.Epoch, st.StandbyAt)
 	case string(RoleDemoted), string(RoleFenced):
 		return fmt.Sprintf("role=%s cluster=%s epoch=%d", strings.ToUpper(st.Role), st.Cluster, st.Epoch)
 	}
@@ -207,6 +211,7 @@ func (s *Server) registerStandbyGauges() func() {
 	undo := []func(){
 		metrics.Gauge("tandem_standby_epoch", "Epoch of this coordinator's cluster (grows at every promotion).", get(func(st standby.Status) float64 { return float64(st.Epoch) })),
 		metrics.Gauge("tandem_standby_connected", "1 when the standby (on a primary) or the primary (on a standby) is connected.", get(func(st standby.Status) float64 { return b(st.Connected) })),
+		metrics.Gauge("tandem_standby_synchronized", "1 when the standby holds every decision the primary acts on (promotable without --accept-data-loss).", get(func(st standby.Status) float64 { return b(st.Synchronized) })),
 		metrics.Gauge("tandem_standby_protected", "Primary: 1 when every acknowledged decision is on the standby (sync transport, not running unprotected).", get(func(st standby.Status) float64 { return b(st.Protected) })),
 		metrics.Gauge("tandem_standby_lag_bytes", "Primary: bytes of records durable here and not yet on the standby.", get(func(st standby.Status) float64 { return float64(st.LagBytes) })),
 		metrics.Gauge("tandem_standby_lag_seconds", "Primary: age of the oldest record the standby does not have.", get(func(st standby.Status) float64 { return st.LagSeconds })),

@@ -513,7 +513,7 @@ func (r *Receiver) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := Status{Role: "standby", Epoch: r.id.Epoch, Standby: r.cfg.Primary, Connected: r.connected, Connections: r.conns,
-		StandbyAt: r.pos.String(), PrimaryAt: r.primaryAt.String()}
+		StandbyAt: r.pos.String(), PrimaryAt: r.primaryAt.String(), Synchronized: r.sync.Synchronized}
 	if r.haveID {
 		st.Cluster = r.id.Cluster.String()
 	}

@@ -790,6 +790,10 @@ type Status struct {
 	LagBytes    int64   `json:"lag_bytes"`
 	LagSeconds  float64 `json:"lag_seconds"`
 	LagRecords  int     `json:"lag_records"` // data-loss exposure: durable on the primary, not on the standby
+	// Synchronized: the standby holds every decision the primary acts on,
+	// as the primary tells it (STATE) and the standby records it; a standby
+	// that is not is promoted only with --accept-data-loss (syncstate.go).
+	Synchronized bool `json:"synchronized"`
 	Unprotected float64 `json:"unprotected_seconds,omitempty"`
 }
 
@@ -831,6 +835,7 @@ func (s *Shipper) Status() Status {
 		}
 	}
 	st.Protected = s.cfg.Transport == Sync && !s.unprotected
+	st.Synchronized = s.conn != nil && s.stateLocked()&stateSynchronized != 0
 	if s.unprotected {
 		st.Unprotected = time.Since(s.since).Seconds()
 	}
