@@ -77,6 +77,9 @@ func runPromote(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "promoted the standby at %s: cluster %s, epoch %d; it serves decisions now\n", *admin, out.Cluster, out.Epoch)
+		if *acceptLoss {
+			fmt.Fprintf(stdout, "if it was not synchronized, decisions it never received are lost and gtrids from before the promotion are never presumed aborted: list them with tandem status --in-doubt --admin %s, settle each with tandem resolve\n", *admin)
+		}
 		return nil
 	}
 	if *dir == "" {

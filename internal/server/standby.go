@@ -124,8 +124,12 @@ func (s *Server) standbyHandler(mux *http.ServeMux) {
 			v, err := f(r)
 			if err != nil {
 				code := http.StatusInternalServerError
-				if errors.Is(err, ErrRole) {
+				var in *coord.InputError
+				switch {
+				case errors.Is(err, ErrRole):
 					code = http.StatusConflict
+				case errors.As(err, &in):
+					code = http.StatusBadRequest
 				}
 				http.Error(w, err.Error(), code)
 				return
