@@ -168,15 +168,15 @@ type Shipper struct {
 	caughtUp bool
 	// closing: Close asks the connection's sender for a final STATE.
 	closing   bool
-	finalSent bool // the final STATE went out
-	since       time.Time // when unprotected began
-	closed      bool
-	started     time.Time
+	finalSent bool      // the final STATE went out
+	since     time.Time // when unprotected began
+	closed    bool
+	started   time.Time
 	// switcher closes the primary's current log segment (arch's bounded
 	// lag); switching: one is running.
 	switcher  func() error
 	switching bool
-	conns       sync.WaitGroup
+	conns     sync.WaitGroup
 }
 
 // NewShipper checks cfg and listens; call Serve to accept standbys.
@@ -784,17 +784,17 @@ type Status struct {
 	Connections int `json:"connections,omitempty"`
 	// Protected: under a sync protection mode, every acknowledged decision
 	// is on the standby (false while max-availability runs without it).
-	Protected   bool    `json:"protected"`
-	PrimaryAt   string  `json:"primary_at"`
-	StandbyAt   string  `json:"standby_at"`
-	LagBytes    int64   `json:"lag_bytes"`
-	LagSeconds  float64 `json:"lag_seconds"`
-	LagRecords  int     `json:"lag_records"` // data-loss exposure: durable on the primary, not on the standby
+	Protected  bool    `json:"protected"`
+	PrimaryAt  string  `json:"primary_at"`
+	StandbyAt  string  `json:"standby_at"`
+	LagBytes   int64   `json:"lag_bytes"`
+	LagSeconds float64 `json:"lag_seconds"`
+	LagRecords int     `json:"lag_records"` // data-loss exposure: durable on the primary, not on the standby
 	// Synchronized: the standby holds every decision the primary acts on,
 	// as the primary tells it (STATE) and the standby records it; a standby
 	// that is not is promoted only with --accept-data-loss (syncstate.go).
-	Synchronized bool `json:"synchronized"`
-	Unprotected float64 `json:"unprotected_seconds,omitempty"`
+	Synchronized bool    `json:"synchronized"`
+	Unprotected  float64 `json:"unprotected_seconds,omitempty"`
 }
 
 // Acked is the standby's durable position as it acknowledged it (the zero

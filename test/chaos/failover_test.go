@@ -157,7 +157,7 @@ func (h *harness) failoverRound(t *testing.T, m failoverMode, n int, d time.Dura
 	var clients []*proc
 	for range 2 {
 		clients = append(clients, h.spawn(t, nil, h.trans, "--pg", h.pgDSN, "--mysql", h.myDSN, "--coordinator", apiA, "--reset=false", "--no-check",
-			"--accounts", "200", "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria", "--workers", "4", "--duration", (d + 5*time.Second).String(), "--acked", acks))
+			"--accounts", "200", "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria", "--workers", "4", "--duration", (d+5*time.Second).String(), "--acked", acks))
 	}
 	select {
 	case <-a.done:
