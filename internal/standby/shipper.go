@@ -376,9 +376,10 @@ func (s *Shipper) waitAck(ctx context.Context, target wal.Position) error {
 	return nil
 }
 
-// stateLocked is the STATE to tell the standby: synchronized only when it holds every decision this primary acts
-// on (see syncstate.go); final once closing and the standby has every
-// record (or, under closing, -1 until then: the records go first).
+// stateLocked is the STATE to tell the standby: synchronized only when it
+// holds every decision this primary acts on (see syncstate.go); final once
+// closing and the standby has every record (under closing, -1 until then:
+// the records go first).
 func (s *Shipper) stateLocked() int {
 	st := 0
 	if s.cfg.Protection == MaxProtection {
