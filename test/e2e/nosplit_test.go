@@ -41,13 +41,22 @@ func TestAsyncFailoverNeverSplits(t *testing.T) {
 	pdir, sdir := t.TempDir(), t.TempDir()
 	prim := startInEnv(t, pdir, "standby-before-ship=sleep(400ms);after-phase2-call=kill",
 		"--standby-listen", sbListen, "--transport", "async", "--net-timeout", "5s")
-	sb := startIn(t, sdir, "--standby-of", sbListen)
+	sbAdmin := freeAddr(t)
+	sb := startIn(t, sdir, "--standby-of", sbListen, "--admin", sbAdmin)
 	eventually(t, 10*time.Second, "standby connected", func() bool { return strings.Contains(healthMessage(prim), "standby=127.0.0.1") })
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	g, err := b.transfer(ctx, newClient(t, prim.addr), 0)
 	t.Logf("transfer %s: %v", g, err)
 	<-prim.exited
+	// The running standby refuses too (POST /role/promote), and keeps
+	// following.
+	if out, err := tandemCmd(t, "promote", "--admin", sbAdmin); err == nil || !strings.Contains(out, "409") || !strings.Contains(out, "--accept-data-loss") {
+		t.Fatalf("promote --admin of an async standby without --accept-data-loss: %v\n%s", err, out)
+	}
+	if msg := healthMessage(sb); !strings.Contains(msg, "role=standby") || !strings.Contains(msg, "synchronized=NO") {
+		t.Errorf("after the refused promotion the standby says: %s", msg)
+	}
 	sb.stop()
 
 	out, err := tandemCmd(t, "promote", "--data-dir", sdir)
