@@ -18,7 +18,7 @@ func init() {
 	register(&command{
 		name:    "promote",
 		summary: "make a standby the primary (failover): a running one (--admin) or a stopped one's data directory",
-		usage: `--admin ADDR [--data-dir DIR | --admin-token-file FILE] [--tls-ca FILE ...] | --data-dir DIR
+		usage: `--admin ADDR [--data-dir DIR | --admin-token-file FILE] [--tls-ca FILE ...] [--accept-data-loss] | --data-dir DIR [--accept-data-loss]
 
 A running standby (its tandem serve --admin address):
   tandem promote --admin 127.0.0.1:7081 --data-dir /b
@@ -38,6 +38,14 @@ A stopped standby, step by step:
      It replays the copied decision log, drives phase 2 of every COMMIT
      without END and scans every database for in-doubt branches, as any
      primary does at start.
+A standby that is not synchronized with its primary (async or arch
+transport; max-availability cut from its primary, or stopped, before the
+primary was lost) is refused: it may lack decisions the old primary acted
+on. --accept-data-loss promotes it anyway: those decisions are lost, and the
+new primary never presumes abort for a prepared branch of a gtrid that began
+before the promotion and is not in its log: tandem status --in-doubt lists
+them, tandem resolve settles each after showing what every database holds.
+
 The old primary, if it comes back, is of an older epoch: a standby that
 follows the new primary refuses its stream, and it refuses a standby of a
 newer epoch ("FENCED" in its log).`,
@@ -50,6 +58,7 @@ func runPromote(args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("data-dir", "", "a stopped standby's data directory; with --admin, the running standby's (where its admin token is) (default "+config.DefaultDataDir+")")
 	admin := fs.String("admin", "", "a running standby's admin address (its tandem serve --admin)")
 	af := addAdminFlags(fs, dir)
+	acceptLoss := fs.Bool("accept-data-loss", false, "promote a standby that is not synchronized with its primary (async or arch transport, or cut from it): decisions it never received are lost, and the prepared branches of gtrids it cannot know are listed as in doubt (tandem status --in-doubt) for you to settle (tandem resolve) instead of being rolled back")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -64,10 +73,17 @@ func runPromote(args []string, stdout, stderr io.Writer) error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := ac.call(ctx, http.MethodPost, *admin, "/role/promote", &out); err != nil {
+		path := "/role/promote"
+		if *acceptLoss {
+			path += "?accept-data-loss=1"
+		}
+		if err := ac.call(ctx, http.MethodPost, *admin, path, &out); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "promoted the standby at %s: cluster %s, epoch %d; it serves decisions now\n", *admin, out.Cluster, out.Epoch)
+		if *acceptLoss {
+			fmt.Fprintf(stdout, "if it was not synchronized, decisions it never received are lost and gtrids from before the promotion are never presumed aborted: list them with tandem status --in-doubt --admin %s, settle each with tandem resolve\n", *admin)
+		}
 		return nil
 	}
 	if *dir == "" {
@@ -91,9 +107,14 @@ func runPromote(args []string, stdout, stderr io.Writer) error {
 	if err := l.Close(); err != nil {
 		return err
 	}
-	id, err := standby.Promote(*dir)
+	id, err := standby.Promote(*dir, standby.PromoteOptions{AcceptDataLoss: *acceptLoss})
 	if err != nil {
 		return err
+	}
+	if at, ok, _ := standby.UnsynchronizedPromotion(*dir); ok && *acceptLoss {
+		fmt.Fprintf(stdout, "promoted WITHOUT being synchronized (--accept-data-loss): decisions the old primary made after this standby's last copy are lost; "+
+			"prepared branches of gtrids that began before %s and are not in the log are never presumed aborted: list them with tandem status --in-doubt and settle each with tandem resolve\n",
+			at.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(stdout, "promoted %s: cluster %s, epoch %d\nstart it as the primary: tandem serve --data-dir %s --rm ... (it replays the log and settles every in-doubt branch)\n",
 		*dir, id.Cluster, id.Epoch, *dir)

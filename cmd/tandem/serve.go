@@ -91,6 +91,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	protection := fs.String("protection", "", "with --standby-listen: max-performance (async), max-availability (sync; after --net-timeout without the standby, carry on unprotected, loudly) or max-protection (sync; stall rather than acknowledge a decision the standby lacks) (default max-performance, or max-availability with --transport sync)")
 	netTimeout := fs.Duration("net-timeout", 10*time.Second, "standby: how long max-availability waits for the standby before going on unprotected; deadline of the handshake and of each write")
 	peer := fs.String("peer", "", "with --standby-listen: the other coordinator's --standby-listen address; at start, and every second while it runs, this primary asks it for its epoch and, if it was promoted since, refuses to start or stops deciding and settling (fencing)")
+	archLag := fs.Duration("arch-lag", time.Second, "with --transport arch: the longest a decision waits for its log segment to complete (phase 2 waits for the standby to hold it) before the primary switches segments")
 	maxConns := fs.Int("max-connections", 0, "with --transport arch: parallel connections the standby opens to receive completed segments, 1-16 (default 1)")
 	maxSend := fs.String("max-send", "", "largest frame of records sent to the standby in one write, e.g. 4MiB (default 1MiB; larger sends help a long, fat link)")
 	sndBuf := fs.String("socket-send-buffer", "", "SO_SNDBUF of the standby connections, e.g. 16MiB (default: the kernel's autotuning; rule of thumb: 3 x bandwidth x round-trip time)")
@@ -175,7 +176,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		}
 		fileperm.Warn(logger, *tokenFile, "auth token file")
 	}
-	so := server.StandbyOptions{Listen: *standbyListen, Of: *standbyOf, Transport: *transport, Protection: *protection, NetTimeout: *netTimeout, Peer: *peer,
+	so := server.StandbyOptions{Listen: *standbyListen, Of: *standbyOf, Transport: *transport, Protection: *protection, NetTimeout: *netTimeout, Peer: *peer, ArchLag: *archLag,
 		MaxConnections: *maxConns, DisableNoDelay: *noDelayOff}
 	var err error
 	if so.Auth, err = standbyAuth(*secretFile, *standbyTLSCert, *standbyTLSKey, *standbyTLSCA, logger); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -71,14 +72,28 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("coordinator", "127.0.0.1:7070", "coordinator gRPC address")
 	resolve := fs.Bool("resolve", false, "abort the gtrid if it is undecided")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
-	tf := addTLSFlags(fs)
+	inDoubt := fs.Bool("in-doubt", false, "list the in-doubt branches (after a promotion with --accept-data-loss); needs --admin")
+	admin := fs.String("admin", "", "the coordinator's admin address, for --in-doubt")
+	af := addAdminFlags(fs, nil)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *inDoubt {
+		if *admin == "" {
+			return errors.New("--in-doubt needs --admin (the coordinator's tandem serve --admin address)")
+		}
+		ac, err := af.client("")
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+		defer cancel()
+		return listInDoubt(ctx, ac, *admin, stdout)
 	}
 	if fs.NArg() > 0 && addrhint.LooksLikeAddr(fs.Arg(0)) {
 		return fmt.Errorf("%q is an address, not a gtrid: to ask the coordinator there, run tandem status --coordinator %s [GTRID]", fs.Arg(0), fs.Arg(0))
 	}
-	cli, closeFn, err := dialCoordinator(*addr, *tf)
+	cli, closeFn, err := dialCoordinator(*addr, *af.tls)
 	if err != nil {
 		return err
 	}

@@ -72,6 +72,14 @@ type Options struct {
 	NoSync bool
 	Logger *slog.Logger
 
+	// InDoubtBefore, when set, is the time of a promotion with
+	// --accept-data-loss: this coordinator's log may lack decisions the old
+	// primary made and acted on. A prepared branch of a gtrid that began
+	// before it and has no decision here is never presumed aborted by the
+	// in-doubt scan: it is listed (InDoubt) for an operator to settle
+	// (ResolveInDoubt), and Status will not resolve it.
+	InDoubtBefore time.Time
+
 	// LogHook, when set, sees the decision log's records: those replayed
 	// at Open, those written since (wal.Options.OnWrite: it may block the
 	// writer, as the standby's sync transport does) and the releases of

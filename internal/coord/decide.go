@@ -75,11 +75,21 @@ func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef,
 		if err != nil {
 			return Report{}, err
 		}
+		if anyClientSettles(rms) {
+			if err := c.answerAfterStandby(ctx, t); err != nil {
+				return Report{}, err
+			}
+		}
 		return c.finish(ctx, t, false, fmt.Sprintf("gtrid %s began %s ago, more than max-txn-age %s", g, age.Round(time.Second), c.opts.MaxTxnAge))
 	}
 	t, err := c.decideMode(ctx, g, Committed, 0, rms, durable)
 	if err != nil {
 		return Report{}, err
+	}
+	if anyClientSettles(rms) {
+		if err := c.answerAfterStandby(ctx, t); err != nil {
+			return Report{}, err
+		}
 	}
 	return c.finish(ctx, t, waitPhase2, "")
 }
@@ -117,6 +127,9 @@ func (c *Coordinator) Status(ctx context.Context, gtrid string, resolve bool) (R
 		return r, nil
 	}
 	c.mu.Unlock()
+	if resolve && t == nil && c.unknowable(g) {
+		return Report{}, inputErr("gtrid", "gtrid %s began before this coordinator's promotion with --accept-data-loss and has no decision here: the old primary may have decided it; it is not resolved by presumption: settle it with tandem resolve after looking at what each database holds", g)
+	}
 	if !resolve {
 		if t != nil { // being decided right now
 			<-t.deciding

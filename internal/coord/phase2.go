@@ -64,6 +64,18 @@ func (c *Coordinator) drive(t *txn, recovered bool) {
 		t.unsynced = false
 		c.mu.Unlock()
 	}
+	// No branch is touched before the standby holds the decision (see
+	// StandbyWaiter).
+	if err := c.waitStandby(c.ctx, t.gtrid); err != nil {
+		if c.ctx.Err() == nil {
+			c.logger.Error("phase 2 not started: the standby does not hold the decision and the shipper stopped; it is driven again by the next in-doubt scan or restart",
+				"gtrid", t.gtrid.String(), "error", err)
+		}
+		c.mu.Lock()
+		t.driving = false
+		c.mu.Unlock()
+		return
+	}
 	for {
 		c.mu.Lock()
 		var pending []*branchProgress

@@ -118,6 +118,13 @@ func (c *Coordinator) settleInDoubt(d rm.InDoubt, now time.Time) {
 		return
 	}
 	c.mu.Unlock()
+	if c.unknowable(b.GTRID) {
+		if !ok {
+			c.logger.Warn("IN DOUBT: a prepared branch of a gtrid from before an unsynchronized promotion, with no decision here; it is not presumed aborted: settle it with tandem resolve",
+				"gtrid", b.GTRID.String(), "rm", b.RM)
+		}
+		return
+	}
 	if now.Sub(first) < c.opts.OrphanTimeout {
 		return
 	}

@@ -32,6 +32,8 @@
 //     wal-release-before-rename, wal-release-after-rename (Release: before
 //     the first rename of a released segment, after the last one and before
 //     the directory fsync);
+//   - standby shipping (internal/standby): standby-before-ship (a RECORDS
+//     frame of the sync/async stream built, not yet sent);
 //   - checkpoint (internal/coord): checkpoint-after-carry (the surviving
 //     decisions appended again, not yet synced), checkpoint-before-release
 //     (synced), checkpoint-after-release.

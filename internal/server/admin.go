@@ -133,6 +133,8 @@ const (
 	MetricPhase2Backlog = "tandem_phase2_backlog"
 	MetricLogSpaceUsed  = "tandem_log_space_used_bytes"
 	MetricLogSpaceLimit = "tandem_log_space_limit_bytes"
+	// MetricInDoubtBranches: see coord.Coordinator.InDoubt.
+	MetricInDoubtBranches = "tandem_in_doubt_branches"
 )
 
 type phase2Backlogger interface {
@@ -169,6 +171,10 @@ func (s *Server) registerGauges() func() {
 		"Bytes of the decision log in use: records not yet recyclable (NaN: not reported by this coordinator).", used))
 	undo = append(undo, metrics.Gauge(MetricLogSpaceLimit,
 		"Configured size of the decision log, bytes; 0 is unbounded (NaN: not reported by this coordinator).", limit))
+	c := s.coord
+	undo = append(undo, metrics.Gauge(MetricInDoubtBranches,
+		"Prepared branches of gtrids from before a promotion with --accept-data-loss that have no decision here: never presumed aborted, an operator settles them (tandem resolve).",
+		func() float64 { return float64(c.InDoubtBranches()) }))
 	start := time.Now()
 	undo = append(undo, metrics.Gauge("tandem_uptime_seconds", "Seconds since this coordinator started.",
 		func() float64 { return time.Since(start).Seconds() }))

@@ -390,7 +390,11 @@ var ErrRole = errors.New("server: wrong role for this")
 // every unfinished COMMIT, the in-doubt scan), serves decisions, ships to a
 // standby of its own on --standby-listen, and tells the old primary (best
 // effort) that it is superseded.
-func (s *Server) Promote() (standby.Identity, error) {
+//
+// A standby that is not synchronized with its primary is refused (the
+// error wraps standby.ErrNotSynchronized) unless o.AcceptDataLoss: see
+// standby.Promote.
+func (s *Server) Promote(o standby.PromoteOptions) (standby.Identity, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -401,10 +405,18 @@ func (s *Server) Promote() (standby.Identity, error) {
 	}
 	old := s.following
 	at := s.receiver.Position()
+	// Checked while the standby still follows (a refusal leaves it so):
+	// closing the receiver below records "not synchronized", as any end of
+	// the stream does.
+	if err := standby.CheckPromotable(s.cfg.DataDir); err == nil {
+		o.CheckedWhileFollowing = true
+	} else if !o.AcceptDataLoss {
+		return standby.Identity{}, fmt.Errorf("%w: promote refused: %w", ErrRole, err)
+	}
 	if err := s.closeRoleLocked(); err != nil {
 		s.logError("closing the standby's log before the promotion", "error", err)
 	}
-	id, err := standby.Promote(s.cfg.DataDir)
+	id, err := standby.Promote(s.cfg.DataDir, o)
 	if err != nil {
 		if ferr := s.becomeStandby(old, false); ferr != nil {
 			s.logError("could not follow the primary again after a failed promotion", "error", ferr)

@@ -196,6 +196,13 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 		Phase2Wait: cfg.Phase2Wait, MaxTxnAge: cfg.MaxTxnAge, MaxClockSkew: cfg.MaxClockSkew, NoSync: o.NoSync, Logger: o.Logger,
 		NoWait: cfg.Durability == "nowait", BatchWindow: cfg.LogBatchWindow(), LogSize: int64(cfg.LogSize),
 	}
+	if at, ok, err := standby.UnsynchronizedPromotion(cfg.DataDir); err != nil {
+		return nil, nil, err
+	} else if ok {
+		copts.InDoubtBefore = at
+		s.logError("this coordinator was promoted with --accept-data-loss while not synchronized: prepared branches of gtrids from before the promotion with no decision here are listed as in doubt (tandem status --in-doubt), never presumed aborted; settle them with tandem resolve",
+			"promoted_at", at.UTC().Format(time.RFC3339Nano))
+	}
 	var sh *standby.Shipper
 	if so.Listen != "" {
 		tr, prot, err := standby.ParseMode(so.Transport, so.Protection)
@@ -208,7 +215,7 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 		}
 		sh, err = standby.NewShipper(standby.ShipperConfig{Listen: so.Listen, Transport: tr, Protection: prot,
 			NetTimeout: so.NetTimeout, Identity: id, MaxRetained: int64(cfg.LogSize), Logger: o.Logger,
-			MaxSend: so.MaxSend, MaxConnections: so.MaxConnections, NetOptions: so.net(), Auth: so.Auth,
+			MaxSend: so.MaxSend, MaxConnections: so.MaxConnections, NetOptions: so.net(), Auth: so.Auth, ArchLag: so.ArchLag,
 			// Synchronous: the shipper runs it in a goroutine of its own and
 			// drops further claims until it returns (coalesced).
 			OnFenced: s.fence})
@@ -233,6 +240,9 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 			_ = sh.Close()
 		}
 		return nil, nil, err
+	}
+	if sh != nil {
+		sh.SetSwitcher(c.SwitchLogSegment)
 	}
 	return c, sh, nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/metrics"
 	"github.com/tandem-tx/tandem/internal/standby"
 )
@@ -39,6 +40,9 @@ type StandbyOptions struct {
 	// MaxConnections (primary, arch): parallel connections the standby
 	// opens to receive completed segments (default 1).
 	MaxConnections int
+	// ArchLag (primary, arch): the longest a decision waits for its log
+	// segment to complete before the segment is switched (default 1s).
+	ArchLag time.Duration
 	// SendBuffer, ReceiveBuffer: SO_SNDBUF/SO_RCVBUF of the standby
 	// connections, bytes; 0 leaves them to the kernel (standby.NetOptions).
 	SendBuffer, ReceiveBuffer int
@@ -92,7 +96,11 @@ func describe(st standby.Status) string {
 		if !st.Connected {
 			state = "NOT CONNECTED"
 		}
-		return fmt.Sprintf("role=standby of %s (%s) cluster=%s epoch=%d at=%s", st.Standby, state, st.Cluster, st.Epoch, st.StandbyAt)
+		sync := "synchronized=yes"
+		if !st.Synchronized {
+			sync = "synchronized=NO (promote needs --accept-data-loss)"
+		}
+		return fmt.Sprintf("role=standby of %s (%s) %s cluster=%s epoch=%d at=%s", st.Standby, state, sync, st.Cluster, st.Epoch, st.StandbyAt)
 	case string(RoleDemoted), string(RoleFenced):
 		return fmt.Sprintf("role=%s cluster=%s epoch=%d", strings.ToUpper(st.Role), st.Cluster, st.Epoch)
 	}
@@ -133,8 +141,12 @@ func (s *Server) standbyHandler(mux *http.ServeMux) {
 			v, err := f(r)
 			if err != nil {
 				code := http.StatusInternalServerError
-				if errors.Is(err, ErrRole) {
+				var in *coord.InputError
+				switch {
+				case errors.Is(err, ErrRole):
 					code = http.StatusConflict
+				case errors.As(err, &in):
+					code = http.StatusBadRequest
 				}
 				http.Error(w, err.Error(), code)
 				return
@@ -145,9 +157,49 @@ func (s *Server) standbyHandler(mux *http.ServeMux) {
 			_ = enc.Encode(v)
 		})
 	}
-	mux.Handle("POST /role/promote", role(func(*http.Request) (any, error) {
-		id, err := s.Promote()
+	mux.Handle("POST /role/promote", role(func(r *http.Request) (any, error) {
+		id, err := s.Promote(standby.PromoteOptions{AcceptDataLoss: truthy(r.URL.Query().Get("accept-data-loss"))})
 		return map[string]any{"role": RolePrimary, "cluster": id.Cluster.String(), "epoch": id.Epoch}, err
+	}))
+	primary := func() (*coord.Coordinator, error) {
+		if c := s.Coordinator(); c != nil {
+			return c, nil
+		}
+		return nil, fmt.Errorf("%w: this coordinator is %s; only the primary lists and settles in-doubt branches", ErrRole, s.Role())
+	}
+	// In-doubt branches (a promotion with --accept-data-loss): listed, the
+	// RMs' holdings of one gtrid shown, settled by an explicit choice.
+	mux.Handle("GET /in-doubt", role(func(r *http.Request) (any, error) {
+		c, err := primary()
+		if err != nil {
+			return nil, err
+		}
+		if g := r.URL.Query().Get("gtrid"); g != "" {
+			ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+			defer cancel()
+			h, err := c.Holdings(ctx, g)
+			return map[string]any{"gtrid": g, "prepared": h}, err
+		}
+		return map[string]any{"in_doubt": c.InDoubt()}, nil
+	}))
+	mux.Handle("POST /in-doubt/resolve", role(func(r *http.Request) (any, error) {
+		c, err := primary()
+		if err != nil {
+			return nil, err
+		}
+		q := r.URL.Query()
+		var commit bool
+		switch q.Get("outcome") {
+		case "commit":
+			commit = true
+		case "abort":
+		default:
+			return nil, fmt.Errorf("%w: outcome must be commit or abort (the operator's explicit choice)", ErrRole)
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		rep, err := c.ResolveInDoubt(ctx, q.Get("gtrid"), commit)
+		return map[string]any{"gtrid": q.Get("gtrid"), "outcome": rep.Outcome.String(), "phase2_pending": rep.Phase2Pending}, err
 	}))
 	mux.Handle("POST /role/demote", role(func(r *http.Request) (any, error) {
 		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
@@ -180,6 +232,7 @@ func (s *Server) registerStandbyGauges() func() {
 	undo := []func(){
 		metrics.Gauge("tandem_standby_epoch", "Epoch of this coordinator's cluster (grows at every promotion).", get(func(st standby.Status) float64 { return float64(st.Epoch) })),
 		metrics.Gauge("tandem_standby_connected", "1 when the standby (on a primary) or the primary (on a standby) is connected.", get(func(st standby.Status) float64 { return b(st.Connected) })),
+		metrics.Gauge("tandem_standby_synchronized", "1 when the standby holds every decision the primary acts on (promotable without --accept-data-loss).", get(func(st standby.Status) float64 { return b(st.Synchronized) })),
 		metrics.Gauge("tandem_standby_protected", "Primary: 1 when every acknowledged decision is on the standby (sync transport, not running unprotected).", get(func(st standby.Status) float64 { return b(st.Protected) })),
 		metrics.Gauge("tandem_standby_lag_bytes", "Primary: bytes of records durable here and not yet on the standby.", get(func(st standby.Status) float64 { return float64(st.LagBytes) })),
 		metrics.Gauge("tandem_standby_lag_seconds", "Primary: age of the oldest record the standby does not have.", get(func(st standby.Status) float64 { return st.LagSeconds })),

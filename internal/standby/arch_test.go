@@ -1,6 +1,7 @@
 package standby
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -271,5 +272,51 @@ func TestArchDroppedConnectionIsRecovered(t *testing.T) {
 				t.Errorf("connections: %v: want a new session after the first connection was cut", c)
 			}
 		})
+	}
+}
+
+// Under arch, a decision waiting for the standby (WaitStandby, before phase
+// 2) makes the shipper switch the primary's log segment after ArchLag, so
+// that its segment is shipped: the wait ends with the standby holding it,
+// long before the net timeout would let the primary go on unprotected.
+func TestArchLagSwitchesTheSegmentForAWaitingDecision(t *testing.T) {
+	sh, err := NewShipper(ShipperConfig{Listen: "127.0.0.1:0", Transport: Arch, Protection: MaxPerformance, NetTimeout: 5 * time.Second,
+		ArchLag: 100 * time.Millisecond, Identity: testID(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := wal.Open(wal.Options{Dir: t.TempDir(), SegmentSize: archSegSize, NoSync: true, OnWrite: sh.Written}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Close(); l.Close() })
+	switches := 0
+	sh.SetSwitcher(func() error {
+		switches++
+		if _, err := l.Switch(); err != nil {
+			return err
+		}
+		_, err := l.Append(1, []byte("after a switch"))
+		return err
+	})
+	r := startStandby(t, t.TempDir(), sh.Addr())
+	defer r.Close()
+	waitFor(t, "the standby connected", func() bool { return sh.Status().Connected })
+	pos, err := l.Append(1, []byte("decision"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sh.WaitStandby(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the decision's segment was shipped after %v (%d switches)", time.Since(start).Round(time.Millisecond), switches)
+	if got := sh.Acked(); got.Less(pos) {
+		t.Fatalf("WaitStandby returned with the standby at %s, before the decision at %s", got, pos)
+	}
+	if st := sh.Status(); st.Unprotected != 0 {
+		t.Errorf("the wait ended by the net timeout (unprotected), not by a segment switch: %+v", st)
 	}
 }

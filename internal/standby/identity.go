@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // IdentityFile is the file in a data directory that names the cluster and
@@ -110,7 +111,12 @@ func PrimaryIdentity(dir string) (Identity, error) {
 // Promote bumps dir's epoch by one: the standby there becomes the primary
 // of a new epoch, and a primary of an older one is fenced. It returns the
 // new identity.
-func Promote(dir string) (Identity, error) {
+//
+// A standby that is not synchronized (CheckPromotable) is refused unless
+// o.AcceptDataLoss; then the promotion's time is first written to
+// UnsynchronizedPromotionFile. The
+// standby's SyncStateFile is removed: the directory is a primary's now.
+func Promote(dir string, o PromoteOptions) (Identity, error) {
 	id, ok, err := LoadIdentity(dir)
 	if err != nil {
 		return id, err
@@ -118,6 +124,20 @@ func Promote(dir string) (Identity, error) {
 	if !ok {
 		return id, fmt.Errorf("standby: %s has no cluster identity: it never received a primary's log, there is nothing to promote", dir)
 	}
+	if err := CheckPromotable(dir); err != nil && !o.CheckedWhileFollowing {
+		if !o.AcceptDataLoss {
+			return id, fmt.Errorf("refusing to promote %s: %w", dir, err)
+		}
+		if err := writeFileDurably(dir, UnsynchronizedPromotionFile, strconv.FormatInt(time.Now().UnixNano(), 10)+"\n"); err != nil {
+			return id, err
+		}
+	}
 	id.Epoch++
-	return id, SaveIdentity(dir, id)
+	if err := SaveIdentity(dir, id); err != nil {
+		return id, err
+	}
+	if err := os.Remove(filepath.Join(dir, SyncStateFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return id, fmt.Errorf("standby: promoted, but removing %s: %w", SyncStateFile, err)
+	}
+	return id, nil
 }

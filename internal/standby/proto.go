@@ -142,7 +142,7 @@ import (
 // never shipped. 3: the ARCH transport (WELCOME says which transport, JOIN
 // and SEGMENT frames). 4: every connection starts with the authentication
 // handshake (CHALLENGE, PROOF, RESPONSE); frame lengths are bounded per
-// kind.
+// kind; STATE frames (syncstate.go).
 const Version = 4
 
 // MaxFrame bounds a frame's payload.
@@ -158,6 +158,9 @@ const (
 	kindRelease = 6
 	kindJoin    = 7
 	kindSegment = 8
+	// kindState: the primary tells its standby whether it holds every
+	// decision the primary acts on (syncstate.go): flags u8.
+	kindState = 12
 	// kindProbe is a HELLO that only asks for the primary's identity (the
 	// fencing check of --peer, a promoted standby announcing its epoch):
 	// the primary answers WELCOME (or REFUSE) and hangs up; it never takes
@@ -187,7 +190,7 @@ func (s kinds) has(k byte) bool { return k < 32 && s&(1<<k) != 0 }
 var maxPayload = [32]uint32{
 	kindHello: 41, kindWelcome: 35, kindRecords: MaxFrame, kindAck: 16, kindRefuse: maxRefuse,
 	kindRelease: 24, kindJoin: 33, kindSegment: 44, kindProbe: 41,
-	kindChallenge: 2 + nonceSize, kindProof: 2 + nonceSize + 32, kindResponse: 32,
+	kindChallenge: 2 + nonceSize, kindProof: 2 + nonceSize + 32, kindResponse: 32, kindState: 1,
 }
 
 // maxRefuse bounds a REFUSE message.
@@ -195,7 +198,7 @@ const maxRefuse = 4096
 
 // anyKind accepts every kind (the checks are the caller's).
 const anyKind kinds = 1<<kindHello | 1<<kindWelcome | 1<<kindRecords | 1<<kindAck | 1<<kindRefuse | 1<<kindRelease |
-	1<<kindJoin | 1<<kindSegment | 1<<kindProbe | 1<<kindChallenge | 1<<kindProof | 1<<kindResponse
+	1<<kindJoin | 1<<kindSegment | 1<<kindProbe | 1<<kindChallenge | 1<<kindProof | 1<<kindResponse | 1<<kindState
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 

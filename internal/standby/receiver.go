@@ -73,6 +73,7 @@ type Receiver struct {
 	lastAt    time.Time // when the last batch was made durable
 	primaryAt wal.Position
 	conn      net.Conn
+	sync      SyncState // as in SyncStateFile
 
 	// Recycling of the standby's own log, under tmu (the log's writer
 	// updates them in onWrite). bound[s]: no record in own segment s has a
@@ -154,6 +155,18 @@ func OpenReceiver(cfg ReceiverConfig) (*Receiver, error) {
 		return nil, fmt.Errorf("standby: open the log in %s: %w", cfg.Dir, err)
 	}
 	r.log = l
+	if r.sync, err = LoadSyncState(cfg.Dir); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if r.sync.Synchronized && !r.sync.MaxProtection {
+		// While this standby was down, its primary may have gone on
+		// without it.
+		if err := r.setSync(false, false, "the standby (re)started: its primary (not max-protection) may have gone on without it meanwhile"); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
 	if cfg.Listen != "" {
 		if err := r.answerProbes(); err != nil {
 			l.Close()
@@ -258,10 +271,40 @@ func (r *Receiver) session(ctx context.Context) error {
 	r.cfg.Logger.Info("standby: following the primary", "primary", r.cfg.Primary, "cluster", w.cluster.String(), "epoch", w.epoch, "from", h.pos.String())
 	r.addConns(1)
 	defer r.addConns(-1)
+	final := false
+	defer func() {
+		// Ended without the primary's final word: unless it is
+		// max-protection, it may go on without this standby.
+		r.mu.Lock()
+		st := r.sync
+		r.mu.Unlock()
+		if !final && st.Synchronized && !st.MaxProtection {
+			if err := r.setSync(false, false, "the connection to the primary ended without its final STATE: it may have gone on (unprotected) without this standby"); err != nil {
+				r.cfg.Logger.Error("standby: could not record that it is not synchronized", "error", err)
+			}
+		}
+	}()
 	for {
-		kind, b, err := readFrame(br, nil, kindsOf(kindRecords, kindRelease)) // a new buffer: AppendNoWait keeps the payloads
+		kind, b, err := readFrame(br, nil, kindsOf(kindRecords, kindRelease, kindState)) // a new buffer: AppendNoWait keeps the payloads
 		if err != nil {
 			return err
+		}
+		if kind == kindState {
+			if len(b) != 1 {
+				return fmt.Errorf("%w: a STATE frame of %d bytes", ErrProtocol, len(b))
+			}
+			why := "the primary says this standby holds every decision it acts on"
+			switch {
+			case b[0]&stateFinal != 0:
+				why = "the primary stopped with every record of its log on this standby"
+				final = true
+			case b[0]&stateSynchronized == 0:
+				why = "the primary answers or settles decisions before this standby has them (async or arch transport, not caught up yet, or UNPROTECTED)"
+			}
+			if err := r.setSync(b[0]&stateSynchronized != 0, b[0]&stateMaxProtection != 0, why); err != nil {
+				return err
+			}
+			continue
 		}
 		if kind == kindRelease {
 			n, err := decodeRelease(b)
@@ -292,6 +335,33 @@ func (r *Receiver) session(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// setSync records in SyncStateFile whether this standby is synchronized,
+// when that changes.
+func (r *Receiver) setSync(synced, maxProtection bool, why string) error {
+	r.mu.Lock()
+	cur := r.sync
+	r.mu.Unlock()
+	if cur.Synchronized == synced && cur.MaxProtection == maxProtection && cur.Reason != "" {
+		return nil
+	}
+	st := SyncState{Synchronized: synced, MaxProtection: maxProtection, Reason: why, At: time.Now()}
+	if err := saveSyncState(r.cfg.Dir, st); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.sync = st
+	r.mu.Unlock()
+	return nil
+}
+
+// Synchronized reports whether this standby holds every decision its
+// primary acted on, as far as it knows (see syncstate.go).
+func (r *Receiver) Synchronized() SyncState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sync
 }
 
 // write appends recs to the standby's log, then the MARK (its Append makes
@@ -469,7 +539,7 @@ func (r *Receiver) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := Status{Role: "standby", Epoch: r.id.Epoch, Standby: r.cfg.Primary, Connected: r.connected, Connections: r.conns,
-		StandbyAt: r.pos.String(), PrimaryAt: r.primaryAt.String()}
+		StandbyAt: r.pos.String(), PrimaryAt: r.primaryAt.String(), Synchronized: r.sync.Synchronized}
 	if r.haveID {
 		st.Cluster = r.id.Cluster.String()
 	}

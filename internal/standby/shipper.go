@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tandem-tx/tandem/internal/failpoint"
 	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
 )
@@ -120,6 +121,11 @@ type ShipperConfig struct {
 	// The standby holds up to 2 × MaxConnections segments in memory while
 	// it applies them in order. Ignored by sync and async.
 	MaxConnections int
+	// ArchLag: under the arch transport, how long a decision waits for its
+	// segment to complete before the shipper asks the primary's log to
+	// switch segments (SetSwitcher), so that phase 2 waits about this long
+	// for an arch standby instead of until the segment fills (default 1s).
+	ArchLag time.Duration
 	// NetOptions: socket buffers and TCP_NODELAY of standby connections
 	// (set on the listener, so every accepted connection has them).
 	NetOptions
@@ -164,17 +170,32 @@ type Shipper struct {
 	ackedAt    time.Time
 	conn       net.Conn // the standby's connection, nil when none
 	peer       string
-	// unprotected: max-availability went on without the standby.
+	// unprotected: the primary went on without the standby (max-availability
+	// or max-performance after the net timeout).
 	unprotected bool
-	since       time.Time // when unprotected began
-	closed      bool
-	started     time.Time
+	// caughtUp: the connected standby has acknowledged every record durable
+	// at some point since it connected (with sync and protected, it then
+	// holds every decision acted on from there on).
+	caughtUp bool
+	// closing: Close asks the connection's sender for a final STATE.
+	closing   bool
+	finalSent bool      // the final STATE went out
+	since     time.Time // when unprotected began
+	closed    bool
+	started   time.Time
+	// switcher closes the primary's current log segment (arch's bounded
+	// lag); switching: one is running.
+	switcher  func() error
+	switching bool
 }
 
 // NewShipper checks cfg and listens; call Serve to accept standbys.
 func NewShipper(cfg ShipperConfig) (*Shipper, error) {
 	if cfg.NetTimeout <= 0 {
 		cfg.NetTimeout = 10 * time.Second
+	}
+	if cfg.ArchLag <= 0 {
+		cfg.ArchLag = time.Second
 	}
 	if cfg.MaxRetained <= 0 {
 		cfg.MaxRetained = 64 << 20
@@ -282,20 +303,56 @@ func (s *Shipper) Written(recs []wal.Written, synced bool) {
 	}
 	s.mu.Unlock()
 	start := time.Now()
-	s.waitAck(target)
+	_ = s.waitAck(context.Background(), target) // closed: Halt already stopped the coordinator
 	waits.Coordinator.Since(waits.StandbySyncAck, start)
 }
 
-// waitAck waits until the standby has target, per the protection mode.
-func (s *Shipper) waitAck(target wal.Position) {
-	var timeout <-chan time.Time
-	if s.cfg.Protection == MaxAvailability {
+// ErrShipperClosed: the shipper was closed while a decision waited for the
+// standby; the decision must not be acted on by this primary.
+var ErrShipperClosed = errors.New("standby: the shipper is closed")
+
+// WaitStandby implements coord.StandbyWaiter: it returns once the standby
+// has acknowledged every record durable in the primary's log at the call,
+// in every transport. Under max-protection it waits for as long as that
+// takes (or ctx); under max-availability and max-performance (async,
+// arch) it waits up to NetTimeout and then lets the primary go on without
+// the standby: the shipper is then unprotected (not synchronized) until the
+// standby has caught up, and a standby promoted meanwhile may lack
+// decisions this primary acted on (it refuses promotion without
+// --accept-data-loss). It fails with ErrShipperClosed once the shipper is
+// closed, or with ctx's error.
+func (s *Shipper) WaitStandby(ctx context.Context) error {
+	s.mu.Lock()
+	target, closed, done := s.last, s.closed, !s.acked.Less(s.last) || s.unprotected
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return ErrShipperClosed
+	case done:
+		return nil
+	}
+	return s.waitAck(ctx, target)
+}
+
+// waitAck waits until the standby has target, per the protection mode: nil
+// once it has, or once the primary goes on unprotected; ErrShipperClosed
+// or ctx's error otherwise.
+func (s *Shipper) waitAck(ctx context.Context, target wal.Position) error {
+	var timeout, warn, lag <-chan time.Time
+	if s.cfg.Transport == Arch {
+		t := time.NewTicker(s.cfg.ArchLag)
+		defer t.Stop()
+		lag = t.C
+	}
+	if s.cfg.Protection != MaxProtection {
 		t := time.NewTimer(s.cfg.NetTimeout)
 		defer t.Stop()
 		timeout = t.C
+	} else {
+		t := time.NewTicker(s.cfg.NetTimeout)
+		defer t.Stop()
+		warn = t.C
 	}
-	warn := time.NewTicker(s.cfg.NetTimeout)
-	defer warn.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.acked.Less(target) && !s.closed && !s.unprotected {
@@ -303,23 +360,85 @@ func (s *Shipper) waitAck(target wal.Position) {
 		s.mu.Unlock()
 		select {
 		case <-ch:
+		case <-ctx.Done():
+			s.mu.Lock()
+			return ctx.Err()
 		case <-timeout:
 			s.mu.Lock()
 			if s.acked.Less(target) && !s.unprotected {
 				s.unprotected, s.since = true, time.Now()
-				s.log.Error("STANDBY UNPROTECTED: no acknowledgement from the standby within the net timeout; max-availability carries on without it, and decisions acknowledged from now on are not on the standby until it catches up",
-					"net_timeout", s.cfg.NetTimeout, "standby", s.peerLocked(), "standby_at", s.acked.String(), "primary_at", target.String())
+				s.log.Error("STANDBY UNPROTECTED: no acknowledgement from the standby within the net timeout; the primary carries on without it: decisions acknowledged or acted on (phase 2) from now on are not on the standby until it catches up, and promoting it then needs --accept-data-loss",
+					"transport", s.cfg.Transport, "protection", s.cfg.Protection, "net_timeout", s.cfg.NetTimeout, "standby", s.peerLocked(), "standby_at", s.acked.String(), "primary_at", target.String())
 				s.notifyLocked()
 			}
 			s.mu.Unlock()
-		case <-warn.C:
+		case <-lag:
 			s.mu.Lock()
-			s.log.Error("commits stalled: max-protection waits for the standby, which has not acknowledged",
+			s.switchLocked(target)
+			s.mu.Unlock()
+		case <-warn:
+			s.mu.Lock()
+			s.log.Error("decisions stalled: max-protection waits for the standby, which has not acknowledged",
 				"standby", s.peerLocked(), "standby_at", s.acked.String(), "primary_at", target.String())
 			s.mu.Unlock()
 		}
 		s.mu.Lock()
 	}
+	if s.acked.Less(target) && s.closed {
+		return ErrShipperClosed
+	}
+	return nil
+}
+
+// stateLocked is the STATE to tell the standby: synchronized only when it
+// holds every decision this primary acts on (see syncstate.go); final once
+// closing and the standby has every record (under closing, -1 until then:
+// the records go first).
+func (s *Shipper) stateLocked() int {
+	st := 0
+	if s.cfg.Protection == MaxProtection {
+		st |= stateMaxProtection
+	}
+	all := !s.acked.Less(s.last)
+	if s.closing {
+		if all {
+			return st | stateFinal | stateSynchronized
+		}
+		return -1
+	}
+	if s.cfg.Transport == Sync && !s.unprotected && s.caughtUp {
+		st |= stateSynchronized
+	}
+	return st
+}
+
+// SetSwitcher gives the shipper the primary's way to close its current log
+// segment (the coordinator's SwitchLogSegment): under the arch transport, a
+// decision that has waited ArchLag for its segment to complete makes the
+// shipper call it (one call at a time), so the segment is shipped.
+func (s *Shipper) SetSwitcher(f func() error) {
+	s.mu.Lock()
+	s.switcher = f
+	s.mu.Unlock()
+}
+
+// switchLocked starts a segment switch if target's segment is still the
+// live one and none is running.
+func (s *Shipper) switchLocked(target wal.Position) {
+	if s.switcher == nil || s.switching || target.Segment < s.durableSeg || s.closed {
+		return
+	}
+	s.switching = true
+	f := s.switcher
+	go func() {
+		err := f()
+		s.mu.Lock()
+		s.switching = false
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Warn("arch: could not switch the log segment to ship a waiting decision", "error", err)
+		}
+	}()
 }
 
 func (s *Shipper) peerLocked() string {
@@ -367,8 +486,34 @@ func (s *Shipper) pruneLocked() {
 }
 
 // Close stops serving standbys and releases every flush waiting for one.
+//
+// A connected sync or async standby first gets up to NetTimeout to
+// acknowledge every record, then a final STATE saying whether it holds them
+// all (the coordinator was halted or closed before: nothing more is acted
+// on), so that it can be promoted without --accept-data-loss after a clean
+// stop of its primary.
 func (s *Shipper) Close() error {
 	s.mu.Lock()
+	if s.conn != nil && s.arch == nil && !s.closed {
+		s.closing = true
+		s.notifyLocked()
+		deadline := time.NewTimer(s.cfg.NetTimeout)
+		for s.conn != nil && !s.finalSent {
+			ch := s.changed
+			s.mu.Unlock()
+			timedOut := false
+			select {
+			case <-ch:
+			case <-deadline.C:
+				timedOut = true
+			}
+			s.mu.Lock()
+			if timedOut {
+				break
+			}
+		}
+		deadline.Stop()
+	}
 	s.closed = true
 	if s.conn != nil {
 		s.conn.Close()
@@ -481,6 +626,7 @@ func (s *Shipper) handle(o opening) error {
 	// (The same standby never reports less than it acknowledged: it
 	// acknowledges only what is durable in its log.)
 	s.acked = h.pos
+	s.caughtUp = !s.acked.Less(s.last)
 	s.notifyLocked()
 	s.mu.Unlock()
 	s.log.Info("standby connected", "standby", c.RemoteAddr().String(), "standby_at", h.pos.String(), "primary_at", last.String(),
@@ -509,15 +655,21 @@ func (s *Shipper) handle(o opening) error {
 	sent := h.pos
 	go func() { readErr <- s.readAcks(c, r, func() wal.Position { return sent }) }()
 	var sentNotice uint64 // the last RELEASE notice sent: its before
+	sentState := -1       // the last STATE sent
 	var buf []byte
 	for {
 		s.mu.Lock()
 		var batch []record
 		var notice release
+		state := -1
 		for {
 			if s.closed || s.conn != c {
 				s.mu.Unlock()
 				return nil
+			}
+			if st := s.stateLocked(); st >= 0 && st != sentState {
+				state = st
+				break
 			}
 			if n := s.notice; n.before > sentNotice && !sent.Less(n.at) {
 				notice = n
@@ -546,6 +698,20 @@ func (s *Shipper) handle(o opening) error {
 			}
 		}
 		s.mu.Unlock()
+		if state >= 0 {
+			_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
+			if err := writeFrame(w, kindState, []byte{byte(state)}); err != nil {
+				return fmt.Errorf("sending STATE: %w", err)
+			}
+			sentState = state
+			if state&stateFinal != 0 {
+				s.mu.Lock()
+				s.finalSent = true
+				s.notifyLocked()
+				s.mu.Unlock()
+			}
+			continue
+		}
 		if notice.before != 0 {
 			if err := s.sendRelease(c, w, notice); err != nil {
 				return err
@@ -554,6 +720,7 @@ func (s *Shipper) handle(o opening) error {
 			continue
 		}
 		buf = encodeRecords(buf[:0], batch)
+		_ = failpoint.Inject("standby-before-ship") // kill or sleep: records durable here, not yet sent
 		_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
 		if err := writeFrame(w, kindRecords, buf); err != nil {
 			return fmt.Errorf("sending records: %w", err)
@@ -604,8 +771,11 @@ func (s *Shipper) ackLocked(pos wal.Position) {
 		return
 	}
 	s.acked, s.ackedAt = pos, time.Now()
+	if !s.acked.Less(s.last) {
+		s.caughtUp = true
+	}
 	if s.unprotected && !s.acked.Less(s.last) {
-		s.log.Warn("standby caught up: protected again (sync)", "standby", s.peer, "unprotected_for", time.Since(s.since).Round(time.Millisecond))
+		s.log.Warn("standby caught up: protected (synchronized) again", "transport", s.cfg.Transport, "standby", s.peer, "unprotected_for", time.Since(s.since).Round(time.Millisecond))
 		s.unprotected = false
 	}
 	if s.arch != nil {
@@ -630,13 +800,17 @@ type Status struct {
 	Connections int `json:"connections,omitempty"`
 	// Protected: under a sync protection mode, every acknowledged decision
 	// is on the standby (false while max-availability runs without it).
-	Protected   bool    `json:"protected"`
-	PrimaryAt   string  `json:"primary_at"`
-	StandbyAt   string  `json:"standby_at"`
-	LagBytes    int64   `json:"lag_bytes"`
-	LagSeconds  float64 `json:"lag_seconds"`
-	LagRecords  int     `json:"lag_records"` // data-loss exposure: durable on the primary, not on the standby
-	Unprotected float64 `json:"unprotected_seconds,omitempty"`
+	Protected  bool    `json:"protected"`
+	PrimaryAt  string  `json:"primary_at"`
+	StandbyAt  string  `json:"standby_at"`
+	LagBytes   int64   `json:"lag_bytes"`
+	LagSeconds float64 `json:"lag_seconds"`
+	LagRecords int     `json:"lag_records"` // data-loss exposure: durable on the primary, not on the standby
+	// Synchronized: the standby holds every decision the primary acts on,
+	// as the primary tells it (STATE) and the standby records it; a standby
+	// that is not is promoted only with --accept-data-loss (syncstate.go).
+	Synchronized bool    `json:"synchronized"`
+	Unprotected  float64 `json:"unprotected_seconds,omitempty"`
 }
 
 // Acked is the standby's durable position as it acknowledged it (the zero
@@ -677,6 +851,7 @@ func (s *Shipper) Status() Status {
 		}
 	}
 	st.Protected = s.cfg.Transport == Sync && !s.unprotected
+	st.Synchronized = s.conn != nil && s.stateLocked()&stateSynchronized != 0
 	if s.unprotected {
 		st.Unprotected = time.Since(s.since).Seconds()
 	}

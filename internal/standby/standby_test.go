@@ -3,6 +3,7 @@ package standby
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -666,5 +667,51 @@ func TestEmptyStandbyAdoptsANewerEpoch(t *testing.T) {
 	r.Close()
 	if id, _, _ := LoadIdentity(dir); id != newer {
 		t.Errorf("identity %+v, want %+v", id, newer)
+	}
+}
+
+// WaitStandby (what phase 2 waits on before touching a branch) returns only
+// once the standby acknowledged the records durable at the call, in the
+// async transport too; without a standby, async goes on after the net
+// timeout (unprotected: promoting the standby then needs
+// --accept-data-loss) and max-protection waits for as long as it is asked.
+func TestWaitStandbyCoversTheDecisionInEveryTransport(t *testing.T) {
+	p := startPrimary(t, t.TempDir(), MaxPerformance, time.Minute)
+	r := startStandby(t, t.TempDir(), p.sh.Addr())
+	defer r.Close()
+	waitFor(t, "the standby connected", func() bool { return p.sh.Status().Connected })
+	for i := range 20 {
+		pos, err := p.log.Append(1, []byte(fmt.Sprint("decision ", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.sh.WaitStandby(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.sh.Acked(); got.Less(pos) {
+			t.Fatalf("WaitStandby returned with the standby at %s, before the decision at %s", got, pos)
+		}
+	}
+
+	alone := startPrimary(t, t.TempDir(), MaxPerformance, 200*time.Millisecond)
+	if _, err := alone.log.Append(1, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := alone.sh.WaitStandby(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("async without a standby: went on after %v", time.Since(start))
+	if st := alone.sh.Status(); st.Unprotected == 0 {
+		t.Errorf("async went on without its standby but does not say unprotected: %+v", st)
+	}
+
+	strict := startPrimary(t, t.TempDir(), MaxProtection, 100*time.Millisecond)
+	go func() { _, _ = strict.log.Append(1, []byte("x")) }() // stalls: no standby
+	waitFor(t, "the record written", func() bool { return strict.sh.Status().PrimaryAt != (wal.Position{}).String() })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := strict.sh.WaitStandby(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("max-protection without a standby: WaitStandby = %v, want the context's deadline", err)
 	}
 }

@@ -89,3 +89,25 @@ func (l *Log) Err() error {
 	}
 	return nil
 }
+
+// Switch closes the current segment (synced, as at any rotation) once every
+// record queued before the call is written, so that the next record goes
+// into a new one; it does nothing when the current segment holds no record.
+// It returns the position where the next record will go. The standby's arch
+// transport ships only completed segments: a primary forces a switch to
+// bound how long a decision waits for its segment to be shipped.
+func (l *Log) Switch() (Position, error) {
+	if werr := l.failed.Load(); werr != nil {
+		return Position{}, &appendError{kind: ErrLogFailed, cause: werr}
+	}
+	r := requestPool.Get().(*request)
+	r.mode = modeSwitch
+	if err := l.enqueue(r); err != nil {
+		r.reset()
+		return Position{}, err
+	}
+	<-r.done
+	pos, err := r.pos, r.err
+	r.reset()
+	return pos, err
+}

@@ -30,6 +30,7 @@ const (
 	modeNoWait             // AppendNoWait: write; no fdatasync of its own; nobody waits
 	modeAsync              // AppendAsync: write and fdatasync; nobody waits
 	modeSync               // Sync: no record; fdatasync what is written; wake the caller
+	modeSwitch             // Switch: no record; close the current segment; wake the caller
 )
 
 // request is one Append waiting for the writer. Requests are pooled so that
@@ -45,13 +46,15 @@ type request struct {
 }
 
 // waited reports whether a caller waits on r.done.
-func (r *request) waited() bool { return r.mode == modeWait || r.mode == modeSync }
+func (r *request) waited() bool {
+	return r.mode == modeWait || r.mode == modeSync || r.mode == modeSwitch
+}
 
 // durable reports whether r's batch must be fdatasynced.
 func (r *request) durable() bool { return r.mode != modeNoWait }
 
 // isRecord reports whether r carries a record (Sync's request does not).
-func (r *request) isRecord() bool { return r.mode != modeSync }
+func (r *request) isRecord() bool { return r.mode != modeSync && r.mode != modeSwitch }
 
 var requestPool = sync.Pool{New: func() any {
 	return &request{done: make(chan struct{}, 1)}
@@ -184,6 +187,21 @@ func (l *Log) commit(batch []*request) {
 	first := 0 // batch[first:i] are encoded in buf
 	for i, r := range batch {
 		n := reqSize(r)
+		if r.mode == modeSwitch {
+			// Everything before it goes into the current segment, which is
+			// then closed (unless it holds no record yet).
+			if !l.flush(buf, batch[first:i]) {
+				l.refuse(batch[i:])
+				return
+			}
+			buf, first = buf[:0], i+1
+			if l.off > segmentHeaderSize && !l.rotate() {
+				l.refuse(batch[i:])
+				return
+			}
+			finish(r, Position{Segment: l.seq, Offset: l.off}, nil)
+			continue
+		}
 		if l.off+int64(len(buf))+n > l.size {
 			if !l.flush(buf, batch[first:i]) {
 				l.refuse(batch[i:])

@@ -193,6 +193,9 @@ func TestRunningPrimaryIsFencedByAPromotion(t *testing.T) {
 	cli := p.a.client(t)
 	l := startLoad(t, b, func() *client.Client { return cli })
 	eventually(t, 20*time.Second, "transfers through the primary", func() bool { return l.count() >= 10 })
+	// A max-availability standby is promoted without --accept-data-loss
+	// only while it is synchronized (connected, caught up, protected).
+	eventually(t, 20*time.Second, "the standby synchronized", func() bool { return strings.Contains(healthMessage(p.b), "(following) synchronized=yes") })
 
 	// Promoted while the clients keep committing on the old primary: what
 	// it acknowledged must be on the new one, what it had in flight must

@@ -471,7 +471,10 @@ func TestOldPrimaryIsFenced(t *testing.T) {
 	d.table(t, "e2e_fence")
 	listenA, listenB := freeAddr(t), freeAddr(t)
 	dirA, dirB := t.TempDir(), t.TempDir()
-	a := startIn(t, dirA, "--standby-listen", listenA, "--protection", "max-availability", "--net-timeout", "1s")
+	// max-protection: a standby of a killed max-availability primary is not
+	// synchronized (the primary could have gone on without it) and is
+	// promoted only with --accept-data-loss.
+	a := startIn(t, dirA, "--standby-listen", listenA, "--protection", "max-protection", "--net-timeout", "1s")
 	sb := startIn(t, dirB, "--standby-of", listenA)
 	eventually(t, 10*time.Second, "protected", func() bool { return strings.Contains(healthMessage(a), "(protected) standby=127.0.0.1") })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/config"
+	"github.com/tandem-tx/tandem/internal/coord"
+)
+
+func init() {
+	register(&command{
+		name:    "resolve",
+		summary: "list and settle in-doubt branches (after a promotion with --accept-data-loss)",
+		usage: `--admin ADDR [--gtrid G [--commit | --abort]]
+
+A coordinator promoted with --accept-data-loss may lack decisions the old
+primary made and acted on: it never presumes abort for a prepared branch of
+a gtrid that began before the promotion and has no decision in its log. It
+lists them instead, and you settle each one:
+  tandem resolve --admin 127.0.0.1:7081                 list the in-doubt branches
+  tandem resolve --admin 127.0.0.1:7081 --gtrid G       show what every database holds of G
+  tandem resolve --admin 127.0.0.1:7081 --gtrid G --commit   (or --abort)
+Look at the data first: a database that no longer holds G prepared either
+committed or rolled it back, which its tables (not Tandem) can tell. If one
+branch of G was committed, commit the others; if one was rolled back, abort.
+The choice is written to the decision log and phase 2 settles every branch
+still prepared. Settling needs the coordinator's admin token, as role changes do: DIR/admin.token
+of its data directory (--data-dir, --admin-token-file, TANDEM_ADMIN_TOKEN_FILE).`,
+		run: runResolve,
+	})
+}
+
+func runResolve(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags(commands["resolve"], stderr)
+	admin := fs.String("admin", "", "the primary's admin address (its tandem serve --admin)")
+	gtrid := fs.String("gtrid", "", "the in-doubt gtrid to show or settle")
+	commit := fs.Bool("commit", false, "settle the gtrid's prepared branches by committing them")
+	abort := fs.Bool("abort", false, "settle the gtrid's prepared branches by rolling them back")
+	dir := fs.String("data-dir", "", "the coordinator's data directory, where its admin token is (default "+config.DefaultDataDir+")")
+	af := addAdminFlags(fs, dir)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	ac, err := af.client("")
+	if err != nil {
+		return err
+	}
+	if *admin == "" {
+		return errors.New("--admin is required (the primary's tandem serve --admin address)")
+	}
+	if *commit && *abort {
+		return errors.New("--commit and --abort exclude each other")
+	}
+	if (*commit || *abort) && *gtrid == "" {
+		return errors.New("--commit and --abort need --gtrid")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if *gtrid == "" {
+		return listInDoubt(ctx, ac, *admin, stdout)
+	}
+	var held struct {
+		Prepared map[string]bool `json:"prepared"`
+	}
+	if err := ac.call(ctx, http.MethodGet, *admin, "/in-doubt?gtrid="+url.QueryEscape(*gtrid), &held); err != nil {
+		return err
+	}
+	names := make([]string, 0, len(held.Prepared))
+	for n := range held.Prepared {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(stdout, "gtrid %s:\n", *gtrid)
+	for _, n := range names {
+		state := "not prepared (committed, rolled back, or never prepared there: look at its data)"
+		if held.Prepared[n] {
+			state = "PREPARED"
+		}
+		fmt.Fprintf(stdout, "  %-12s %s\n", n, state)
+	}
+	if !*commit && !*abort {
+		return errors.New("nothing settled: choose --commit or --abort for this gtrid once you know what its committed branches did")
+	}
+	outcome := "abort"
+	if *commit {
+		outcome = "commit"
+	}
+	var out struct {
+		Outcome string `json:"outcome"`
+		Pending bool   `json:"phase2_pending"`
+	}
+	if err := ac.call(ctx, http.MethodPost, *admin, "/in-doubt/resolve?gtrid="+url.QueryEscape(*gtrid)+"&outcome="+outcome, &out); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "decided %s for %s (phase 2 pending: %v)\n", out.Outcome, *gtrid, out.Pending)
+	return nil
+}
+
+// listInDoubt prints the primary's in-doubt branches (also tandem status
+// --in-doubt).
+func listInDoubt(ctx context.Context, ac *adminClient, admin string, stdout io.Writer) error {
+	var out struct {
+		InDoubt []coord.InDoubtBranch `json:"in_doubt"`
+	}
+	if err := ac.call(ctx, http.MethodGet, admin, "/in-doubt", &out); err != nil {
+		return err
+	}
+	if len(out.InDoubt) == 0 {
+		fmt.Fprintln(stdout, "no in-doubt branches")
+		return nil
+	}
+	for _, b := range out.InDoubt {
+		fmt.Fprintf(stdout, "%s  %-12s prepared, no decision here (seen since %s)\n", b.GTRID, b.RM, b.FirstSeen.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(stdout, "%d in-doubt branches: settle each gtrid with tandem resolve --admin %s --gtrid G --commit|--abort\n", len(out.InDoubt), admin)
+	return nil
+}

@@ -1,0 +1,84 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// StandbyWaiter is implemented by a LogHook that copies the decision log to
+// a standby (standby.Shipper). The coordinator calls it before anything
+// acts on a decision: before phase 2 touches a branch, and before Commit
+// answers a request with a client-settled branch (the client settles that
+// branch as soon as it has the answer, or the early-decision header).
+//
+// The rule it keeps: no branch is touched before the decision is where a
+// failover will look. A standby that never saw a COMMIT that committed one
+// branch would, once promoted, roll the others back (its orphan scan):
+// the transaction would be split. Waiting here turns that into, at worst,
+// a lost decision (all branches rolled back), in every transport.
+type StandbyWaiter interface {
+	// WaitStandby returns nil once the standby holds every record that was
+	// durable in the log when it was called, or once the protection mode
+	// lets the primary go on without the standby (max-availability and
+	// max-performance after the net timeout: the standby is then marked
+	// not synchronized, see standby.Shipper). It returns an error when ctx
+	// ends or the hook is closed first: the decision must not be acted on.
+	WaitStandby(ctx context.Context) error
+}
+
+// standbyDecisionAck times the waits of WaitStandby: how long decisions
+// wait for the standby before a branch may be touched.
+var standbyDecisionAck = waits.Define("standby decision ack")
+
+// waitStandby waits until the standby holds decision g (see StandbyWaiter);
+// nil at once without a standby.
+func (c *Coordinator) waitStandby(ctx context.Context, g xid.GTRID) error {
+	w, ok := c.opts.LogHook.(StandbyWaiter)
+	if !ok {
+		return nil
+	}
+	start := time.Now()
+	err := w.WaitStandby(ctx)
+	waits.Coordinator.SinceTx(standbyDecisionAck, start, g, "")
+	return err
+}
+
+// answerAfterStandby is for a Commit whose answer lets the client settle
+// its own branches: it returns only once the standby holds the decision.
+// On failure the decision is durable here but may be missing from the
+// standby: the outcome is unknown to the client (it must not settle
+// anything; Status tells).
+func (c *Coordinator) answerAfterStandby(ctx context.Context, t *txn) error {
+	if err := c.waitStandby(ctx, t.gtrid); err != nil {
+		return fmt.Errorf("%w: the %s of gtrid %s is durable here, but the standby did not acknowledge it before the call ended (%v): do not settle any branch; ask Status",
+			ErrOutcomeUnknown, t.outcome, t.gtrid, err)
+	}
+	return nil
+}
+
+func anyClientSettles(rms []BranchRef) bool {
+	for _, b := range rms {
+		if b.ClientSettles {
+			return true
+		}
+	}
+	return false
+}
+
+// SwitchLogSegment closes the decision log's current segment and writes a
+// record that replays as nothing into the next one, so that a standby fed
+// completed segments only (arch) gets the decisions of the closed one
+// (standby.Shipper.SetSwitcher). END of the zero gtrid names no decision.
+func (c *Coordinator) SwitchLogSegment() error {
+	if _, err := c.log.Switch(); err != nil {
+		return fmt.Errorf("coord: switch the log segment: %w", err)
+	}
+	if _, err := c.log.Append(recEnd, encodeEnd(xid.GTRID{})); err != nil {
+		return fmt.Errorf("coord: write after a segment switch: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,135 @@
+package coord
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/wal"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// slowStandby is a LogHook standing in for the shipper of an async standby
+// that acknowledges nothing until the test says so.
+type slowStandby struct {
+	mu      sync.Mutex
+	changed chan struct{}
+	last    wal.Position // the last durable record written
+	acked   wal.Position // what the "standby" holds
+}
+
+func newSlowStandby() *slowStandby { return &slowStandby{changed: make(chan struct{})} }
+
+func (s *slowStandby) Replayed(pos wal.Position, _ wal.Type, _ []byte) {
+	s.mu.Lock()
+	s.last = pos
+	s.mu.Unlock()
+}
+
+func (s *slowStandby) Written(recs []wal.Written, synced bool) {
+	if !synced || len(recs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.last = recs[len(recs)-1].Pos
+	s.mu.Unlock()
+}
+
+func (s *slowStandby) Released(uint64) {}
+
+// WaitStandby: what the shipper does, with the test as the standby.
+func (s *slowStandby) WaitStandby(ctx context.Context) error {
+	s.mu.Lock()
+	target := s.last
+	for s.acked.Less(target) {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// ackAll makes the standby hold every record written so far.
+func (s *slowStandby) ackAll() {
+	s.mu.Lock()
+	s.acked = s.last
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *slowStandby) holds() wal.Position {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.acked
+}
+
+// With an async standby attached, no branch is touched before the standby
+// holds the decision: neither by the coordinator's phase 2 (a Commit under
+// visibility async, answered at once) nor by the client (a client-settled
+// branch, which the client commits as soon as it has the answer: Commit
+// itself must not answer before the standby holds the decision).
+// Otherwise a failover to a standby that never saw the COMMIT rolls the
+// other branches back (its orphan scan): a split.
+func TestNoBranchTouchedBeforeTheStandbyHoldsTheDecision(t *testing.T) {
+	sb := newSlowStandby()
+	var mu sync.Mutex
+	var settled []string
+	opts := testOptions(t.TempDir())
+	opts.LogHook = sb
+	opts.settle = func(_ context.Context, rm string, b xid.Branch, _ bool) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if sb.holds() == (wal.Position{}) {
+			t.Errorf("phase 2 settled %s of %s before the standby acknowledged the decision record (standby holds %s)", rm, b.GTRID, sb.holds())
+		}
+		settled = append(settled, rm)
+		return nil
+	}
+	c := open(t, opts)
+	n := func() int { mu.Lock(); defer mu.Unlock(); return len(settled) }
+
+	g := newGTRID()
+	r, err := c.Commit(context.Background(), g, both, CommitMode{WaitPhase2: false})
+	if err != nil || r.Outcome != Committed {
+		t.Fatalf("Commit = %v, %v", r.Outcome, err)
+	}
+	// Nothing may happen until the standby acknowledges: give a wrong
+	// implementation time to show itself.
+	time.Sleep(200 * time.Millisecond)
+	if k := n(); k != 0 {
+		t.Fatalf("%d branches settled while the standby holds nothing; want 0", k)
+	}
+
+	// A client-settled branch: the answer (which lets the client commit
+	// it) must wait for the standby too.
+	g2 := newGTRID()
+	answered := make(chan Report, 1)
+	go func() {
+		r, err := c.Commit(context.Background(), g2, []BranchRef{{RM: "pg"}, {RM: "maria", ClientSettles: true}}, CommitMode{WaitPhase2: false})
+		if err != nil {
+			t.Errorf("Commit(%s): %v", g2, err)
+		}
+		answered <- r
+	}()
+	select {
+	case r := <-answered:
+		t.Fatalf("Commit with a client-settled branch answered %s before the standby held the decision: the client would commit its branch on it", r.Outcome)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	sb.ackAll()
+	if r := <-answered; r.Outcome != Committed {
+		t.Fatalf("Commit(%s) = %s after the ack, want COMMITTED", g2, r.Outcome)
+	}
+	sb.ackAll() // the second decision's record
+	id, _ := xid.Parse(g)
+	waitFor(t, c, "phase 2 of the first commit ran once the standby held it", func() bool { return c.txns[id] != nil && c.txns[id].ended })
+}

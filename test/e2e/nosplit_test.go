@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/testproxy"
+)
+
+// startInEnv is startIn with TANDEM_FAILPOINTS set for the process.
+func startInEnv(t *testing.T, dir, failpoints string, extra ...string) *coordinator {
+	t.Helper()
+	c := &coordinator{t: t, addr: freeAddr(t), dataDir: dir}
+	c.args = []string{"serve", "--listen", c.addr, "--data-dir", dir, "--admin", "", "--scan-interval", "200ms", "--orphan-timeout", "2s",
+		"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN}
+	c.args = append(c.args, extra...)
+	if failpoints != "" {
+		c.env = []string{"TANDEM_FAILPOINTS=" + failpoints}
+	}
+	c.start()
+	t.Cleanup(c.stop)
+	return c
+}
+
+// An async pair never splits a transaction at a failover: the primary's
+// shipping is slowed at a failpoint between its durable COMMIT record and
+// the ship, and it is killed right after phase 2 committed a first branch
+// (the client commits its MariaDB branch on the early decision). The
+// standby, not synchronized (async), refuses promote without
+// --accept-data-loss, with an error that says what it risks; promoted with
+// it, it must commit the other branch: no gtrid is committed on one
+// database only.
+func TestAsyncFailoverNeverSplits(t *testing.T) {
+	d := openDBs(t)
+	b := newBank(t, d, 1)
+	sbListen := freeAddr(t)
+	pdir, sdir := t.TempDir(), t.TempDir()
+	prim := startInEnv(t, pdir, "standby-before-ship=sleep(400ms);after-phase2-call=kill",
+		"--standby-listen", sbListen, "--transport", "async", "--net-timeout", "5s")
+	sbAdmin := freeAddr(t)
+	sb := startIn(t, sdir, "--standby-of", sbListen, "--admin", sbAdmin)
+	eventually(t, 10*time.Second, "standby connected", func() bool { return strings.Contains(healthMessage(prim), "standby=127.0.0.1") })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	g, err := b.transfer(ctx, newClient(t, prim.addr), 0)
+	t.Logf("transfer %s: %v", g, err)
+	<-prim.exited
+	// The running standby refuses too (POST /role/promote), and keeps
+	// following.
+	if out, err := tandemCmd(t, "promote", "--admin", sbAdmin); err == nil || !strings.Contains(out, "409") || !strings.Contains(out, "--accept-data-loss") {
+		t.Fatalf("promote --admin of an async standby without --accept-data-loss: %v\n%s", err, out)
+	}
+	if msg := healthMessage(sb); !strings.Contains(msg, "role=standby") || !strings.Contains(msg, "synchronized=NO") {
+		t.Errorf("after the refused promotion the standby says: %s", msg)
+	}
+	sb.stop()
+
+	out, err := tandemCmd(t, "promote", "--data-dir", sdir)
+	if err == nil {
+		t.Fatalf("an async standby was promoted without --accept-data-loss:\n%s", out)
+	}
+	for _, want := range []string{"not synchronized", "--accept-data-loss", "in doubt"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, out)
+		}
+	}
+	if out, err := tandemCmd(t, "promote", "--data-dir", sdir, "--accept-data-loss"); err != nil || !strings.Contains(out, "WITHOUT being synchronized") {
+		t.Fatalf("promote --accept-data-loss: %v\n%s", err, out)
+	}
+	np := startIn(t, sdir)
+	eventually(t, 20*time.Second, "nothing of the transfer left prepared", func() bool { return len(d.preparedFor(t, g)) == 0 })
+	pg, my := b.journal(t, d.pg)[g], b.journal(t, d.my)[g]
+	if pg != my {
+		t.Fatalf("SPLIT: gtrid %s committed on PostgreSQL %v, on MariaDB %v\n%s", g, pg, my, np.out.String())
+	}
+	if !pg {
+		t.Errorf("gtrid %s was committed on a branch before the kill, so the standby held the COMMIT: it must be committed on both", g)
+	}
+	if s := b.sum(t); s != b.total {
+		t.Errorf("money: %d, want %d", s, b.total)
+	}
+}
+
+// The deterministic split of issue 10: an async primary commits the
+// PostgreSQL branch of a COMMIT its standby does not have yet (shipping held
+// 3s at the failpoint standby-before-ship), cannot reach MariaDB for the
+// other branch (the coordinator's link to it is cut), and is SIGKILLed. The
+// standby, promoted with --accept-data-loss, must not roll the MariaDB
+// branch back. Before the fix phase 2 did not wait for the standby: the
+// PostgreSQL row appeared at once, the standby never saw the COMMIT, and its
+// orphan scan rolled the MariaDB branch back.
+func TestAsyncFailoverAfterAFirstBranchCommitNeverSplits(t *testing.T) {
+	d := openDBs(t)
+	d.rollbackLeftovers(t)
+	d.table(t, "e2e_ns")
+	myHost := regexp.MustCompile(`tcp\(([^)]*)\)`).FindStringSubmatch(myDSN)
+	if myHost == nil {
+		t.Fatalf("no tcp(host:port) in the MariaDB DSN")
+	}
+	px, err := testproxy.New(myHost[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	viaProxy := strings.Replace(myDSN, myHost[0], "tcp("+px.Addr()+")", 1)
+	rms := func(c *coordinator) {
+		for i, a := range c.args {
+			if strings.HasPrefix(a, "maria=mysql:") {
+				c.args[i] = "maria=mysql:" + viaProxy
+			}
+		}
+	}
+	sbListen := freeAddr(t)
+	pdir, sdir := t.TempDir(), t.TempDir()
+	prim := &coordinator{t: t, addr: freeAddr(t), dataDir: pdir, env: []string{"TANDEM_FAILPOINTS=standby-before-ship=sleep(3s)"}}
+	prim.args = []string{"serve", "--listen", prim.addr, "--data-dir", pdir, "--admin", "", "--scan-interval", "200ms", "--orphan-timeout", "2s",
+		"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN, "--standby-listen", sbListen, "--transport", "async", "--net-timeout", "20s"}
+	rms(prim)
+	prim.start()
+	t.Cleanup(prim.stop)
+	sb := startIn(t, sdir, "--standby-of", sbListen)
+	eventually(t, 10*time.Second, "standby connected", func() bool { return strings.Contains(healthMessage(prim), "standby=127.0.0.1") })
+
+	g := prepareAndDie(t, "e2e_ns", 1)
+	px.Cut() // the coordinator cannot settle the MariaDB branch
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, _ = prim.api().Commit(ctx, &api.CommitRequest{Gtrid: g.String(), Branches: []*api.Branch{{Rm: "pg"}, {Rm: "maria"}},
+			Options: &api.CommitOptions{Visibility: api.Visibility_ASYNC}})
+	}()
+	start := time.Now()
+	eventually(t, 15*time.Second, "phase 2 committed the PostgreSQL branch", func() bool { return d.count(t, d.pg, "e2e_ns", 1) == 1 })
+	t.Logf("the PostgreSQL branch committed %v after the Commit", time.Since(start).Round(time.Millisecond))
+	prim.kill()
+	px.Restore()
+	sb.stop()
+	if out, err := tandemCmd(t, "promote", "--data-dir", sdir, "--accept-data-loss"); err != nil {
+		t.Fatalf("promote --accept-data-loss: %v\n%s", err, out)
+	}
+	np := startIn(t, sdir)
+	eventually(t, 20*time.Second, "nothing of the gtrid left prepared", func() bool { return len(d.preparedFor(t, g.String())) == 0 })
+	if pg, my := d.count(t, d.pg, "e2e_ns", 1), d.count(t, d.my, "e2e_ns", 1); pg != my {
+		t.Fatalf("SPLIT: gtrid %s committed on PostgreSQL %d, on MariaDB %d\n%s", g, pg, my, np.out.String())
+	}
+}
