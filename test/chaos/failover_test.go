@@ -155,9 +155,13 @@ func (h *harness) failoverRound(t *testing.T, m failoverMode, n int, d time.Dura
 	}
 	acks := filepath.Join(t.TempDir(), "acked.txt")
 	var clients []*proc
-	for range 2 {
+	// Two clients with a true clock, and two whose clocks are skewed: 5 s
+	// ahead (within the coordinator's --max-clock-skew: committed as usual)
+	// and 30 s ahead (refused, rolled back: never split).
+	for _, skew := range []string{"0s", "0s", "5s", "30s"} {
 		clients = append(clients, h.spawn(t, nil, h.trans, "--pg", h.pgDSN, "--mysql", h.myDSN, "--coordinator", apiA, "--reset=false", "--no-check",
-			"--accounts", "200", "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria", "--workers", "4", "--duration", (d+5*time.Second).String(), "--acked", acks))
+			"--accounts", "200", "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria", "--workers", "2", "--duration", (d+5*time.Second).String(),
+			"--acked", acks, "--clock-skew", skew))
 	}
 	select {
 	case <-a.done:
@@ -208,9 +212,9 @@ func (h *harness) failoverRound(t *testing.T, m failoverMode, n int, d time.Dura
 				if resolved[g[1]] {
 					continue
 				}
-				show, _ := h.tandem("resolve", "--admin", adminB, "--gtrid", g[1])
+				show, _ := h.tandem("resolve", "--admin", adminB, "--data-dir", dirB, "--gtrid", g[1])
 				if strings.Count(show, "PREPARED") == 2 { // prepared everywhere: nothing committed anywhere
-					if out, err := h.tandem("resolve", "--admin", adminB, "--gtrid", g[1], "--abort"); err == nil {
+					if out, err := h.tandem("resolve", "--admin", adminB, "--data-dir", dirB, "--gtrid", g[1], "--abort"); err == nil {
 						resolved[g[1]] = true
 						k.inDoubt++
 					} else {

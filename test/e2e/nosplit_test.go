@@ -11,21 +11,6 @@ import (
 	"github.com/tandem-tx/tandem/internal/testproxy"
 )
 
-// startInEnv is startIn with TANDEM_FAILPOINTS set for the process.
-func startInEnv(t *testing.T, dir, failpoints string, extra ...string) *coordinator {
-	t.Helper()
-	c := &coordinator{t: t, addr: freeAddr(t), dataDir: dir}
-	c.args = []string{"serve", "--listen", c.addr, "--data-dir", dir, "--admin", "", "--scan-interval", "200ms", "--orphan-timeout", "2s",
-		"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN}
-	c.args = append(c.args, extra...)
-	if failpoints != "" {
-		c.env = []string{"TANDEM_FAILPOINTS=" + failpoints}
-	}
-	c.start()
-	t.Cleanup(c.stop)
-	return c
-}
-
 // An async pair never splits a transaction at a failover: the primary's
 // shipping is slowed at a failpoint between its durable COMMIT record and
 // the ship, and it is killed right after phase 2 committed a first branch
@@ -118,7 +103,8 @@ func TestAsyncFailoverAfterAFirstBranchCommitNeverSplits(t *testing.T) {
 	pdir, sdir := t.TempDir(), t.TempDir()
 	prim := &coordinator{t: t, addr: freeAddr(t), dataDir: pdir, env: []string{"TANDEM_FAILPOINTS=standby-before-ship=sleep(3s)"}}
 	prim.args = []string{"serve", "--listen", prim.addr, "--data-dir", pdir, "--admin", "", "--scan-interval", "200ms", "--orphan-timeout", "2s",
-		"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN, "--standby-listen", sbListen, "--transport", "async", "--net-timeout", "20s"}
+		"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN, "--standby-secret-file", standbySecret(t),
+		"--standby-listen", sbListen, "--transport", "async", "--net-timeout", "20s"}
 	rms(prim)
 	prim.start()
 	t.Cleanup(prim.stop)

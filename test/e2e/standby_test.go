@@ -28,7 +28,16 @@ import (
 // (standbySecret), as a real pair would.
 func startIn(t *testing.T, dir string, extra ...string) *coordinator {
 	t.Helper()
+	return startInEnv(t, dir, "", extra...)
+}
+
+// startInEnv is startIn with TANDEM_FAILPOINTS set for the process.
+func startInEnv(t *testing.T, dir, failpoints string, extra ...string) *coordinator {
+	t.Helper()
 	c := &coordinator{t: t, addr: freeAddr(t), dataDir: dir}
+	if failpoints != "" {
+		c.env = []string{"TANDEM_FAILPOINTS=" + failpoints}
+	}
 	c.args = []string{"serve", "--listen", c.addr, "--data-dir", dir, "--admin", "", "--scan-interval", "200ms", "--orphan-timeout", "2s",
 		"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN}
 	for _, a := range extra {
