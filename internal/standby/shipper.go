@@ -104,7 +104,10 @@ type ShipperConfig struct {
 	Identity   Identity
 	// MaxRetained bounds the bytes of records of released segments kept in
 	// memory for a standby that has not acknowledged them (default 64 MiB).
-	// Records of live segments are always kept.
+	// Records of live segments are always kept; the live segments are at
+	// most the coordinator's log size (its admission control refuses
+	// commits past 90% of it), so the shipper's copy is bounded by log
+	// size + MaxRetained, standby or not.
 	MaxRetained int64
 	// MaxSend is the largest RECORDS frame payload the shipper builds, in
 	// bytes: a catching-up standby gets its backlog in frames of about
