@@ -66,32 +66,7 @@ func SaveIdentity(dir string, id Identity) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, IdentityFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("standby: write the cluster identity: %w", err)
-	}
-	_, err = fmt.Fprintf(f, "cluster %s\nepoch %d\n", id.Cluster, id.Epoch)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, IdentityFile))
-	}
-	if err == nil {
-		var d *os.File
-		if d, err = os.Open(dir); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("standby: write the cluster identity: %w", err)
-	}
-	return nil
+	return writeFileDurably(dir, IdentityFile, fmt.Sprintf("cluster %s\nepoch %d\n", id.Cluster, id.Epoch))
 }
 
 // PrimaryIdentity returns dir's identity, making a new cluster at epoch 1

@@ -1,60 +1,26 @@
 package standby
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tandem-tx/tandem/internal/testcerts"
 )
 
-// testCA makes a CA and one certificate it signs for 127.0.0.1, written as
-// PEM files in dir; it returns the three paths.
+// testCA makes a CA and one certificate it signs for 127.0.0.1 (server and
+// client authentication), written as PEM files under dir; it returns the
+// three paths.
 func testCA(t *testing.T, dir, name string) (cert, key, ca string) {
 	t.Helper()
-	write := func(file, typ string, der []byte) string {
-		p := filepath.Join(dir, name+"-"+file)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+	sub := filepath.Join(dir, name)
+	if err := os.Mkdir(sub, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name + " CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name + " coordinator"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kDER, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return write("cert.pem", "CERTIFICATE", der), write("key.pem", "EC PRIVATE KEY", kDER), write("ca.pem", "CERTIFICATE", caDER)
+	f := testcerts.NewCA(t, name+" CA").WriteFiles(t, sub, name+"-coordinator", "127.0.0.1")
+	return f.Cert, f.Key, f.CA
 }
 
 func tlsAuth(t *testing.T, cert, key, ca string, secret []byte) *Auth {
