@@ -68,6 +68,9 @@ func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef,
 	if err := c.checkUsable(g, rms); err != nil {
 		return Report{}, err
 	}
+	if err := c.checkKnowable(g); err != nil {
+		return Report{}, err
+	}
 	// ABORTs are remembered MaxTxnAge after their decision; a gtrid stamped
 	// by a clock up to MaxClockSkew ahead looks that much younger.
 	if age := time.Since(g.Time()); age+c.opts.MaxClockSkew > c.opts.MaxTxnAge {
@@ -99,6 +102,9 @@ func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef,
 func (c *Coordinator) Abort(ctx context.Context, gtrid string, rms []BranchRef) (Report, error) {
 	g, err := c.validate(gtrid, names(rms), false)
 	if err != nil {
+		return Report{}, err
+	}
+	if err := c.checkKnowable(g); err != nil {
 		return Report{}, err
 	}
 	t, err := c.decide(g, Aborted, AbortRequested, rms)

@@ -12,8 +12,30 @@ import (
 // unknowable reports whether g may have been decided by a primary whose
 // decisions this coordinator's log lacks (Options.InDoubtBefore): then the
 // absence of a decision here proves nothing.
+// The boundary is moved later by MaxClockSkew: a client whose clock runs
+// ahead stamps a gtrid it began before the promotion with a later time.
 func (c *Coordinator) unknowable(g xid.GTRID) bool {
-	return !c.opts.InDoubtBefore.IsZero() && g.Time().Before(c.opts.InDoubtBefore)
+	return !c.opts.InDoubtBefore.IsZero() && g.Time().Before(c.opts.InDoubtBefore.Add(c.opts.MaxClockSkew))
+}
+
+// checkKnowable refuses to decide an unknowable gtrid that has no decision
+// here by presumption (a Commit, an Abort, a too-old Commit's ABORT): the
+// old primary may have decided it and acted on it, so any decision taken
+// here could split it. The answer is an unknown outcome — never a refusal,
+// which a client would take as leave to roll back; an operator settles it
+// (ResolveInDoubt) after looking at what each database holds.
+func (c *Coordinator) checkKnowable(g xid.GTRID) error {
+	if !c.unknowable(g) {
+		return nil
+	}
+	c.mu.Lock()
+	decided := c.txns[g] != nil
+	c.mu.Unlock()
+	if decided {
+		return nil
+	}
+	return fmt.Errorf("%w: gtrid %s began before this coordinator was promoted with --accept-data-loss and has no decision here: "+
+		"the old primary may have decided it; it is settled by an operator (tandem resolve --gtrid %s), never by presumption", ErrOutcomeUnknown, g, g)
 }
 
 // InDoubtBranch is a prepared branch the coordinator will not settle by
