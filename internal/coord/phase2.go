@@ -136,9 +136,18 @@ func (c *Coordinator) endIfSettled(t *txn) {
 	}
 	_ = failpoint.Inject("after-end")
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	t.ending = false
+	for _, b := range t.branches {
+		if b.state == BranchPending {
+			// A branch appeared while END was being written (the in-doubt
+			// scan found one the decision did not list): not ended; it is
+			// driven, and a later END follows.
+			c.startPhase2Locked(t, true)
+			return
+		}
+	}
 	c.setEnded(t, time.Now())
-	c.mu.Unlock()
 }
 
 // settleFirst makes the first attempt at one branch (after the client's
