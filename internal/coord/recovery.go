@@ -115,15 +115,15 @@ func (c *Coordinator) settleInDoubt(d rm.InDoubt, now time.Time) {
 	if !ok {
 		c.seen[b] = now
 		c.mu.Unlock()
-		return
-	}
-	c.mu.Unlock()
-	if c.unknowable(b.GTRID) {
-		if !ok {
+		if c.unknowable(b.GTRID) {
 			c.logger.Warn("IN DOUBT: a prepared branch of a gtrid from before an unsynchronized promotion, with no decision here; it is not presumed aborted: settle it with tandem resolve",
 				"gtrid", b.GTRID.String(), "rm", b.RM)
 		}
 		return
+	}
+	c.mu.Unlock()
+	if c.unknowable(b.GTRID) {
+		return // listed by InDoubt; an operator settles it
 	}
 	if now.Sub(first) < c.opts.OrphanTimeout {
 		return
