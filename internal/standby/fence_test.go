@@ -43,6 +43,15 @@ func TestProbeNeverDisplacesTheStandbyAndANewerEpochFences(t *testing.T) {
 	if _, reached, err := CheckPeer(sh.Addr(), newer, nil, time.Second); err != nil || !reached {
 		t.Fatalf("a probe from a newer epoch: %v", err)
 	}
+	// OnFenced runs on a goroutine of its own (claims are coalesced): wait for it.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		n = len(fencedBy)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(fencedBy) != 1 || !errors.Is(fencedBy[0], ErrFenced) || !strings.Contains(fencedBy[0].Error(), "epoch 4") {
