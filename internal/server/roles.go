@@ -408,7 +408,11 @@ func (s *Server) Promote(o standby.PromoteOptions) (standby.Identity, error) {
 	// Checked while the standby still follows (a refusal leaves it so):
 	// closing the receiver below records "not synchronized", as any end of
 	// the stream does.
-	if err := standby.CheckPromotable(s.cfg.DataDir); err == nil {
+	err := standby.CheckPromotable(s.cfg.DataDir)
+	if err == nil {
+		err = s.receiver.TrustedWhileFollowing()
+	}
+	if err == nil {
 		o.CheckedWhileFollowing = true
 	} else if !o.AcceptDataLoss {
 		return standby.Identity{}, fmt.Errorf("%w: promote refused: %w", ErrRole, err)

@@ -74,6 +74,9 @@ type Receiver struct {
 	primaryAt wal.Position
 	conn      net.Conn
 	sync      SyncState // as in SyncStateFile
+	// finalSeen: the current (or last) primary said it stopped with every
+	// record on this standby (a final STATE); reset at each new session.
+	finalSeen bool
 
 	// Recycling of the standby's own log, under tmu (the log's writer
 	// updates them in onWrite). bound[s]: no record in own segment s has a
@@ -243,6 +246,7 @@ func (r *Receiver) session(ctx context.Context) error {
 	defer c.Close()
 	r.mu.Lock()
 	r.conn = c
+	r.finalSeen = false
 	h := hello{epoch: r.id.Epoch, pos: r.pos}
 	if r.haveID {
 		h.cluster = r.id.Cluster
@@ -298,6 +302,9 @@ func (r *Receiver) session(ctx context.Context) error {
 			case b[0]&stateFinal != 0:
 				why = "the primary stopped with every record of its log on this standby"
 				final = true
+				r.mu.Lock()
+				r.finalSeen = true
+				r.mu.Unlock()
 			case b[0]&stateSynchronized == 0:
 				why = "the primary answers or settles decisions before this standby has them (async or arch transport, not caught up yet, or UNPROTECTED)"
 			}
@@ -354,6 +361,26 @@ func (r *Receiver) setSync(synced, maxProtection bool, why string) error {
 	r.sync = st
 	r.mu.Unlock()
 	return nil
+}
+
+// TrustedWhileFollowing says whether a standby that still follows may be
+// promoted as synchronized: only if its primary runs max-protection (it
+// stalls rather than act without this standby) or said it stopped (a final
+// STATE). A max-availability primary cut off by a silent partition goes on
+// unprotected after its net timeout, and the STATE that would say so never
+// arrives: "synchronized" may be stale, so the promotion needs
+// --accept-data-loss. Nil when trusted (or not synchronized at all, which
+// CheckPromotable refuses on its own).
+func (r *Receiver) TrustedWhileFollowing() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.sync.Synchronized || r.sync.MaxProtection || r.finalSeen {
+		return nil
+	}
+	return fmt.Errorf("%w: its primary runs max-availability and has not said it stopped: if it is cut off rather than gone, "+
+		"it goes on unprotected after its net timeout without this standby hearing of it, so being synchronized cannot be proven while it follows. "+
+		"Stop the primary first (it then says so), or promote with --accept-data-loss: gtrids from before the promotion are then never presumed aborted, "+
+		"they are listed (tandem status --in-doubt) for you to settle (tandem resolve)", ErrNotSynchronized)
 }
 
 // Synchronized reports whether this standby holds every decision its

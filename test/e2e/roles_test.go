@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,10 +32,12 @@ func startPair(t *testing.T, protection string) *pair {
 	t.Helper()
 	p := &pair{adminA: freeAddr(t), adminB: freeAddr(t), listenA: freeAddr(t), listenB: freeAddr(t),
 		dirA: t.TempDir(), dirB: t.TempDir(), protection: protection, netOut: "1s"}
+	// --max-clock-skew 1s: after a promotion with --accept-data-loss, gtrids
+	// stamped up to the skew later are treated as from before it.
 	p.a = startIn(t, p.dirA, "--admin", p.adminA, "--standby-listen", p.listenA, "--peer", p.listenB,
-		"--protection", protection, "--net-timeout", p.netOut)
+		"--protection", protection, "--net-timeout", p.netOut, "--max-clock-skew", "1s")
 	p.b = startIn(t, p.dirB, "--admin", p.adminB, "--standby-of", p.listenA, "--standby-listen", p.listenB, "--peer", p.listenA,
-		"--protection", protection, "--net-timeout", p.netOut)
+		"--protection", protection, "--net-timeout", p.netOut, "--max-clock-skew", "1s")
 	eventually(t, 10*time.Second, "the standby follows the primary", func() bool {
 		return strings.Contains(healthMessage(p.a), "standby=127.0.0.1") && strings.Contains(healthMessage(p.b), "(following)")
 	})
@@ -193,14 +196,19 @@ func TestRunningPrimaryIsFencedByAPromotion(t *testing.T) {
 	cli := p.a.client(t)
 	l := startLoad(t, b, func() *client.Client { return cli })
 	eventually(t, 20*time.Second, "transfers through the primary", func() bool { return l.count() >= 10 })
-	// A max-availability standby is promoted without --accept-data-loss
-	// only while it is synchronized (connected, caught up, protected).
 	eventually(t, 20*time.Second, "the standby synchronized", func() bool { return strings.Contains(healthMessage(p.b), "(following) synchronized=yes") })
+	// Synchronized, but its max-availability primary still runs: a silent
+	// partition would let it go on unprotected without this standby hearing
+	// of it, so the promotion needs --accept-data-loss.
+	out, err := tandemCmd(t, "promote", "--admin", p.adminB)
+	if err == nil || !strings.Contains(out, "max-availability") || !strings.Contains(out, "--accept-data-loss") {
+		t.Fatalf("promote --admin of a running max-availability standby without the flag: %v\n%s", err, out)
+	}
 
 	// Promoted while the clients keep committing on the old primary: what
 	// it acknowledged must be on the new one, what it had in flight must
 	// not be acknowledged.
-	out, err := tandemCmd(t, "promote", "--admin", p.adminB)
+	out, err = tandemCmd(t, "promote", "--admin", p.adminB, "--accept-data-loss")
 	if err != nil || !strings.Contains(out, "epoch 2") {
 		t.Fatalf("tandem promote --admin: %v\n%s\n%s", err, out, p.b.out.String())
 	}
@@ -231,6 +239,12 @@ func TestRunningPrimaryIsFencedByAPromotion(t *testing.T) {
 		t.Errorf("the fenced primary's log does not say FENCED:\n%s", p.a.out.String())
 	}
 	requireCommitted(t, p.b, acked, "on the promoted standby")
+	// What the old primary had in flight has no decision here and began
+	// before the promotion: in doubt, never presumed aborted. Each is
+	// prepared on every database it touched (the old primary was halted
+	// before its phase 2, which waits for the standby): the operator aborts.
+	resolveInDoubt(t, p.adminB, p.dirB)
+	time.Sleep(1500 * time.Millisecond) // past the 1 s clock-skew margin of the promotion
 	orphan := prepareAndDie(t, "e2e_fence_live", 1)
 	eventually(t, 20*time.Second, "the new primary settles the orphan", func() bool { return len(d.preparedFor(t, orphan.String())) == 0 })
 	eventually(t, 30*time.Second, "nothing left prepared", func() bool { return len(d.prepared(t)) == 0 })
@@ -261,4 +275,32 @@ func TestRunningPrimaryIsFencedByAPromotion(t *testing.T) {
 	if s := b.sum(t); s != b.total {
 		t.Errorf("money: %d, want %d", s, b.total)
 	}
+}
+
+// resolveInDoubt aborts, as an operator would after looking, every gtrid the
+// coordinator at admin lists in doubt; each must be prepared on both
+// databases (nothing of it committed anywhere).
+func resolveInDoubt(t *testing.T, admin, dataDir string) {
+	t.Helper()
+	list, err := tandemCmd(t, "status", "--in-doubt", "--admin", admin)
+	if err != nil {
+		t.Fatalf("tandem status --in-doubt: %v\n%s", err, list)
+	}
+	seen := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^([0-9a-f]{32}) `).FindAllStringSubmatch(list, -1) {
+		g := m[1]
+		if seen[g] {
+			continue
+		}
+		seen[g] = true
+		show, _ := tandemCmd(t, "resolve", "--admin", admin, "--data-dir", dataDir, "--gtrid", g)
+		if strings.Count(show, "PREPARED") != 2 {
+			t.Errorf("in-doubt gtrid %s is not prepared on both databases (one side acted on a decision the new primary lacks?):\n%s", g, show)
+			continue
+		}
+		if out, err := tandemCmd(t, "resolve", "--admin", admin, "--data-dir", dataDir, "--gtrid", g, "--abort"); err != nil {
+			t.Errorf("tandem resolve --abort %s: %v\n%s", g, err, out)
+		}
+	}
+	t.Logf("%d in-doubt gtrids aborted by hand", len(seen))
 }
