@@ -135,9 +135,13 @@ func (s *Server) standbyHandler(mux *http.ServeMux) {
 		_ = enc.Encode(RoleStatus{Status: st, StandbyListen: s.opts.Standby.Listen})
 	})
 	role := func(f func(r *http.Request) (any, error)) http.Handler {
-		// The admin guard (admin.go) has checked the admin token.
+		// The admin guard (admin.go) has checked the admin token for every
+		// method but GET: only a role change (authenticated) gets the long
+		// deadline, never a read anyone on loopback may send.
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			adminLimits.extendForRole(w)
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				adminLimits.extendForRole(w)
+			}
 			v, err := f(r)
 			if err != nil {
 				code := http.StatusInternalServerError
