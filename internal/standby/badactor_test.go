@@ -590,3 +590,40 @@ func TestExposureWithoutAuthIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A peer that holds more idle, unauthenticated connections than the
+// handshake cap must not lock the real standby out until they time out:
+// a new connection evicts the oldest pending handshake (of its own host
+// first), so the real standby gets in while the flood is still held.
+func TestBadActorIdleConnectionsDoNotLockOutTheStandby(t *testing.T) {
+	p := startSecurePrimary(t, func(c *ShipperConfig) { c.NetTimeout = time.Minute })
+	if _, err := p.log.Append(1, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 2 * maxHandshakes {
+		c, err := net.Dial("tcp", p.sh.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(200 * time.Millisecond) // all accepted, held in the handshake
+	r := startSecureStandby(t, t.TempDir(), p.sh.Addr(), testAuth, "")
+	defer r.Close()
+	deadline := time.Now().Add(5 * time.Second) // far less than the minute-long handshake deadline
+	for {
+		if st := p.sh.Status(); st.Connected && st.LagRecords == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with %d idle connections held, the real standby did not get in within 5 s (handshake deadline 1 min)", len(conns))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
