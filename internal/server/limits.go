@@ -3,7 +3,9 @@ package server
 import (
 	"crypto/tls"
 	"log/slog"
+	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -33,6 +35,9 @@ type grpcLimits struct {
 	// about 2.5 KiB (TestAPIRequestSizeCap).
 	MaxRecvMsg int
 	MaxStreams uint32 // concurrent calls per connection; more wait in the client
+	// MaxConns bounds the connections the API holds; past it a new one is
+	// closed at once (capListener).
+	MaxConns int
 	// Keepalive: a client may ping at most every PingMinTime (more often:
 	// the connection is closed, GOAWAY "too_many_pings"); the server pings
 	// an idle connection every Ping and closes it without an answer within
@@ -44,7 +49,7 @@ type grpcLimits struct {
 var (
 	adminLimits = httpLimits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second,
 		Idle: time.Minute, RoleWrite: 10 * time.Minute, MaxHeaderBytes: 16 << 10}
-	apiLimits = grpcLimits{Handshake: 10 * time.Second, MaxRecvMsg: 16 << 10, MaxStreams: 1024,
+	apiLimits = grpcLimits{Handshake: 10 * time.Second, MaxRecvMsg: 16 << 10, MaxStreams: 1024, MaxConns: 4096,
 		PingMinTime: 10 * time.Second, Ping: time.Minute, PingTimeout: 20 * time.Second, Idle: 15 * time.Minute}
 )
 
@@ -79,4 +84,62 @@ func (l grpcLimits) serverOptions() []grpc.ServerOption {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.PingMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: l.Idle, Time: l.Ping, Timeout: l.PingTimeout}),
 	}
+}
+
+// capListener closes, as soon as they are accepted, connections past max
+// held at once: a flood of idle connections cannot take every file
+// descriptor (which the decision log and the database pools need), and a
+// client past the cap is told at once rather than left waiting in the
+// kernel's backlog. A warning says so at most every 10 s.
+type capListener struct {
+	net.Listener
+	max    int
+	log    *slog.Logger
+	mu     sync.Mutex
+	n      int
+	warned time.Time
+	closed int // past the cap since the last warning
+}
+
+func (l *capListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		l.mu.Lock()
+		if l.n >= l.max {
+			l.closed++
+			warn := time.Since(l.warned) >= 10*time.Second
+			n := l.closed
+			if warn {
+				l.warned, l.closed = time.Now(), 0
+			}
+			l.mu.Unlock()
+			_ = c.Close()
+			if warn && l.log != nil {
+				l.log.Warn("API listener: too many connections: closing new ones at once", "max", l.max, "closed", n, "latest", c.RemoteAddr().String())
+			}
+			continue
+		}
+		l.n++
+		l.mu.Unlock()
+		return &cappedConn{Conn: c, l: l}, nil
+	}
+}
+
+// cappedConn counts itself out of its capListener when closed (once).
+type cappedConn struct {
+	net.Conn
+	l    *capListener
+	once sync.Once
+}
+
+func (c *cappedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		c.l.n--
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
 }

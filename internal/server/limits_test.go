@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +141,49 @@ func TestAPIRequestSizeCap(t *testing.T) {
 	_, err = api.NewCoordinatorClient(conn).Commit(ctx, &api.CommitRequest{Gtrid: strings.Repeat("a", apiLimits.MaxRecvMsg), Branches: []*api.Branch{{Rm: "pg"}}})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a request over the cap: %v, want RESOURCE_EXHAUSTED", err)
+	}
+}
+
+// The API holds at most apiLimits.MaxConns connections: past it a new one
+// is closed at once (a flood of idle connections cannot exhaust the
+// coordinator's file descriptors, which its log and database pools need);
+// once one closes, a new one is served again.
+func TestAPIConnectionCap(t *testing.T) {
+	saved := apiLimits
+	apiLimits.MaxConns = 3
+	defer func() { apiLimits = saved }()
+	s, _ := startAdmin(t, Options{})
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 3 {
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	time.Sleep(100 * time.Millisecond)
+	extra, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	t.Logf("a connection past the cap closed after %v", closedWithin(t, extra, 2*time.Second))
+	held[0].Close()
+	time.Sleep(100 * time.Millisecond)
+	again, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	// Served: the server speaks first (its HTTP/2 settings) and holds it.
+	_ = again.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, err = io.Copy(io.Discard, again)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a connection under the cap again: %v, want it held open (read timeout)", err)
 	}
 }

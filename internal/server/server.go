@@ -126,6 +126,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
 	}
+	lis = &capListener{Listener: lis, max: apiLimits.MaxConns, log: o.Logger}
 
 	so := o.Standby
 	if so.Listen == "" && (so.Transport != "" || so.Protection != "" || so.Peer != "") {
