@@ -223,14 +223,15 @@ func (c *Coordinator) undecidedMessage(ctx context.Context, g xid.GTRID) string 
 // could not reach its branch, which would hold its locks until an operator
 // fixed the DSN. A gtrid already decided is answered as usual.
 func (c *Coordinator) checkUsable(g xid.GTRID, rms []BranchRef) error {
-	c.mu.Lock()
-	decided := c.txns[g] != nil
-	c.mu.Unlock()
-	if decided {
-		return nil
-	}
 	for _, b := range rms {
+		// An atomic load per branch; the lock only when one is misconfigured.
 		if err := c.rms[b.RM].Misconfigured(); err != nil {
+			c.mu.Lock()
+			decided := c.txns[g] != nil
+			c.mu.Unlock()
+			if decided {
+				return nil
+			}
 			return fmt.Errorf("coord: commit refused, nothing written: %w", err)
 		}
 	}

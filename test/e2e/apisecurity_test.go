@@ -106,14 +106,7 @@ func TestMutualTLSCoordinatorAndCLI(t *testing.T) {
 	c.args = []string{"serve", "--listen", c.addr, "--data-dir", c.dataDir, "--admin", admin,
 		"--tls-cert", srv.Cert, "--tls-key", srv.Key, "--tls-client-ca", srv.CA,
 		"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN}
-	c.out = &syncBuffer{}
-	c.cmd = exec.Command(tandemBin, c.args...)
-	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c.exited = make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(c.exited) }()
+	c.launch()
 	t.Cleanup(c.stop)
 
 	status := func(extra ...string) (string, error) {

@@ -147,6 +147,14 @@ func startCoordinator(t *testing.T, o coordOpts) *coordinator {
 
 func (c *coordinator) start() {
 	c.t.Helper()
+	c.launch()
+	c.waitHealthy()
+}
+
+// launch starts the process without waiting for Health (which a
+// coordinator that requires a token or a client certificate refuses).
+func (c *coordinator) launch() {
+	c.t.Helper()
 	c.out = &syncBuffer{}
 	c.cmd = exec.Command(tandemBin, c.args...)
 	c.cmd.Env = append(os.Environ(), c.env...)
@@ -156,7 +164,6 @@ func (c *coordinator) start() {
 	}
 	c.exited = make(chan struct{})
 	go func() { _ = c.cmd.Wait(); close(c.exited) }()
-	c.waitHealthy()
 }
 
 func (c *coordinator) waitHealthy() {

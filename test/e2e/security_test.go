@@ -76,14 +76,7 @@ func startCoordinatorAuth(t *testing.T, tokFile string) *coordinator {
 	c := &coordinator{t: t, addr: freeAddr(t), dataDir: t.TempDir()}
 	c.args = []string{"serve", "--listen", c.addr, "--data-dir", c.dataDir, "--admin", "", "--auth-token-file", tokFile,
 		"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN}
-	c.out = &syncBuffer{}
-	c.cmd = exec.Command(tandemBin, c.args...)
-	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c.exited = make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(c.exited) }()
+	c.launch()
 	t.Cleanup(c.stop)
 	time.Sleep(500 * time.Millisecond) // Health needs the token: wait for the listener instead
 	select {
