@@ -217,6 +217,7 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 		sh, err = standby.NewShipper(standby.ShipperConfig{Listen: so.Listen, Transport: tr, Protection: prot,
 			NetTimeout: so.NetTimeout, Identity: id, MaxRetained: int64(cfg.LogSize), Logger: o.Logger,
 			MaxSend: so.MaxSend, MaxConnections: so.MaxConnections, NetOptions: so.net(), Auth: so.Auth, ArchLag: so.ArchLag,
+			InDoubtBefore: copts.InDoubtBefore,
 			// Synchronous: the shipper runs it in a goroutine of its own and
 			// drops further claims until it returns (coalesced).
 			OnFenced: s.fence})

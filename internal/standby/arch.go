@@ -97,6 +97,9 @@ func (a *archSession) closeLocked() {
 // standby starts or joins (nil: none).
 func (s *Shipper) welcome(sess *archSession) welcome {
 	w := welcome{cluster: s.cfg.Identity.Cluster, epoch: s.cfg.Identity.Epoch}
+	if !s.cfg.InDoubtBefore.IsZero() {
+		w.inDoubtBefore = s.cfg.InDoubtBefore.UnixNano()
+	}
 	if s.cfg.Transport == Arch {
 		w.transport, w.conns = wireArch, byte(s.cfg.MaxConnections)
 		if sess != nil {

@@ -103,7 +103,7 @@ func Promote(dir string, o PromoteOptions) (Identity, error) {
 		if !o.AcceptDataLoss {
 			return id, fmt.Errorf("refusing to promote %s: %w", dir, err)
 		}
-		if err := writeFileDurably(dir, UnsynchronizedPromotionFile, strconv.FormatInt(time.Now().UnixNano(), 10)+"\n"); err != nil {
+		if err := noteInDoubtBoundary(dir, time.Now()); err != nil {
 			return id, err
 		}
 	}

@@ -142,8 +142,9 @@ import (
 // never shipped. 3: the ARCH transport (WELCOME says which transport, JOIN
 // and SEGMENT frames). 4: every connection starts with the authentication
 // handshake (CHALLENGE, PROOF, RESPONSE); frame lengths are bounded per
-// kind; STATE frames (syncstate.go).
-const Version = 4
+// kind; STATE frames (syncstate.go). 5: WELCOME carries the primary's
+// in-doubt boundary (UnsynchronizedPromotionFile), which the standby keeps.
+const Version = 5
 
 // MaxFrame bounds a frame's payload.
 const MaxFrame = 64 << 20
@@ -188,7 +189,7 @@ func (s kinds) has(k byte) bool { return k < 32 && s&(1<<k) != 0 }
 // maxPayload is each kind's largest payload, checked from the header
 // before anything is allocated or read for the payload.
 var maxPayload = [32]uint32{
-	kindHello: 41, kindWelcome: 35, kindRecords: MaxFrame, kindAck: 16, kindRefuse: maxRefuse,
+	kindHello: 41, kindWelcome: 43, kindRecords: MaxFrame, kindAck: 16, kindRefuse: maxRefuse,
 	kindRelease: 24, kindJoin: 33, kindSegment: 44, kindProbe: 41,
 	kindChallenge: 2 + nonceSize, kindProof: 2 + nonceSize + 32, kindResponse: 32, kindState: 1,
 }
@@ -316,6 +317,10 @@ type welcome struct {
 	transport byte   // wireStream or wireArch
 	conns     byte   // arch: the connections the standby opens, 1 to MaxArchConnections
 	session   uint64 // arch: what the standby's other connections JOIN
+	// inDoubtBefore: the primary was, or descends from, a standby promoted
+	// without being synchronized at this time (Unix ns; 0: never). The
+	// standby keeps it (UnsynchronizedPromotionFile).
+	inDoubtBefore int64
 }
 
 func (w welcome) encode() []byte {
@@ -323,7 +328,8 @@ func (w welcome) encode() []byte {
 	b = append(b, w.cluster[:]...)
 	b = binary.LittleEndian.AppendUint64(b, w.epoch)
 	b = append(b, w.transport, w.conns)
-	return binary.LittleEndian.AppendUint64(b, w.session)
+	b = binary.LittleEndian.AppendUint64(b, w.session)
+	return binary.LittleEndian.AppendUint64(b, uint64(w.inDoubtBefore))
 }
 
 func decodeWelcome(b []byte) (welcome, error) {
@@ -331,13 +337,14 @@ func decodeWelcome(b []byte) (welcome, error) {
 	if len(b) > 0 && b[0] != Version {
 		return w, fmt.Errorf("%w: protocol version %d, this build speaks %d", ErrProtocol, b[0], Version)
 	}
-	if len(b) != 1+16+8+2+8 {
-		return w, fmt.Errorf("%w: WELCOME of %d bytes, want 35", ErrProtocol, len(b))
+	if len(b) != 1+16+8+2+8+8 {
+		return w, fmt.Errorf("%w: WELCOME of %d bytes, want 43", ErrProtocol, len(b))
 	}
 	copy(w.cluster[:], b[1:17])
 	w.epoch = binary.LittleEndian.Uint64(b[17:])
 	w.transport, w.conns = b[25], b[26]
 	w.session = binary.LittleEndian.Uint64(b[27:])
+	w.inDoubtBefore = int64(binary.LittleEndian.Uint64(b[35:]))
 	switch {
 	case w.transport == wireStream:
 	case w.transport == wireArch && w.conns >= 1 && w.conns <= MaxArchConnections:

@@ -263,6 +263,13 @@ func (r *Receiver) session(ctx context.Context) error {
 	if err := r.accept(w); err != nil {
 		return err
 	}
+	if w.inDoubtBefore != 0 {
+		// Before any record is applied: promoted, this directory must
+		// treat the primary's in-doubt gtrids as in doubt too.
+		if err := noteInDoubtBoundary(r.cfg.Dir, time.Unix(0, w.inDoubtBefore)); err != nil {
+			return err
+		}
+	}
 	_ = c.SetDeadline(time.Time{})
 	r.mu.Lock()
 	r.connected, r.lastErr = true, nil

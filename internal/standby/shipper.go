@@ -129,6 +129,10 @@ type ShipperConfig struct {
 	// switch segments (SetSwitcher), so that phase 2 waits about this long
 	// for an arch standby instead of until the segment fills (default 1s).
 	ArchLag time.Duration
+	// InDoubtBefore is the primary's in-doubt boundary
+	// (coord.Options.InDoubtBefore; zero: none). Every standby is told in
+	// WELCOME and keeps it, so that its own promotion inherits it.
+	InDoubtBefore time.Time
 	// NetOptions: socket buffers and TCP_NODELAY of standby connections
 	// (set on the listener, so every accepted connection has them).
 	NetOptions

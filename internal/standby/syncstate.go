@@ -41,7 +41,10 @@ const SyncStateFile = "standby-sync"
 // UnsynchronizedPromotionFile is written in a data directory promoted with
 // --accept-data-loss while not synchronized: it holds the promotion's time.
 // The coordinator opened there never presumes abort for a prepared branch
-// whose gtrid began before it (coord.Options.InDoubtBefore).
+// whose gtrid began before it (coord.Options.InDoubtBefore). The boundary
+// is inherited: the primary sends it in WELCOME, and each standby that
+// follows it keeps it here too, so that a later promotion of that standby
+// (even a synchronized one) goes on treating those gtrids as in doubt.
 const UnsynchronizedPromotionFile = "promoted-unsynchronized"
 
 // ErrNotSynchronized is wrapped by a refused promotion.
@@ -171,6 +174,20 @@ func CheckPromotable(dir string) error {
 		"If the old primary can be restarted, restart it instead (nothing is lost). Otherwise promote with --accept-data-loss: this coordinator then never presumes abort for a prepared branch of a gtrid that began before the promotion and is not in its log; "+
 		"it lists them (tandem status --in-doubt, metric tandem_in_doubt_branches) for you to settle with tandem resolve after looking at what each database holds",
 		ErrNotSynchronized, since, st.Reason)
+}
+
+// noteInDoubtBoundary records in dir's UnsynchronizedPromotionFile that
+// gtrids from before at are in doubt, unless it already says so of a later
+// time (the later boundary covers more gtrids).
+func noteInDoubtBoundary(dir string, at time.Time) error {
+	cur, ok, err := UnsynchronizedPromotion(dir)
+	if err != nil {
+		return err
+	}
+	if ok && !cur.Before(at) {
+		return nil
+	}
+	return writeFileDurably(dir, UnsynchronizedPromotionFile, strconv.FormatInt(at.UnixNano(), 10)+"\n")
 }
 
 // UnsynchronizedPromotion reports when dir was promoted with

@@ -134,3 +134,51 @@ func TestAsyncFailoverAfterAFirstBranchCommitNeverSplits(t *testing.T) {
 		t.Fatalf("SPLIT: gtrid %s committed on PostgreSQL %d, on MariaDB %d\n%s", g, pg, my, np.out.String())
 	}
 }
+
+// The in-doubt boundary of a promotion with --accept-data-loss travels to
+// the next standby. A gtrid prepared under the old primary A, with no
+// decision on B, is in doubt on B once B is promoted that way. C follows B,
+// B stops cleanly (C synchronized), and C is promoted without the flag: C
+// must still never presume abort for that gtrid — A may have committed it
+// on a database C cannot see. Before the boundary was shipped, C's orphan
+// scan rolled the branches back after its 2 s orphan timeout.
+func TestInDoubtBoundaryFollowsTheNextPromotion(t *testing.T) {
+	d := openDBs(t)
+	d.rollbackLeftovers(t)
+	d.table(t, "e2e_ib")
+	listenA, listenB := freeAddr(t), freeAddr(t)
+	dirA, dirB, dirC := t.TempDir(), t.TempDir(), t.TempDir()
+	a := startIn(t, dirA, "--standby-listen", listenA, "--transport", "async")
+	b := startIn(t, dirB, "--standby-of", listenA)
+	eventually(t, 10*time.Second, "B follows A", func() bool { return strings.Contains(healthMessage(a), "standby=127.0.0.1") })
+	g := prepareAndDie(t, "e2e_ib", 1) // A never hears of it: undecided everywhere
+	a.kill()
+	b.stop()
+	if out, err := tandemCmd(t, "promote", "--data-dir", dirB, "--accept-data-loss"); err != nil {
+		t.Fatalf("promote B --accept-data-loss: %v\n%s", err, out)
+	}
+	time.Sleep(1100 * time.Millisecond) // the gtrid is now well before the boundary (max clock skew 1 s below)
+	adminB := freeAddr(t)
+	b = startIn(t, dirB, "--admin", adminB, "--standby-listen", listenB, "--transport", "sync", "--max-clock-skew", "1s")
+	c := startIn(t, dirC, "--standby-of", listenB, "--max-clock-skew", "1s")
+	eventually(t, 15*time.Second, "C synchronized with B", func() bool { return strings.Contains(healthMessage(c), "synchronized=yes") })
+	if list, _ := tandemCmd(t, "status", "--in-doubt", "--admin", adminB); !strings.Contains(list, g.String()) {
+		t.Fatalf("B does not list %s in doubt:\n%s", g, list)
+	}
+	b.stop() // clean: C gets the final STATE and is synchronized
+	c.stop()
+	if out, err := tandemCmd(t, "promote", "--data-dir", dirC); err != nil {
+		t.Fatalf("promote C (synchronized, B stopped cleanly): %v\n%s", err, out)
+	}
+	adminC := freeAddr(t)
+	c = startIn(t, dirC, "--admin", adminC, "--max-clock-skew", "1s")
+	time.Sleep(4 * time.Second) // two orphan timeouts of scans
+	if left := d.preparedFor(t, g.String()); len(left) != 2 {
+		t.Fatalf("C settled a gtrid from before B's unsynchronized promotion by presumption: prepared now %v, want both branches\n%s", left, c.out.String())
+	}
+	if list, err := tandemCmd(t, "status", "--in-doubt", "--admin", adminC); err != nil || !strings.Contains(list, g.String()) {
+		t.Fatalf("C does not list %s in doubt: %v\n%s", g, err, list)
+	}
+	resolveInDoubt(t, adminC, dirC)
+	eventually(t, 10*time.Second, "nothing of the gtrid left prepared", func() bool { return len(d.preparedFor(t, g.String())) == 0 })
+}
