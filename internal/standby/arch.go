@@ -191,7 +191,7 @@ func (s *Shipper) serveArch(c net.Conn, r *bufio.Reader, w *bufio.Writer, sess *
 				notice = s.notice
 				break
 			}
-			if x, recs, ok = s.nextSegmentLocked(sess); ok {
+			if x, recs, ok = s.nextSegmentLocked(sess, c); ok {
 				sess.inflight[c] = append(sess.inflight[c], x)
 				break
 			}
@@ -220,10 +220,16 @@ func (s *Shipper) serveArch(c net.Conn, r *bufio.Reader, w *bufio.Writer, sess *
 
 // nextSegmentLocked picks the segment c sends next: one a dropped
 // connection did not deliver, else the next complete one, if the window
-// allows. A segment to resend whose records are no longer kept (past
+// allows and c holds no more than its share of it (the window divided among
+// the session's connections): otherwise the first connection, whose writes
+// the socket buffers absorb, could take every segment while the others
+// idle. A segment to resend whose records are no longer kept (past
 // MaxRetained) ends the session: the standby starts again from its
 // position.
-func (s *Shipper) nextSegmentLocked(sess *archSession) (segSend, []record, bool) {
+func (s *Shipper) nextSegmentLocked(sess *archSession, c net.Conn) (segSend, []record, bool) {
+	if share := (sess.window + len(sess.conns) - 1) / len(sess.conns); len(sess.inflight[c]) >= share {
+		return segSend{}, nil, false
+	}
 	for len(sess.redo) > 0 {
 		x := sess.redo[0]
 		sess.redo = sess.redo[1:]

@@ -225,7 +225,14 @@ func TestArchConnectionsAllCarryData(t *testing.T) {
 		p := archPrimary(t, 4)
 		var prx *linkProxy
 		archCatchUp(t, p, func(addr string) string {
-			prx = newLinkProxy(t, addr, func(int) time.Duration { return 2 * time.Millisecond }, nil)
+			// The first connection slower: the others have joined
+			// before it could send the whole backlog alone.
+			prx = newLinkProxy(t, addr, func(i int) time.Duration {
+				if i == 0 {
+					return 10 * time.Millisecond
+				}
+				return 2 * time.Millisecond
+			}, nil)
 			return prx.lis.Addr().String()
 		})
 		c := prx.counts()
