@@ -70,7 +70,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	tlsCert := fs.String("tls-cert", "", "certificate (PEM) of the gRPC API and the admin listener: both then serve TLS only; required off loopback unless --insecure-no-tls")
 	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM)")
 	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) that signs client certificates: API and admin clients must present one (mutual TLS; it authenticates API calls as a token does)")
-	insecureTLS := fs.Bool("insecure-no-tls", false, "allow plaintext on a non-loopback --listen or --admin (only on a network you trust: tokens and transactions travel in clear)")
+	insecureTLS := fs.Bool("insecure-no-tls", false, "allow plaintext on a non-loopback --listen or --admin, and a standby link off loopback with --standby-secret-file but no --standby-tls-* (only on a network you trust: tokens, transactions and decisions travel in clear, and a standby link's frames can be forged on the path)")
 	var rms multiFlag
 	fs.Var(&rms, "rm", "resource manager NAME=DRIVER:DSN or NAME=DRIVER:@FILE, DRIVER postgres or mysql (repeatable). Keep passwords off the command line: ${VAR} in the DSN is replaced by the environment variable VAR, and @FILE reads the DSN from FILE")
 	orphan := fs.Duration("orphan-timeout", 0, "abort a prepared branch with no decision after this long (default 60s)")
@@ -181,6 +181,9 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	var err error
 	if so.Auth, err = standbyAuth(*secretFile, *standbyTLSCert, *standbyTLSKey, *standbyTLSCA, logger); err != nil {
 		return err
+	}
+	if so.Auth != nil {
+		so.Auth.InsecureNoTLS = *insecureTLS
 	}
 	for _, b := range []struct {
 		flag string

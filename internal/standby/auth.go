@@ -30,6 +30,12 @@ type Auth struct {
 	// stream confidential and unmodified on the wire, which the secret alone
 	// does not.
 	ServerTLS, ClientTLS *tls.Config
+	// InsecureNoTLS allows a link off loopback authenticated by the secret
+	// alone (--insecure-no-tls). The secret proves who is at the other end
+	// when the connection starts; it does not protect the frames after it,
+	// so someone on the network path could read every decision and forge
+	// ACKs. Only on a network you trust.
+	InsecureNoTLS bool
 }
 
 // MinSecret is the shortest secret accepted, in bytes of the file's text.
@@ -100,11 +106,18 @@ func IsLoopback(addr string) bool {
 // CheckExposure refuses a standby link off loopback without
 // authentication: flag names the option that set addr, for the error.
 func CheckExposure(flag, addr string, a *Auth) error {
-	if addr == "" || a.Enabled() || IsLoopback(addr) {
+	if addr == "" || IsLoopback(addr) {
 		return nil
 	}
-	return fmt.Errorf("standby: refusing %s %s without authentication: anyone who reaches it could read every decision, pose as the standby and acknowledge what no standby holds, feed a standby forged decisions, or fence the primary. "+
-		"Make a secret (tandem secret --out FILE), copy it to both coordinators and start both with --standby-secret-file FILE (and --standby-tls-cert/--standby-tls-key/--standby-tls-ca for an encrypted link), or use a loopback address", flag, addr)
+	if !a.Enabled() {
+		return fmt.Errorf("standby: refusing %s %s without authentication: anyone who reaches it could read every decision, pose as the standby and acknowledge what no standby holds, feed a standby forged decisions, or fence the primary. "+
+			"Make a secret (tandem secret --out FILE), copy it to both coordinators and start both with --standby-secret-file FILE and --standby-tls-cert/--standby-tls-key/--standby-tls-ca (an encrypted link), or use a loopback address", flag, addr)
+	}
+	if (a.ServerTLS == nil || a.ClientTLS == nil) && !a.InsecureNoTLS {
+		return fmt.Errorf("standby: refusing %s %s without TLS: the standby secret authenticates each connection when it starts, not the frames after it, so anyone on the network path could read every decision and forge the standby's ACKs (a max-protection primary would then answer commits no standby holds). "+
+			"Give both coordinators --standby-tls-cert, --standby-tls-key and --standby-tls-ca (mutual TLS), or pass --insecure-no-tls if this network is trusted", flag, addr)
+	}
+	return nil
 }
 
 // The handshake's labels: each side's MAC names the side, so a proof

@@ -9,6 +9,7 @@ package standby
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -583,7 +584,14 @@ func TestExposureWithoutAuthIsRefused(t *testing.T) {
 	}{
 		{"127.0.0.1:7072", nil, true}, {"[::1]:7072", nil, true}, {"localhost:7072", nil, true},
 		{":7072", nil, false}, {"10.0.0.1:7072", nil, false}, {"db.example:7072", &Auth{}, false},
-		{"10.0.0.1:7072", testAuth, true},
+		// The secret alone authenticates the handshake, not the frames
+		// after it: off loopback the link needs TLS too, or the operator's
+		// explicit InsecureNoTLS.
+		{"10.0.0.1:7072", testAuth, false},
+		{"10.0.0.1:7072", &Auth{Secret: testAuth.Secret, InsecureNoTLS: true}, true},
+		{"10.0.0.1:7072", &Auth{Secret: testAuth.Secret, ServerTLS: &tls.Config{}, ClientTLS: &tls.Config{}}, true},
+		{"10.0.0.1:7072", &Auth{ServerTLS: &tls.Config{}, ClientTLS: &tls.Config{}}, true},
+		{"127.0.0.1:7072", testAuth, true},
 	} {
 		if err := CheckExposure("--standby-listen", tc.addr, tc.auth); (err == nil) != tc.ok {
 			t.Errorf("CheckExposure(%s, %v) = %v", tc.addr, tc.auth, err)

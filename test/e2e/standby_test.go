@@ -98,8 +98,9 @@ func readSecret(f string) string {
 	return "\x00no secret"
 }
 
-// Off loopback, a standby address without authentication stops the start
-// with an error that says how to fix it; with the secret it starts.
+// Off loopback, a standby address without authentication, or with the
+// secret but without TLS, stops the start with an error that says how to
+// fix it; with the secret and --insecure-no-tls it starts.
 func TestStandbyOffLoopbackNeedsASecret(t *testing.T) {
 	rms := []string{"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN}
 	for _, flags := range [][]string{{"--standby-listen", "0.0.0.0:0"}, {"--standby-of", "192.0.2.1:7072"}} {
@@ -109,7 +110,15 @@ func TestStandbyOffLoopbackNeedsASecret(t *testing.T) {
 		}
 		assertNoStackTrace(t, out)
 	}
-	startIn(t, t.TempDir(), "--standby-listen", "0.0.0.0:"+strings.Split(freeAddr(t), ":")[1])
+	// The secret alone authenticates only the start of each connection:
+	// off loopback the link also needs TLS, or --insecure-no-tls.
+	out, code := serveOnce(t, append(append([]string{"--data-dir", t.TempDir(), "--admin", "", "--standby-secret-file", standbySecret(t)}, rms...),
+		"--standby-listen", "0.0.0.0:0")...)
+	if code == 0 || !strings.Contains(out, "without TLS") || !strings.Contains(out, "--standby-tls-cert") || !strings.Contains(out, "--insecure-no-tls") {
+		t.Errorf("tandem serve --standby-listen 0.0.0.0:0 with a secret and no TLS: exit %d, want refused with how to fix it:\n%s", code, out)
+	}
+	assertNoStackTrace(t, out)
+	startIn(t, t.TempDir(), "--standby-listen", "0.0.0.0:"+strings.Split(freeAddr(t), ":")[1], "--insecure-no-tls")
 }
 
 func healthMessage(c *coordinator) string {
