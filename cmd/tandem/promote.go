@@ -18,7 +18,7 @@ func init() {
 	register(&command{
 		name:    "promote",
 		summary: "make a standby the primary (failover): a running one (--admin) or a stopped one's data directory",
-		usage: `--admin ADDR [--data-dir DIR | --admin-token-file FILE] [--tls-ca FILE ...] [--accept-data-loss] | --data-dir DIR [--accept-data-loss]
+		usage: `--admin ADDR [--data-dir DIR | --admin-token-file FILE] [--tls-ca FILE ...] [--accept-data-loss [--old-primary-stopped]] | --data-dir DIR [--accept-data-loss --old-primary-stopped]
 
 A running standby (its tandem serve --admin address):
   tandem promote --admin 127.0.0.1:7081 --data-dir /b
@@ -45,6 +45,12 @@ on. --accept-data-loss promotes it anyway: those decisions are lost, and the
 new primary never presumes abort for a prepared branch of a gtrid that began
 before the promotion and is not in its log: tandem status --in-doubt lists
 them, tandem resolve settles each after showing what every database holds.
+With --accept-data-loss the old primary must also be known not to decide
+any more: a running standby reaches it during the promotion (the new epoch
+fences it), or you say it is stopped with --old-primary-stopped (killed,
+powered off, or cut off from the databases). An old primary cut off by a
+partition goes on deciding, and two primaries deciding for the same
+databases can split a transaction; without either, the promotion is refused.
 
 The old primary, if it comes back, is of an older epoch: a standby that
 follows the new primary refuses its stream, and it refuses a standby of a
@@ -59,8 +65,13 @@ func runPromote(args []string, stdout, stderr io.Writer) error {
 	admin := fs.String("admin", "", "a running standby's admin address (its tandem serve --admin)")
 	af := addAdminFlags(fs, dir)
 	acceptLoss := fs.Bool("accept-data-loss", false, "promote a standby that is not synchronized with its primary (async or arch transport, or cut from it): decisions it never received are lost, and the prepared branches of gtrids it cannot know are listed as in doubt (tandem status --in-doubt) for you to settle (tandem resolve) instead of being rolled back")
+	oldStopped := fs.Bool("old-primary-stopped", false, "with --accept-data-loss: you made sure the old primary is stopped (killed, powered off, or cut off from the databases); "+
+		"needed unless a running standby reaches the old primary during the promotion (it then fences it): two coordinators deciding for the same databases can split a transaction")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *oldStopped && !*acceptLoss {
+		return fmt.Errorf("--old-primary-stopped goes with --accept-data-loss (a synchronized standby needs neither)")
 	}
 	if *admin != "" {
 		ac, err := af.client("")
@@ -76,6 +87,9 @@ func runPromote(args []string, stdout, stderr io.Writer) error {
 		path := "/role/promote"
 		if *acceptLoss {
 			path += "?accept-data-loss=1"
+		}
+		if *oldStopped {
+			path += "&old-primary-stopped=1"
 		}
 		if err := ac.call(ctx, http.MethodPost, *admin, path, &out); err != nil {
 			return err
@@ -107,7 +121,7 @@ func runPromote(args []string, stdout, stderr io.Writer) error {
 	if err := l.Close(); err != nil {
 		return err
 	}
-	id, err := standby.Promote(*dir, standby.PromoteOptions{AcceptDataLoss: *acceptLoss})
+	id, err := standby.Promote(*dir, standby.PromoteOptions{AcceptDataLoss: *acceptLoss, OldPrimaryStopped: *oldStopped})
 	if err != nil {
 		return err
 	}

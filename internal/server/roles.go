@@ -416,6 +416,18 @@ func (s *Server) Promote(o standby.PromoteOptions) (standby.Identity, error) {
 		o.CheckedWhileFollowing = true
 	} else if !o.AcceptDataLoss {
 		return standby.Identity{}, fmt.Errorf("%w: promote refused: %w", ErrRole, err)
+	} else if !o.OldPrimaryStopped {
+		// The old primary may run on, cut off: go ahead only if it is
+		// reached now (the new epoch then fences it).
+		id, _, lerr := standby.LoadIdentity(s.cfg.DataDir)
+		if lerr != nil {
+			return standby.Identity{}, fmt.Errorf("promote: %w", lerr)
+		}
+		info, reached, _ := standby.CheckPeer(old, id, s.opts.Standby.Auth, time.Second)
+		if !reached {
+			return standby.Identity{}, fmt.Errorf("%w: promote refused: %w", ErrRole, standby.OldPrimaryMayRun("the old primary at "+old+" could not be reached: "+info))
+		}
+		o.OldPrimaryReached = true
 	}
 	if err := s.closeRoleLocked(); err != nil {
 		s.logError("closing the standby's log before the promotion", "error", err)

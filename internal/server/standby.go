@@ -162,7 +162,8 @@ func (s *Server) standbyHandler(mux *http.ServeMux) {
 		})
 	}
 	mux.Handle("POST /role/promote", role(func(r *http.Request) (any, error) {
-		id, err := s.Promote(standby.PromoteOptions{AcceptDataLoss: truthy(r.URL.Query().Get("accept-data-loss"))})
+		q := r.URL.Query()
+		id, err := s.Promote(standby.PromoteOptions{AcceptDataLoss: truthy(q.Get("accept-data-loss")), OldPrimaryStopped: truthy(q.Get("old-primary-stopped"))})
 		return map[string]any{"role": RolePrimary, "cluster": id.Cluster.String(), "epoch": id.Epoch}, err
 	}))
 	primary := func() (*coord.Coordinator, error) {

@@ -88,7 +88,9 @@ func PrimaryIdentity(dir string) (Identity, error) {
 // new identity.
 //
 // A standby that is not synchronized (CheckPromotable) is refused unless
-// o.AcceptDataLoss; then the promotion's time is first written to
+// o.AcceptDataLoss and the old primary is known stopped or reached
+// (o.OldPrimaryStopped, o.OldPrimaryReached); then the promotion's time is
+// first written to
 // UnsynchronizedPromotionFile. The
 // standby's SyncStateFile is removed: the directory is a primary's now.
 func Promote(dir string, o PromoteOptions) (Identity, error) {
@@ -102,6 +104,9 @@ func Promote(dir string, o PromoteOptions) (Identity, error) {
 	if err := CheckPromotable(dir); err != nil && !o.CheckedWhileFollowing {
 		if !o.AcceptDataLoss {
 			return id, fmt.Errorf("refusing to promote %s: %w", dir, err)
+		}
+		if !o.OldPrimaryStopped && !o.OldPrimaryReached {
+			return id, fmt.Errorf("refusing to promote %s with --accept-data-loss: %w", dir, OldPrimaryMayRun(""))
 		}
 		if err := noteInDoubtBoundary(dir, time.Now()); err != nil {
 			return id, err

@@ -154,6 +154,31 @@ type PromoteOptions struct {
 	// without it) does not apply to this promotion, which fences that
 	// primary.
 	CheckedWhileFollowing bool
+	// OldPrimaryStopped: the operator says the old primary is stopped
+	// (--old-primary-stopped). OldPrimaryReached: the caller (a running
+	// standby) reached the old primary just before, so the new epoch fences
+	// it (it is told at once, and its --peer check asks). A promotion with
+	// AcceptDataLoss needs one of them: an old primary cut off by a
+	// partition goes on deciding (unprotected), and two coordinators
+	// deciding for, and scanning, the same databases can split a
+	// transaction.
+	OldPrimaryStopped, OldPrimaryReached bool
+}
+
+// ErrOldPrimaryMayRun is wrapped by a promotion with --accept-data-loss
+// refused because nothing says the old primary is stopped or fenced.
+var ErrOldPrimaryMayRun = errors.New("standby: the old primary may still be running")
+
+// OldPrimaryMayRun is the refusal of such a promotion; reach says what was
+// tried to reach the old primary ("" when nothing was).
+func OldPrimaryMayRun(reach string) error {
+	if reach != "" {
+		reach = " (" + reach + ")"
+	}
+	return fmt.Errorf("%w%s: if it runs — a network partition — it goes on deciding, unprotected, while this coordinator decides too, and both settle the same databases: "+
+		"a transaction could then commit on one database and roll back on another (a split). "+
+		"Make sure the old primary is stopped (its process killed, its machine down or cut off from the databases), then promote with --accept-data-loss --old-primary-stopped",
+		ErrOldPrimaryMayRun, reach)
 }
 
 // CheckPromotable reports why dir must not be promoted without

@@ -63,7 +63,13 @@ func TestSyncStateAndPromotion(t *testing.T) {
 				if _, ok, _ := UnsynchronizedPromotion(dir); ok {
 					t.Fatal("a refused promotion left its mark")
 				}
-				if _, err := Promote(dir, PromoteOptions{AcceptDataLoss: true}); err != nil {
+				if _, err := Promote(dir, PromoteOptions{AcceptDataLoss: true}); !errors.Is(err, ErrOldPrimaryMayRun) || !strings.Contains(err.Error(), "--old-primary-stopped") {
+					t.Fatalf("Promote with AcceptDataLoss, nothing said of the old primary: %v", err)
+				}
+				if _, ok, _ := UnsynchronizedPromotion(dir); ok {
+					t.Fatal("a refused promotion left its mark")
+				}
+				if _, err := Promote(dir, PromoteOptions{AcceptDataLoss: true, OldPrimaryStopped: true}); err != nil {
 					t.Fatal(err)
 				}
 				if at, ok, err := UnsynchronizedPromotion(dir); !ok || err != nil || time.Since(at) > time.Minute {

@@ -180,11 +180,11 @@ func (h *harness) failoverRound(t *testing.T, m failoverMode, n int, d time.Dura
 	switch {
 	case err != nil && m.needsFlag && strings.Contains(out, "--accept-data-loss"):
 		k.refusedOK++
-		out, err = h.tandem("promote", "--data-dir", dirB, "--accept-data-loss")
+		out, err = h.tandem("promote", "--data-dir", dirB, "--accept-data-loss", "--old-primary-stopped")
 	case err != nil:
 		k.refusedWrong++
 		t.Logf("failover round %d (%s): promote refused: %s", n, m.name, out)
-		out, err = h.tandem("promote", "--data-dir", dirB, "--accept-data-loss")
+		out, err = h.tandem("promote", "--data-dir", dirB, "--accept-data-loss", "--old-primary-stopped")
 	case m.needsFlag:
 		k.refusedWrong++ // an async standby promoted without the flag
 	}

@@ -53,7 +53,7 @@ func TestAsyncFailoverNeverSplits(t *testing.T) {
 			t.Errorf("the refusal does not say %q:\n%s", want, out)
 		}
 	}
-	if out, err := tandemCmd(t, "promote", "--data-dir", sdir, "--accept-data-loss"); err != nil || !strings.Contains(out, "WITHOUT being synchronized") {
+	if out, err := tandemCmd(t, "promote", "--data-dir", sdir, "--accept-data-loss", "--old-primary-stopped"); err != nil || !strings.Contains(out, "WITHOUT being synchronized") {
 		t.Fatalf("promote --accept-data-loss: %v\n%s", err, out)
 	}
 	np := startIn(t, sdir)
@@ -125,7 +125,7 @@ func TestAsyncFailoverAfterAFirstBranchCommitNeverSplits(t *testing.T) {
 	prim.kill()
 	px.Restore()
 	sb.stop()
-	if out, err := tandemCmd(t, "promote", "--data-dir", sdir, "--accept-data-loss"); err != nil {
+	if out, err := tandemCmd(t, "promote", "--data-dir", sdir, "--accept-data-loss", "--old-primary-stopped"); err != nil {
 		t.Fatalf("promote --accept-data-loss: %v\n%s", err, out)
 	}
 	np := startIn(t, sdir)
@@ -154,7 +154,7 @@ func TestInDoubtBoundaryFollowsTheNextPromotion(t *testing.T) {
 	g := prepareAndDie(t, "e2e_ib", 1) // A never hears of it: undecided everywhere
 	a.kill()
 	b.stop()
-	if out, err := tandemCmd(t, "promote", "--data-dir", dirB, "--accept-data-loss"); err != nil {
+	if out, err := tandemCmd(t, "promote", "--data-dir", dirB, "--accept-data-loss", "--old-primary-stopped"); err != nil {
 		t.Fatalf("promote B --accept-data-loss: %v\n%s", err, out)
 	}
 	time.Sleep(1100 * time.Millisecond) // the gtrid is now well before the boundary (max clock skew 1 s below)
@@ -181,4 +181,51 @@ func TestInDoubtBoundaryFollowsTheNextPromotion(t *testing.T) {
 	}
 	resolveInDoubt(t, adminC, dirC)
 	eventually(t, 10*time.Second, "nothing of the gtrid left prepared", func() bool { return len(d.preparedFor(t, g.String())) == 0 })
+}
+
+// A max-availability primary cut off from its standby goes on deciding,
+// unprotected; if the standby were promoted meanwhile, both would decide
+// (and both would scan the same databases, each presuming abort for what
+// the other decided): a split. So a promotion with --accept-data-loss goes
+// ahead only when the old primary is reached — the new epoch then fences it —
+// or when the operator says it is stopped (--old-primary-stopped). Here the
+// link from the standby to the primary is cut (a partition: the primary
+// runs): the running standby's promotion is refused, saying why and what
+// to do; the stopped standby's too. With the flag both go ahead.
+func TestPromotionWhileTheOldPrimaryMayRunNeedsItStopped(t *testing.T) {
+	listenA := freeAddr(t)
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a := startIn(t, dirA, "--standby-listen", listenA, "--protection", "max-availability", "--net-timeout", "1s")
+	px, err := testproxy.New(listenA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	adminB := freeAddr(t)
+	b := startIn(t, dirB, "--standby-of", px.Addr(), "--admin", adminB, "--net-timeout", "1s")
+	eventually(t, 10*time.Second, "B follows A", func() bool { return strings.Contains(healthMessage(b), "(following)") })
+	px.Cut()
+	eventually(t, 10*time.Second, "B cut from A", func() bool { return strings.Contains(healthMessage(b), "NOT CONNECTED") })
+
+	out, err := tandemCmd(t, "promote", "--admin", adminB, "--accept-data-loss")
+	if err == nil {
+		t.Fatalf("a standby whose max-availability primary may still run was promoted:\n%s", out)
+	}
+	for _, want := range []string{px.Addr(), "--old-primary-stopped", "split"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, out)
+		}
+	}
+	if msg := healthMessage(b); !strings.Contains(msg, "role=standby") {
+		t.Errorf("after the refused promotion B says: %s", msg)
+	}
+	b.stop()
+	out, err = tandemCmd(t, "promote", "--data-dir", dirB, "--accept-data-loss")
+	if err == nil || !strings.Contains(out, "--old-primary-stopped") {
+		t.Fatalf("promote --data-dir --accept-data-loss without --old-primary-stopped: %v\n%s", err, out)
+	}
+	a.kill()
+	if out, err := tandemCmd(t, "promote", "--data-dir", dirB, "--accept-data-loss", "--old-primary-stopped"); err != nil {
+		t.Fatalf("promote --accept-data-loss --old-primary-stopped: %v\n%s", err, out)
+	}
 }
