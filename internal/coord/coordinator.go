@@ -152,6 +152,9 @@ type Coordinator struct {
 	mu   sync.Mutex
 	txns map[xid.GTRID]*txn
 	seen map[xid.Branch]time.Time // first time the scan saw an undecided prepared branch
+	// misconfigSaid: when the scan last logged each misconfigured RM (scan
+	// goroutine only): once, then at most every misconfigEvery.
+	misconfigSaid map[string]time.Time
 
 	ctx     context.Context // the coordinator's lifetime: phase 2 and scans run on it
 	cancel  context.CancelFunc

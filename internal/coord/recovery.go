@@ -47,6 +47,9 @@ func (c *Coordinator) ScanNow(ctx context.Context) error {
 	}
 }
 
+// misconfigEvery is how often the scan repeats that an RM is misconfigured.
+const misconfigEvery = time.Minute
+
 // scanOnce settles what the resource managers hold prepared:
 //   - decided, with a running phase-2 driver that knows the branch: left to it;
 //   - decided otherwise: settled per the decision here;
@@ -61,7 +64,13 @@ func (c *Coordinator) scanOnce() {
 		cancel()
 		if err != nil {
 			if merr := c.rms[name].Misconfigured(); merr != nil && c.ctx.Err() == nil {
-				c.logger.Error("resource manager misconfigured: commits that involve it are refused until it is fixed", "rm", name, "error", merr)
+				if now.Sub(c.misconfigSaid[name]) >= misconfigEvery {
+					if c.misconfigSaid == nil {
+						c.misconfigSaid = map[string]time.Time{}
+					}
+					c.misconfigSaid[name] = now
+					c.logger.Error("resource manager misconfigured: commits that involve it are refused until it is fixed (said again every minute while it lasts)", "rm", name, "error", merr)
+				}
 			} else if c.ctx.Err() == nil {
 				c.logger.Warn("in-doubt scan failed; will retry", "rm", name, "error", err)
 			}

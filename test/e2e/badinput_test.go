@@ -295,6 +295,12 @@ func TestWrongPasswordIsNotAnOutage(t *testing.T) {
 	if strings.Contains(log+h.Message+string(out)+err.Error(), pw) {
 		t.Fatal("the password appears in the log, Health, status or the error")
 	}
+	// Said once, then at most once a minute: the in-doubt scan runs every
+	// 200 ms here and must not repeat it on each pass.
+	time.Sleep(1500 * time.Millisecond)
+	if n := strings.Count(c.out.String(), "resource manager misconfigured"); n > 2 {
+		t.Errorf("the misconfigured RM was logged %d times in about 2 s of scans every 200 ms, want it once (then at most every minute)", n)
+	}
 }
 
 // The usual address mistakes get a sentence saying what was probably
