@@ -26,6 +26,13 @@
 //
 // and Tandem's in-doubt scan reads pg_prepared_xacts for GIDs with that prefix.
 //
+// A branch whose outcome is decided by a commit point (see below) is named
+//
+//	tandemcp:<gtrid>:<rm>:<cp>   e.g. tandemcp:0000019a8f3c2b1e5d0c7a9b3e41f2aa:pg:maria
+//
+// A scan for 'tandem:%' does not match it, so a coordinator that predates
+// commit points never sees (and never presumes to abort) such a branch.
+//
 // # On MySQL and MariaDB
 //
 // The XID is
@@ -33,6 +40,23 @@
 //	'<gtrid>','<rm>',1413566020      (format ID 0x54414E44, "TAND")
 //
 // and Tandem's in-doubt scan keeps the rows of XA RECOVER with that format ID.
+//
+// A branch decided by a commit point has format ID 0x54414E43 ("TANC") and the
+// commit point's name appended to the gtrid part, with no separator:
+//
+//	'<gtrid><cp>','<rm>',1413566019  e.g. '0000019a8f3c2b1e5d0c7a9b3e41f2aamaria','pg',1413566019
+//
+// (32 + at most 32 characters: within XA's 64-byte gtrid). A coordinator that
+// predates commit points keeps only format TAND rows, so it ignores these.
+//
+// # Commit point
+//
+// When a branch's name carries a commit point cp, the global transaction's
+// outcome is not in any coordinator's log: it is the row for the gtrid in the
+// tandem_decision table of the database that resource manager cp names
+// (committed together with cp's own branch, in one local transaction). Such a
+// branch is settled only through that table, never presumed aborted. The
+// commit point's own branch is never prepared and so has no XA name.
 package xid
 
 import (
@@ -45,11 +69,21 @@ import (
 	"time"
 )
 
-// FormatID is the XA format identifier of every Tandem branch on MySQL and MariaDB.
+// FormatID is the XA format identifier of every Tandem branch on MySQL and
+// MariaDB decided by the coordinator's log.
 const FormatID = 0x54414E44
 
-// PostgresPrefix starts the GID of every Tandem branch on PostgreSQL.
+// CommitPointFormatID is the XA format identifier ("TANC") of every Tandem
+// branch on MySQL and MariaDB decided by a commit point.
+const CommitPointFormatID = 0x54414E43
+
+// PostgresPrefix starts the GID of every Tandem branch on PostgreSQL decided
+// by the coordinator's log.
 const PostgresPrefix = "tandem:"
+
+// PostgresCommitPointPrefix starts the GID of every Tandem branch on
+// PostgreSQL decided by a commit point.
+const PostgresCommitPointPrefix = "tandemcp:"
 
 // MaxRMNameLen is the longest resource-manager name, and so the longest bqual.
 const MaxRMNameLen = 32
@@ -128,23 +162,54 @@ func ValidateRMName(name string) error {
 type Branch struct {
 	GTRID GTRID
 	RM    string
+	// CommitPoint is "" for a branch decided by the coordinator's log, else
+	// the name of the resource manager whose decision table holds the
+	// outcome. It is part of the branch's name on the database.
+	CommitPoint string
 }
 
 // PostgresGID returns the GID of the branch on PostgreSQL.
-func (b Branch) PostgresGID() string { return PostgresPrefix + b.GTRID.String() + ":" + b.RM }
+func (b Branch) PostgresGID() string {
+	if b.CommitPoint != "" {
+		return PostgresCommitPointPrefix + b.GTRID.String() + ":" + b.RM + ":" + b.CommitPoint
+	}
+	return PostgresPrefix + b.GTRID.String() + ":" + b.RM
+}
 
 // MySQLXID returns the XID of the branch on MySQL/MariaDB as it is written in
-// XA statements: 'gtrid','bqual',formatID. Both parts are plain ASCII that
+// XA statements: 'gtrid','bqual',formatID. Every part is plain ASCII that
 // needs no escaping (validated hex and resource-manager names).
 func (b Branch) MySQLXID() string {
+	if b.CommitPoint != "" {
+		return "'" + b.GTRID.String() + b.CommitPoint + "','" + b.RM + "'," + cpFormatIDString
+	}
 	return "'" + b.GTRID.String() + "','" + b.RM + "'," + formatIDString
 }
 
-var formatIDString = fmt.Sprint(FormatID)
+var (
+	formatIDString   = fmt.Sprint(FormatID)
+	cpFormatIDString = fmt.Sprint(CommitPointFormatID)
+)
 
-// ParsePostgresGID reads a GID written by PostgresGID. ok is false for a GID
-// that is not Tandem's (another application's prepared transaction).
+// ParsePostgresGID reads a GID written by PostgresGID, of either kind. ok is
+// false for a GID that is not Tandem's (another application's prepared
+// transaction) or is malformed.
 func ParsePostgresGID(gid string) (b Branch, ok bool) {
+	if rest, found := strings.CutPrefix(gid, PostgresCommitPointPrefix); found {
+		g, rest, found := strings.Cut(rest, ":")
+		if !found {
+			return b, false
+		}
+		rm, cp, found := strings.Cut(rest, ":")
+		if !found {
+			return b, false
+		}
+		id, err := Parse(g)
+		if err != nil || ValidateRMName(rm) != nil || ValidateRMName(cp) != nil {
+			return b, false
+		}
+		return Branch{GTRID: id, RM: rm, CommitPoint: cp}, true
+	}
 	rest, found := strings.CutPrefix(gid, PostgresPrefix)
 	if !found {
 		return b, false
@@ -160,18 +225,32 @@ func ParsePostgresGID(gid string) (b Branch, ok bool) {
 	return Branch{GTRID: id, RM: rm}, true
 }
 
-// ParseMySQLXID reads one row of XA RECOVER. ok is false for an XID that is
-// not Tandem's.
+// ParseMySQLXID reads one row of XA RECOVER, of either format. ok is false
+// for an XID that is not Tandem's or is malformed.
 func ParseMySQLXID(formatID int64, gtridLen, bqualLen int, data []byte) (b Branch, ok bool) {
-	if formatID != FormatID || gtridLen != 32 || bqualLen < 1 || gtridLen+bqualLen != len(data) {
+	if bqualLen < 1 || gtridLen < 32 || gtridLen+bqualLen != len(data) {
 		return b, false
 	}
-	id, err := Parse(string(data[:gtridLen]))
+	var cp string
+	switch formatID {
+	case FormatID:
+		if gtridLen != 32 {
+			return b, false
+		}
+	case CommitPointFormatID:
+		cp = string(data[32:gtridLen])
+		if ValidateRMName(cp) != nil {
+			return b, false
+		}
+	default:
+		return b, false
+	}
+	id, err := Parse(string(data[:32]))
 	rm := string(data[gtridLen:])
 	if err != nil || ValidateRMName(rm) != nil {
 		return b, false
 	}
-	return Branch{GTRID: id, RM: rm}, true
+	return Branch{GTRID: id, RM: rm, CommitPoint: cp}, true
 }
 
 func clip(s string) string {

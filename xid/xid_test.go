@@ -69,3 +69,87 @@ func TestDatabaseNamesRoundTrip(t *testing.T) {
 		t.Errorf("MySQLXID = %s, want %s", b.MySQLXID(), want)
 	}
 }
+
+func TestCommitPointNamesRoundTrip(t *testing.T) {
+	g, err := Parse("0000019a8f3c2b1e5d0c7a9b3e41f2aa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := Branch{GTRID: g, RM: "pg", CommitPoint: "maria"}
+	if want := "tandemcp:0000019a8f3c2b1e5d0c7a9b3e41f2aa:pg:maria"; b.PostgresGID() != want {
+		t.Errorf("PostgresGID = %s, want %s", b.PostgresGID(), want)
+	}
+	if want := "'0000019a8f3c2b1e5d0c7a9b3e41f2aamaria','pg',1413566019"; b.MySQLXID() != want {
+		t.Errorf("MySQLXID = %s, want %s", b.MySQLXID(), want)
+	}
+	// The old forms stay byte-identical.
+	old := Branch{GTRID: g, RM: "pg"}
+	if want := "tandem:0000019a8f3c2b1e5d0c7a9b3e41f2aa:pg"; old.PostgresGID() != want {
+		t.Errorf("old PostgresGID = %s, want %s", old.PostgresGID(), want)
+	}
+	if want := "'0000019a8f3c2b1e5d0c7a9b3e41f2aa','pg',1413566020"; old.MySQLXID() != want {
+		t.Errorf("old MySQLXID = %s, want %s", old.MySQLXID(), want)
+	}
+	if got, ok := ParsePostgresGID(b.PostgresGID()); !ok || got != b {
+		t.Errorf("ParsePostgresGID(%q) = %+v, %v", b.PostgresGID(), got, ok)
+	}
+	if got, ok := ParsePostgresGID(old.PostgresGID()); !ok || got != old || got.CommitPoint != "" {
+		t.Errorf("ParsePostgresGID(%q) = %+v, %v", old.PostgresGID(), got, ok)
+	}
+	// Longest names: 32 + 32 characters fill XA's 64-byte gtrid.
+	long := Branch{GTRID: g, RM: "r234567890123456789012345678901z", CommitPoint: "c234567890123456789012345678901z"}
+	for _, x := range []Branch{b, long} {
+		data := []byte(x.GTRID.String() + x.CommitPoint + x.RM)
+		got, ok := ParseMySQLXID(CommitPointFormatID, 32+len(x.CommitPoint), len(x.RM), data)
+		if !ok || got != x {
+			t.Errorf("ParseMySQLXID(%s) = %+v, %v", data, got, ok)
+		}
+	}
+	if n := 32 + len(long.CommitPoint); n > 64 {
+		t.Errorf("gtrid part is %d bytes, XA allows 64", n)
+	}
+	data := []byte(g.String() + "pg")
+	if got, ok := ParseMySQLXID(FormatID, 32, 2, data); !ok || got != old {
+		t.Errorf("ParseMySQLXID(old) = %+v, %v", got, ok)
+	}
+}
+
+func TestCommitPointNamesRejectMalformed(t *testing.T) {
+	g := "0000019a8f3c2b1e5d0c7a9b3e41f2aa"
+	for _, gid := range []string{
+		"tandemcp:" + g,                    // no rm
+		"tandemcp:" + g + ":pg",            // no cp
+		"tandemcp:" + g + ":pg:",           // empty cp
+		"tandemcp:" + g + ":pg:Maria",      // bad cp
+		"tandemcp:" + g + ":pg:maria:x",    // extra part (':' is not a name character)
+		"tandemcp:" + g + "::maria",        // empty rm
+		"tandemcp:zz:pg:maria",             // bad gtrid
+		"tandemcp:" + g[:31] + ":pg:maria", // short gtrid
+		"tandem:" + g + ":pg:maria",        // old prefix, cp-shaped rest
+		"tandemcp" + g + ":pg:maria",       // no colon after prefix
+	} {
+		if b, ok := ParsePostgresGID(gid); ok {
+			t.Errorf("ParsePostgresGID(%q) = %+v, want not ok", gid, b)
+		}
+	}
+	type row struct {
+		f          int64
+		gl, bl     int
+		data, what string
+	}
+	for _, r := range []row{
+		{CommitPointFormatID, 32, 2, g + "pg", "TANC with no cp"},
+		{CommitPointFormatID, 33, 2, g + "_pg", "cp starting with _"},
+		{CommitPointFormatID, 37, 2, g + "MARIApg", "upper-case cp"},
+		{CommitPointFormatID, 37, 0, g + "maria", "no bqual"},
+		{CommitPointFormatID, 37, 3, g + "mariapg", "lengths do not add up"},
+		{CommitPointFormatID, 37, 2, "0000019a8f3c2b1e5d0c7a9b3e41f2aZmariapg", "bad gtrid"},
+		{CommitPointFormatID, 31, 2, g[:31] + "pg", "short gtrid part"},
+		{FormatID, 37, 2, g + "mariapg", "TAND with a cp"},
+		{FormatID + 2, 37, 2, g + "mariapg", "foreign format"},
+	} {
+		if b, ok := ParseMySQLXID(r.f, r.gl, r.bl, []byte(r.data)); ok {
+			t.Errorf("ParseMySQLXID %s = %+v, want not ok", r.what, b)
+		}
+	}
+}

@@ -155,6 +155,9 @@ type Coordinator struct {
 	// misconfigSaid: when the scan last logged each misconfigured RM (scan
 	// goroutine only): once, then at most every misconfigEvery.
 	misconfigSaid map[string]time.Time
+	// cpSeen: first time the scan saw a prepared branch decided by a commit
+	// point (Branch.CommitPoint != ""), which this coordinator never decides.
+	cpSeen map[xid.Branch]time.Time
 
 	ctx     context.Context // the coordinator's lifetime: phase 2 and scans run on it
 	cancel  context.CancelFunc
@@ -185,7 +188,7 @@ func Open(opts Options) (*Coordinator, error) {
 		return nil, fmt.Errorf("coord: segment size %d is more than half the log size %d: the log must hold several segments to be reused", opts.SegmentSize, opts.LogSize)
 	}
 	c := &Coordinator{opts: opts, rms: map[string]*rm.Conn{}, retry: map[string]*retryQueue{}, txns: map[xid.GTRID]*txn{},
-		seen: map[xid.Branch]time.Time{}, logger: opts.Logger, scanNow: make(chan chan struct{})}
+		seen: map[xid.Branch]time.Time{}, cpSeen: map[xid.Branch]time.Time{}, logger: opts.Logger, scanNow: make(chan chan struct{})}
 	c.ck.init()
 	for _, cfg := range opts.RMs {
 		if _, dup := c.rms[cfg.Name]; dup {

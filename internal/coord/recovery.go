@@ -54,7 +54,8 @@ const misconfigEvery = time.Minute
 //   - decided, with a running phase-2 driver that knows the branch: left to it;
 //   - decided otherwise: settled per the decision here;
 //   - undecided: remembered as first seen now; once older than OrphanTimeout,
-//     ABORT is written durably, then the branch is rolled back.
+//     ABORT is written durably, then the branch is rolled back;
+//   - named with a commit point: never decided here (see settleInDoubt).
 func (c *Coordinator) scanOnce() {
 	now := time.Now()
 	stillThere := map[xid.Branch]bool{}
@@ -81,6 +82,11 @@ func (c *Coordinator) scanOnce() {
 					stillThere[b] = true
 				}
 			}
+			for b := range c.cpSeen {
+				if b.RM == name {
+					stillThere[b] = true
+				}
+			}
 			c.mu.Unlock()
 			continue
 		}
@@ -95,11 +101,35 @@ func (c *Coordinator) scanOnce() {
 			delete(c.seen, b)
 		}
 	}
+	for b := range c.cpSeen {
+		if !stillThere[b] {
+			delete(c.cpSeen, b)
+		}
+	}
 	c.mu.Unlock()
 }
 
 func (c *Coordinator) settleInDoubt(d rm.InDoubt, now time.Time) {
 	b := d.Branch
+	if b.CommitPoint != "" {
+		// Its outcome is the row for the gtrid in the commit point's
+		// decision table, committed (or not) by the commit point's own
+		// transaction: this log knows nothing of it. Presuming abort here
+		// could roll back a branch whose commit point committed; and a
+		// decision of this coordinator for the same gtrid (a confused or
+		// hostile client) names other branches, never this one.
+		c.mu.Lock()
+		_, logged := c.cpSeen[b]
+		if !logged {
+			c.cpSeen[b] = now
+		}
+		c.mu.Unlock()
+		if !logged {
+			c.logger.Info("prepared branch whose commit point is "+b.CommitPoint+": settled by the commit point's decision table",
+				"commit_point", b.CommitPoint, "gtrid", b.GTRID.String(), "rm", b.RM)
+		}
+		return
+	}
 	c.mu.Lock()
 	t := c.txns[b.GTRID]
 	switch {

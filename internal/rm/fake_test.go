@@ -155,13 +155,16 @@ func TestRecoverKeepsOnlyThisRMsTandemBranches(t *testing.T) {
 			xaRow(xid.FormatID, gtridHex, "other"),                  // another RM name on the same database
 			xaRow(1, gtridHex, "maria"),                             // not Tandem's format ID
 			xaRow(xid.FormatID, strings.ToUpper(gtridHex), "maria"), // not a Tandem gtrid
+			xaRow(xid.CommitPointFormatID, gtridHex+"pg", "maria"),  // decided by commit point pg
+			xaRow(xid.CommitPointFormatID, gtridHex+"pg", "other"),  // another RM name
+			xaRow(xid.CommitPointFormatID, gtridHex, "maria"),       // commit-point format without a commit point
 		}}
 		c := fakeConnFor(t, "maria", mysqlDialect{}, db)
 		got, err := c.Recover(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(t, "Recover", got, []InDoubt{{Branch: xid.Branch{GTRID: g, RM: "maria"}}})
+		check(t, "Recover", got, []InDoubt{{Branch: xid.Branch{GTRID: g, RM: "maria"}}, {Branch: xid.Branch{GTRID: g, RM: "maria", CommitPoint: "pg"}}})
 	})
 	t.Run("postgres", func(t *testing.T) {
 		at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -170,13 +173,16 @@ func TestRecoverKeepsOnlyThisRMsTandemBranches(t *testing.T) {
 			{"tandem:" + gtridHex + ":pg2", at},
 			{"someone-else:" + gtridHex + ":pg", at},
 			{"tandem:nothex:pg", at},
+			{"tandemcp:" + gtridHex + ":pg:maria", at},
+			{"tandemcp:" + gtridHex + ":pg2:maria", at},
+			{"tandemcp:" + gtridHex + ":pg", at},
 		}}
 		c := fakeConnFor(t, "pg", postgresDialect{}, db)
 		got, err := c.Recover(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(t, "Recover", got, []InDoubt{{Branch: xid.Branch{GTRID: g, RM: "pg"}, PreparedAt: at}})
+		check(t, "Recover", got, []InDoubt{{Branch: xid.Branch{GTRID: g, RM: "pg"}, PreparedAt: at}, {Branch: xid.Branch{GTRID: g, RM: "pg", CommitPoint: "maria"}, PreparedAt: at}})
 	})
 }
 
