@@ -66,7 +66,9 @@ func (t table) ddl(d rm.Driver) string {
 
 // Ensure creates the decision table if it does not exist. Several processes
 // may call it at once.
-func Ensure(ctx context.Context, db *sql.DB, d rm.Driver) error { return defaultTable.ensure(ctx, db, d) }
+func Ensure(ctx context.Context, db *sql.DB, d rm.Driver) error {
+	return defaultTable.ensure(ctx, db, d)
+}
 
 func (t table) ensure(ctx context.Context, db *sql.DB, d rm.Driver) error {
 	_, err := db.ExecContext(ctx, t.ddl(d))
