@@ -1,0 +1,142 @@
+package decision
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// ForgetBatch is the most gtrids one Forget statement deletes; Forget splits
+// longer lists.
+const ForgetBatch = 1000
+
+// Forget deletes the 'C' rows of gs: gtrids whose every other branch is
+// committed. It never deletes an 'A' row (SweepAborts does, after the keep
+// time). It returns how many rows it deleted.
+func Forget(ctx context.Context, db *sql.DB, gs []xid.GTRID) (int64, error) {
+	return defaultTable.forget(ctx, db, gs)
+}
+
+func (t table) forget(ctx context.Context, db *sql.DB, gs []xid.GTRID) (int64, error) {
+	var n int64
+	for len(gs) > 0 {
+		batch := gs[:min(len(gs), ForgetBatch)]
+		gs = gs[len(batch):]
+		for _, g := range batch {
+			if err := checkGTRID(g); err != nil {
+				return n, err
+			}
+		}
+		res, err := db.ExecContext(ctx, "DELETE FROM "+t.name+" WHERE outcome = 'C' AND gtrid IN "+inList(batch))
+		if err != nil {
+			return n, t.explain("forget committed decisions", err)
+		}
+		k, err := res.RowsAffected()
+		if err != nil {
+			return n, t.explain("forget committed decisions", err)
+		}
+		n += k
+	}
+	return n, nil
+}
+
+// SweepAborts deletes the 'A' rows older than keep by the database's clock,
+// and returns how many. keep must be at least the maximum transaction age
+// that CommitStatements enforces (plus a margin for the database's clock
+// stepping back): a younger 'A' row may still be what refuses a late commit
+// point.
+func SweepAborts(ctx context.Context, db *sql.DB, d rm.Driver, keep time.Duration) (int64, error) {
+	return defaultTable.sweepAborts(ctx, db, d, keep)
+}
+
+func (t table) sweepAborts(ctx context.Context, db *sql.DB, d rm.Driver, keep time.Duration) (int64, error) {
+	res, err := db.ExecContext(ctx, "DELETE FROM "+t.name+" WHERE outcome = 'A' AND decided_at < "+t.ago(d, keep))
+	if err != nil {
+		return 0, t.explain("sweep old abort decisions", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, t.explain("sweep old abort decisions", err)
+	}
+	return n, nil
+}
+
+// ago is the SQL for "the database's clock minus age".
+func (table) ago(d rm.Driver, age time.Duration) string {
+	us := strconv.FormatInt(max(age.Microseconds(), 0), 10)
+	if d == rm.MySQL {
+		return "UTC_TIMESTAMP(6) - INTERVAL " + us + " MICROSECOND"
+	}
+	return "clock_timestamp() - interval '" + us + " microseconds'"
+}
+
+// Row is one decision.
+type Row struct {
+	GTRID     xid.GTRID
+	Outcome   Outcome
+	BeganAt   time.Time // UTC
+	DecidedAt time.Time // UTC
+}
+
+// RowsLimit is the most rows one Rows call returns, oldest gtrids first;
+// call again after forgetting them.
+const RowsLimit = 10000
+
+// Rows lists the decisions recorded more than olderThan ago by the
+// database's clock, oldest gtrid first, at most RowsLimit: the 'C' rows a
+// client that died before forgetting them left (collect them once their
+// prepared branches are settled) and the 'A' rows SweepAborts will delete.
+func Rows(ctx context.Context, q rm.Querier, d rm.Driver, olderThan time.Duration) ([]Row, error) {
+	return defaultTable.rows(ctx, q, d, olderThan)
+}
+
+func (t table) rows(ctx context.Context, q rm.Querier, d rm.Driver, olderThan time.Duration) ([]Row, error) {
+	cols := "began_at, decided_at"
+	if d == rm.MySQL {
+		cols = "CAST(began_at AS CHAR), CAST(decided_at AS CHAR)" // text whatever the DSN's parseTime and loc
+	}
+	rs, err := q.QueryContext(ctx, "SELECT gtrid, outcome, "+cols+" FROM "+t.name+
+		" WHERE decided_at < "+t.ago(d, olderThan)+" ORDER BY gtrid LIMIT "+strconv.Itoa(RowsLimit))
+	if err != nil {
+		return nil, t.explain("list decisions", err)
+	}
+	defer rs.Close()
+	var out []Row
+	for rs.Next() {
+		var g, o string
+		var r Row
+		if d == rm.MySQL {
+			var began, decided string
+			if err := rs.Scan(&g, &o, &began, &decided); err != nil {
+				return nil, t.explain("list decisions", err)
+			}
+			if r.BeganAt, err = time.Parse(myTimeLayout, began); err == nil {
+				r.DecidedAt, err = time.Parse(myTimeLayout, decided)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("decision: list decisions: a time in %s: %w", t.name, err)
+			}
+		} else if err := rs.Scan(&g, &o, &r.BeganAt, &r.DecidedAt); err != nil {
+			return nil, t.explain("list decisions", err)
+		}
+		id, err := xid.Parse(g)
+		if err != nil || len(o) != 1 || (Outcome(o[0]) != Commit && Outcome(o[0]) != Abort) {
+			return nil, fmt.Errorf("decision: list decisions: row (%q, %q) in %s is not a decision: the table was written by something else; inspect it", g, o, t.name)
+		}
+		r.GTRID, r.Outcome = id, Outcome(o[0])
+		r.BeganAt, r.DecidedAt = r.BeganAt.UTC(), r.DecidedAt.UTC()
+		out = append(out, r)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, t.explain("list decisions", err)
+	}
+	return out, nil
+}
+
+// myTimeLayout is how MySQL/MariaDB write a DATETIME(6).
+const myTimeLayout = "2006-01-02 15:04:05.999999"

@@ -1,0 +1,144 @@
+package decision
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// A pipelined INSERT that fails never commits: the statements after it in
+// the same round trip do not run (the forget DELETE leaves its row, the
+// COMMIT does not happen), and the application's write never becomes
+// visible. On PostgreSQL the session is left in an aborted transaction,
+// whose COMMIT is a rollback; on MariaDB the transaction is still open and
+// must be rolled back.
+func TestFailedPipelinedInsertNeverCommits(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *dbEnv) {
+		ctx := testCtx(t)
+		// A committed 'C' the failing commit would forget.
+		old := e.beginCP(t, ctx)
+		if err := old.commit(ctx, time.Hour, nil); err != nil {
+			t.Fatal(err)
+		}
+		c := e.beginCP(t, ctx)
+		if o, err := e.tab.resolve(ctx, e.db, e.d, c.g, time.Second); err != nil || o != Abort {
+			t.Fatalf("Resolve: %v %v", o, err)
+		}
+		if _, ok := Refused(c.commit(ctx, time.Hour, []xid.GTRID{old.g})); !ok {
+			t.Fatal("the commit was not refused")
+		}
+		if n := e.decisionRows(t, old.g); n != 1 {
+			t.Fatalf("the DELETE after the failed INSERT ran: %d rows for the forgotten gtrid, want 1", n)
+		}
+		if e.rowVisible(t, c.row) {
+			t.Fatal("the application's write is visible after the failed pipeline")
+		}
+		if e.d == rm.Postgres {
+			_, err := c.conn.ExecContext(ctx, "SELECT 1")
+			if err == nil || !strings.Contains(err.Error(), "25P02") {
+				t.Fatalf("a statement after the failed pipeline: %v, want 25P02 (in failed transaction)", err)
+			}
+			// Even a COMMIT now only ends the aborted transaction (its
+			// command tag is ROLLBACK): the write stays absent below.
+			c.exec(t, ctx, "COMMIT")
+		} else {
+			var in int
+			if err := c.conn.QueryRowContext(ctx, "SELECT @@in_transaction").Scan(&in); err != nil || in != 1 {
+				t.Fatalf("@@in_transaction = %d %v, want 1 (the transaction is still open)", in, err)
+			}
+			c.exec(t, ctx, "ROLLBACK")
+		}
+		if e.rowVisible(t, c.row) {
+			t.Fatal("the application's write is committed")
+		}
+		if o, _ := e.lookupMust(t, c.g); o != Abort {
+			t.Fatalf("outcome %v, want abort", o)
+		}
+	})
+}
+
+// A successful commit forgets exactly the 'C' rows it is given.
+func TestCommitForgetsItsList(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *dbEnv) {
+		ctx := testCtx(t)
+		var done []xid.GTRID
+		for range 3 {
+			c := e.beginCP(t, ctx)
+			if err := c.commit(ctx, time.Hour, nil); err != nil {
+				t.Fatal(err)
+			}
+			done = append(done, c.g)
+		}
+		aborted := xid.New()
+		if o, err := e.tab.resolve(ctx, e.db, e.d, aborted, time.Second); err != nil || o != Abort {
+			t.Fatal(o, err)
+		}
+		c := e.beginCP(t, ctx)
+		if err := c.commit(ctx, time.Hour, []xid.GTRID{done[0], done[1], aborted, xid.New()}); err != nil {
+			t.Fatalf("commit with a forget list: %v", err)
+		}
+		for g, want := range map[xid.GTRID]int{done[0]: 0, done[1]: 0, done[2]: 1, aborted: 1, c.g: 1} {
+			if n := e.decisionRows(t, g); n != want {
+				t.Errorf("gtrid %s: %d rows, want %d", g, n, want)
+			}
+		}
+	})
+}
+
+// Forget deletes 'C' rows only; SweepAborts deletes 'A' rows older than the
+// keep time only; Rows lists the rows older than its age.
+func TestForgetAndSweep(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *dbEnv) {
+		ctx := testCtx(t)
+		ins := func(o Outcome, age time.Duration) xid.GTRID {
+			g := xid.New()
+			at := e.tab.ago(e.d, age)
+			if _, err := e.db.ExecContext(ctx, "INSERT INTO "+e.tab.name+" (gtrid, outcome, began_at, decided_at) VALUES ("+
+				literal(g)+", '"+string(rune(o))+"', "+at+", "+at+")"); err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		cOld, cNew := ins(Commit, 2*time.Hour), ins(Commit, 0)
+		aOld, aNew := ins(Abort, 2*time.Hour), ins(Abort, 0)
+		rows, err := e.tab.rows(ctx, e.db, e.d, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[xid.GTRID]Outcome{}
+		for _, r := range rows {
+			got[r.GTRID] = r.Outcome
+			if d := time.Since(r.DecidedAt); d < 2*time.Hour-time.Minute || d > 2*time.Hour+time.Minute {
+				t.Errorf("row %s decided %s ago, want about 2h (times are UTC)", r.GTRID, d)
+			}
+		}
+		if len(got) != 2 || got[cOld] != Commit || got[aOld] != Abort {
+			t.Errorf("Rows(older than 1h) = %+v, want the two old rows", rows)
+		}
+		n, err := e.tab.forget(ctx, e.db, []xid.GTRID{cOld, aOld, aNew, xid.New()})
+		if err != nil || n != 1 {
+			t.Fatalf("Forget = %d %v, want 1 (only the 'C' row)", n, err)
+		}
+		n, err = e.tab.sweepAborts(ctx, e.db, e.d, time.Hour)
+		if err != nil || n != 1 {
+			t.Fatalf("SweepAborts = %d %v, want 1 (only the old 'A' row)", n, err)
+		}
+		for g, want := range map[xid.GTRID]int{cOld: 0, cNew: 1, aOld: 0, aNew: 1} {
+			if n := e.decisionRows(t, g); n != want {
+				t.Errorf("gtrid %s: %d rows, want %d", g, n, want)
+			}
+		}
+		// A batch longer than ForgetBatch.
+		many := make([]xid.GTRID, ForgetBatch+5)
+		for i := range many {
+			many[i] = xid.New()
+		}
+		many[ForgetBatch+2] = cNew
+		if n, err := e.tab.forget(ctx, e.db, many); err != nil || n != 1 {
+			t.Fatalf("Forget of %d gtrids = %d %v, want 1", len(many), n, err)
+		}
+	})
+}

@@ -1,0 +1,59 @@
+package decision
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The database errors this package tells apart.
+//
+//	                     PostgreSQL               MySQL/MariaDB
+//	duplicate key        23505 unique_violation   1062 ER_DUP_ENTRY
+//	NULL in NOT NULL     23502 not_null_violation 1048 ER_BAD_NULL_ERROR
+//	lock wait timeout    55P03 lock_not_available 1205 ER_LOCK_WAIT_TIMEOUT
+//	deadlock victim      40P01 deadlock_detected  1213 ER_LOCK_DEADLOCK
+//	no such table        42P01 undefined_table    1146 ER_NO_SUCH_TABLE
+const (
+	myDupEntry    = 1062
+	myBadNull     = 1048
+	myLockWait    = 1205
+	myDeadlock    = 1213
+	myNoSuchTable = 1146
+)
+
+func pgCode(err error) string {
+	var e *pgconn.PgError
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+func myCode(err error) uint16 {
+	var e *mysql.MySQLError
+	if errors.As(err, &e) {
+		return e.Number
+	}
+	return 0
+}
+
+func isDuplicate(err error) bool { return pgCode(err) == "23505" || myCode(err) == myDupEntry }
+
+// isBadNull is the age check's refusal: began_at received NULL.
+func isBadNull(err error) bool {
+	var e *pgconn.PgError
+	if errors.As(err, &e) {
+		return e.Code == "23502" && e.ColumnName == "began_at"
+	}
+	var m *mysql.MySQLError
+	return errors.As(err, &m) && m.Number == myBadNull && strings.Contains(m.Message, "'began_at'")
+}
+
+func isLockTimeout(err error) bool { return pgCode(err) == "55P03" || myCode(err) == myLockWait }
+
+func isDeadlock(err error) bool { return pgCode(err) == "40P01" || myCode(err) == myDeadlock }
+
+func isNoTable(err error) bool { return pgCode(err) == "42P01" || myCode(err) == myNoSuchTable }
