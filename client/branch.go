@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/xid"
@@ -38,15 +39,19 @@ const (
 //
 // A Branch is not safe for concurrent use, like the connection beneath it.
 type Branch struct {
-	tx      *Tx
-	rm      *rmInfo
-	conn    *sql.Conn
-	id      xid.Branch
-	mu      sync.Mutex
-	state   branchState
-	wrote   bool // ran ExecContext: counts as a writer
-	trips   int  // round trips to this RM made for this branch
-	lastErr error
+	tx    *Tx
+	rm    *rmInfo
+	conn  *sql.Conn
+	id    xid.Branch
+	mu    sync.Mutex
+	state branchState
+	wrote bool // ran ExecContext: counts as a writer
+	// plain: the transaction's commit point on MySQL/MariaDB, begun as a
+	// plain transaction (not an XA branch): it never prepares.
+	plain      bool
+	formChosen bool // chooseBegin ran
+	trips      int  // round trips to this RM made for this branch
+	lastErr    error
 }
 
 // RM returns the name of the branch's resource manager.
@@ -147,20 +152,54 @@ func (b *Branch) beginAlone(ctx context.Context) error {
 	if b.state != branchIdle {
 		return nil
 	}
-	b.trips++
-	start := time.Now()
-	_, err := b.conn.ExecContext(ctx, b.rm.dialect.Begin(b.id))
-	b.waited(waits.RMRoundtrip, start)
-	if err != nil {
+	b.chooseBegin(ctx)
+	if err := b.execSteps(ctx, waits.RMRoundtrip, b.beginSQL()); err != nil {
 		return b.fail(fmt.Errorf("rm %q: begin: %w", b.rm.name, err))
 	}
 	b.state = branchActive
 	return nil
 }
 
+// chooseBegin settles, before the branch's begin is sent, how it begins
+// (commitpoint.go): as the transaction's commit point or as an XA branch
+// named with it. At most once per branch.
+func (b *Branch) chooseBegin(ctx context.Context) {
+	if b.formChosen {
+		return
+	}
+	b.formChosen = true
+	b.tx.beginForm(ctx, b)
+	b.tx.checkPostgres(ctx, b)
+}
+
+// beginSQL is the branch's begin, as statements to send in order.
+func (b *Branch) beginSQL() []string {
+	if b.plain {
+		return decision.BeginStatements(b.rm.dialect.Driver())
+	}
+	return []string{b.rm.dialect.Begin(b.id)}
+}
+
+// onePhaseSQL commits the branch without a prepare.
+func (b *Branch) onePhaseSQL() []string {
+	if b.plain {
+		return []string{"COMMIT"}
+	}
+	return b.rm.dialect.CommitOnePhase(b.id)
+}
+
+// rollbackActiveSQL rolls back the branch before a prepare.
+func (b *Branch) rollbackActiveSQL() []string {
+	if b.plain {
+		return []string{"ROLLBACK"}
+	}
+	return b.rm.dialect.RollbackActive(b.id)
+}
+
 // beginWithExec sends the begin and the first statement in one round trip.
 func (b *Branch) beginWithExec(ctx context.Context, query string, args []any) (sql.Result, error) {
-	begin := b.rm.dialect.Begin(b.id)
+	b.chooseBegin(ctx)
+	begin := strings.Join(b.beginSQL(), "; ")
 	switch {
 	case b.rm.dialect.Driver() == rm.Postgres:
 		var res sql.Result

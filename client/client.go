@@ -33,6 +33,20 @@ type RM struct {
 	// multiStatements=true&interpolateParams=true). The SDK then sends
 	// XA START with the first statement and XA END with XA PREPARE.
 	MultiStatements bool
+	// NeverCommitPoint keeps this RM from being a transaction's commit point
+	// (see DecideAt): its branches are always prepared.
+	NeverCommitPoint bool
+	// CommitPointStrength breaks ties when several PostgreSQL writers could
+	// be the commit point: the highest wins, then the first enlisted.
+	CommitPointStrength int
+	// DB, when set, is a pool the SDK may use for its own statements on this
+	// RM: creating the decision table (tandem_decision) at first use, and,
+	// when this RM is the commit point and its connection broke during the
+	// commit, taking the decision key to learn the outcome at once. Without
+	// it the table must exist (the coordinator creates it at start, or run
+	// tandem init-rm), and such an outcome is reported unknown (the
+	// coordinator's scan settles the branches).
+	DB *sql.DB
 }
 
 // Config configures a Client. Creating a client makes no network call.
@@ -74,8 +88,13 @@ type Config struct {
 	Now func() time.Time
 	// Logger, when set, receives the SDK's warnings: while the coordinator
 	// cannot be reached, "coordinator unreachable at ADDR, retrying" about
-	// once a second.
+	// once a second; why an RM cannot be a commit point.
 	Logger *slog.Logger
+	// MaxTxnAge: a commit point refuses to record COMMIT for a transaction
+	// that began longer ago than this by its database's clock (default 1h,
+	// the coordinator's --max-txn-age default; it must not exceed the
+	// coordinator's, which keeps abort decisions at least that long).
+	MaxTxnAge time.Duration
 }
 
 // DefaultDecisionTimeout is Config.DecisionTimeout's default.
@@ -95,17 +114,53 @@ const (
 	VisibilityAsync  = api.Visibility_ASYNC
 )
 
+// DecideAt says where a transaction with two or more writers is decided.
+type DecideAt string
+
+// Where decisions are made.
+const (
+	// DecideAuto (the default, also ""): at a commit point when one
+	// qualifies — a MariaDB/MySQL writer first (it then never prepares),
+	// else a PostgreSQL writer — otherwise at the coordinator.
+	DecideAuto DecideAt = "auto"
+	// DecideAtCoordinator: every writer prepares; the coordinator's log
+	// holds the decision (one Commit RPC).
+	DecideAtCoordinator DecideAt = "coordinator"
+	// DecideAtRM: at a commit point, as DecideAuto; when no writer
+	// qualifies the coordinator decides, with a warning.
+	DecideAtRM DecideAt = "rm"
+)
+
+// ParseDecideAt checks a DecideAt from configuration or a flag.
+func ParseDecideAt(s string) (DecideAt, error) {
+	switch d := DecideAt(s); d {
+	case "", DecideAuto:
+		return DecideAuto, nil
+	case DecideAtCoordinator, DecideAtRM:
+		return d, nil
+	}
+	return "", fmt.Errorf("client: decide-at %q: use auto, coordinator or rm", s)
+}
+
 // CommitOptions choose what a two-phase Commit waits for. Zero values take
-// the coordinator's defaults (wait, sync).
+// the coordinator's defaults (wait, sync) and DecideAuto.
 type CommitOptions struct {
 	Durability Durability
 	Visibility Visibility
+	// DecideAt is read when the transaction's first MariaDB/MySQL branch
+	// begins (a commit point there begins as a plain transaction, not an
+	// XA branch) and at Commit.
+	DecideAt DecideAt
 }
 
 type rmInfo struct {
 	name            string
 	dialect         rm.Dialect
 	multiStatements bool
+	neverCP         bool
+	cpStrength      int
+	db              *sql.DB
+	cp              cpState
 }
 
 // Client runs global transactions. It is safe for concurrent use; make one
@@ -124,6 +179,12 @@ type Client struct {
 // New checks the configuration and returns a client. It makes no network call.
 func New(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, rms: make(map[string]*rmInfo, len(cfg.RMs)), waits: cfg.Waits}
+	if c.cfg.MaxTxnAge <= 0 {
+		c.cfg.MaxTxnAge = time.Hour
+	}
+	if _, err := ParseDecideAt(string(cfg.Defaults.DecideAt)); err != nil {
+		return nil, err
+	}
 	if c.waits == nil {
 		c.waits = waits.Client
 	}
@@ -142,7 +203,8 @@ func New(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("client: resource manager %q: %w", r.Name, err)
 		}
 		dialect, _ := rm.DialectFor(d)
-		c.rms[r.Name] = &rmInfo{name: r.Name, dialect: dialect, multiStatements: r.MultiStatements}
+		c.rms[r.Name] = &rmInfo{name: r.Name, dialect: dialect, multiStatements: r.MultiStatements,
+			neverCP: r.NeverCommitPoint, cpStrength: r.CommitPointStrength, db: r.DB}
 	}
 	if cfg.Coordinator != "" {
 		if err := addrhint.CheckAPIAddr(cfg.Coordinator); err != nil {

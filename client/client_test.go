@@ -108,6 +108,11 @@ func newClient(t *testing.T, cfg Config) *Client {
 	if cfg.RMs == nil {
 		cfg.RMs = twoRMs
 	}
+	if cfg.Defaults.DecideAt == "" {
+		// These tests check the coordinator's path statement by statement;
+		// commitpoint_test.go checks the commit point's.
+		cfg.Defaults.DecideAt = DecideAtCoordinator
+	}
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -91,21 +91,40 @@ func (c *fakeConn) QueryContext(_ context.Context, q string, _ []driver.NamedVal
 		c.db.mu.Unlock()
 		return &fakeRows{v: ro}, nil
 	}
+	switch {
+	case q == "SHOW fsync": // a durable PostgreSQL (decision.CheckDurable)
+		return &fakeRows{v: "on"}, nil
+	case strings.Contains(q, "innodb_flush_log_at_trx_commit"): // a durable MariaDB
+		return &fakeRows{vs: []driver.Value{int64(1), int64(1), int64(1)}}, nil
+	case strings.HasPrefix(q, "SELECT gtrid FROM tandem_decision WHERE 1 = 0"): // the decision table exists
+		return &fakeRows{done: true}, nil
+	}
 	return &fakeRows{v: int64(1)}, nil
 }
 
+// fakeRows is one row of one column v, or of the columns vs.
 type fakeRows struct {
 	v    driver.Value
+	vs   []driver.Value
 	done bool
 }
 
-func (r *fakeRows) Columns() []string { return []string{"v"} }
-func (r *fakeRows) Close() error      { return nil }
+func (r *fakeRows) Columns() []string {
+	if r.vs != nil {
+		return make([]string, len(r.vs))
+	}
+	return []string{"v"}
+}
+func (r *fakeRows) Close() error { return nil }
 func (r *fakeRows) Next(dest []driver.Value) error {
 	if r.done {
 		return io.EOF
 	}
 	r.done = true
+	if r.vs != nil {
+		copy(dest, r.vs)
+		return nil
+	}
 	dest[0] = r.v
 	return nil
 }

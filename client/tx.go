@@ -43,6 +43,10 @@ const (
 	PathOnePhase
 	// PathTwoPhase: two or more branches wrote: prepared, then decided by the coordinator.
 	PathTwoPhase
+	// PathCommitPoint: two or more branches wrote: all but one prepared,
+	// then decided by that one's local commit (Result.CommitPoint). No
+	// coordinator call.
+	PathCommitPoint
 )
 
 func (p Path) String() string {
@@ -53,6 +57,8 @@ func (p Path) String() string {
 		return "one-phase"
 	case PathTwoPhase:
 		return "two-phase"
+	case PathCommitPoint:
+		return "commit-point"
 	}
 	return "none"
 }
@@ -71,6 +77,8 @@ type Result struct {
 	RoundTrips []RMRoundTrips
 	// CoordinatorCalls counts RPCs to the coordinator made by this Commit.
 	CoordinatorCalls int
+	// CommitPoint names the RM whose local commit decided (PathCommitPoint).
+	CommitPoint string
 }
 
 // RMRoundTrips is the number of round trips made to one resource manager.
@@ -92,6 +100,11 @@ type Tx struct {
 	// traceCoord asks the coordinator for its waits too.
 	trace      *waits.Trace
 	traceCoord bool
+	// cp is the branch begun as the commit point (a plain MySQL/MariaDB
+	// transaction); unnamedXA: a MySQL/MariaDB branch began as an XA branch
+	// named with no commit point, so the coordinator decides (commitpoint.go).
+	cp        *Branch
+	unnamedXA bool
 }
 
 // SetTrace makes the transaction append each of its waits (every round trip,
@@ -111,8 +124,12 @@ func (t *Tx) SetTrace(tr *waits.Trace, coordinator bool) {
 // GTRID returns the transaction's global id.
 func (t *Tx) GTRID() xid.GTRID { return t.gtrid }
 
-// SetOptions sets this transaction's commit modes (before Commit).
+// SetOptions sets this transaction's commit modes (before Commit). A zero
+// DecideAt keeps the client's default (Config.Defaults.DecideAt).
 func (t *Tx) SetOptions(o CommitOptions) {
+	if o.DecideAt == "" {
+		o.DecideAt = t.c.cfg.Defaults.DecideAt
+	}
 	t.mu.Lock()
 	t.opts = o
 	t.mu.Unlock()
@@ -218,7 +235,7 @@ func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, e
 	commitReaders := func() error {
 		return parallel(len(readers), func(i int) error {
 			b := readers[i]
-			if err := b.execSteps(ctx, waits.RMCommit, b.rm.dialect.CommitOnePhase(b.id)); err != nil {
+			if err := b.execSteps(ctx, waits.RMCommit, b.onePhaseSQL()); err != nil {
 				return fmt.Errorf("rm %q: commit read-only branch: %w", b.rm.name, err)
 			}
 			b.state = branchCommitted
@@ -239,12 +256,15 @@ func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, e
 		}
 		return t.commitOnePhase(ctx, writers[0])
 	}
+	if cp := t.commitPoint(writers); cp != nil {
+		return t.commitAtRM(ctx, branches, writers, cp, commitReaders)
+	}
 	return t.commitTwoPhase(ctx, branches, writers, commitReaders)
 }
 
 func (t *Tx) commitOnePhase(ctx context.Context, w *Branch) (Result, txState, error) {
 	res := Result{Path: PathOnePhase}
-	err := w.execSteps(ctx, waits.RMCommit, w.rm.dialect.CommitOnePhase(w.id))
+	err := w.execSteps(ctx, waits.RMCommit, w.onePhaseSQL())
 	if err == nil {
 		w.state = branchCommitted
 		return res, txCommitted, nil
@@ -264,29 +284,7 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("%d branches wrote", len(writers)), Cause: ErrNoCoordinator}
 	}
 	// Phase 1: prepare every writer in parallel; read-only branches commit meanwhile.
-	prepErr := parallel(len(writers)+1, func(i int) error {
-		if i == len(writers) {
-			return commitReaders()
-		}
-		b := writers[i]
-		err := failpoint.Inject("before-prepare")
-		if err == nil {
-			err = b.prepare(ctx)
-		}
-		if err == nil {
-			_ = failpoint.Inject("after-prepare")
-		}
-		if err != nil {
-			if serverSaidNo(err) {
-				b.state = branchActive
-			} else {
-				b.state = branchInDoubt
-			}
-			return fmt.Errorf("rm %q: prepare: %w", b.rm.name, err)
-		}
-		b.state = branchPrepared
-		return nil
-	})
+	prepErr := t.prepareAll(ctx, writers, commitReaders)
 	if prepErr != nil {
 		t.rollbackAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "phase 1 failed", Cause: prepErr}
@@ -608,8 +606,8 @@ func (b *Branch) rollback(ctx context.Context) error {
 	case branchIdle, branchCommitted, branchRolledBack, branchHandedOver:
 		return nil
 	case branchActive:
-		err = b.execSteps(ctx, waits.RMRollback, d.RollbackActive(b.id))
-		if err != nil && d.Driver() == rm.MySQL {
+		err = b.execSteps(ctx, waits.RMRollback, b.rollbackActiveSQL())
+		if err != nil && d.Driver() == rm.MySQL && !b.plain {
 			// XA END may fail when the branch already ended (a failed XA PREPARE); try the rollback alone.
 			err = b.execSteps(ctx, waits.RMRollback, []string{d.RollbackPrepared(b.id)})
 		}

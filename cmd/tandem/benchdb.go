@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"strings"
 
+	"github.com/tandem-tx/tandem/client"
 	"github.com/tandem-tx/tandem/internal/bench"
 	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/rm"
@@ -106,6 +107,11 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	fs.Func("standby-window", "xa-standby: bytes in flight per direction of the standby's connection, as a TCP window, e.g. 256KiB (default unlimited)", func(v string) error {
 		b, err := config.ParseByteSize(v)
 		cfg.Standby.Window = int64(b)
+		return err
+	})
+	fs.Func("decide-at", "where the xa and oltp workloads decide: coordinator (default), rm or auto (a commit point — MariaDB first — records the decision in its tandem_decision table; the bench makes the table)", func(v string) error {
+		d, err := client.ParseDecideAt(v)
+		cfg.DecideAt = d
 		return err
 	})
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")

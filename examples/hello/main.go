@@ -32,6 +32,9 @@ type Config struct {
 	Coordinator     string
 	PGName          string
 	MariaName       string
+	// DecideAt: "auto" (default: MariaDB's own commit decides, with its
+	// decision row, when its decision table exists), "coordinator" or "rm".
+	DecideAt client.DecideAt
 }
 
 func main() {
@@ -42,7 +45,13 @@ func main() {
 	flag.StringVar(&cfg.Coordinator, "coordinator", "127.0.0.1:7070", "the coordinator's gRPC address")
 	flag.StringVar(&cfg.PGName, "rm-pg", "pg", "the coordinator's name for the PostgreSQL database (its --rm pg=...)")
 	flag.StringVar(&cfg.MariaName, "rm-maria", "maria", "the coordinator's name for the MariaDB database (its --rm maria=...)")
+	decideAt := flag.String("decide-at", "auto", "where the transaction is decided: auto, coordinator or rm")
 	flag.Parse()
+	var err error
+	if cfg.DecideAt, err = client.ParseDecideAt(*decideAt); err != nil {
+		fmt.Fprintln(os.Stderr, "hello:", err)
+		os.Exit(2)
+	}
 	if cfg.PGDSN == "" || cfg.MySQLDSN == "" {
 		fmt.Fprintln(os.Stderr, `hello: set TANDEM_PG_DSN and TANDEM_MYSQL_DSN (eval "$(scripts/db env)"), or pass -pg and -mysql`)
 		os.Exit(2)
@@ -77,11 +86,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	}
 
 	cli, err := client.New(client.Config{
-		Coordinator: cfg.Coordinator, // contacted only when two or more branches wrote
+		Coordinator: cfg.Coordinator, // contacted only when two or more branches wrote and no commit point qualifies
 		RMs: []client.RM{
-			{Name: cfg.PGName, Driver: "postgres"},
-			{Name: cfg.MariaName, Driver: "mysql", MultiStatements: true},
+			{Name: cfg.PGName, Driver: "postgres", DB: pgDB},
+			{Name: cfg.MariaName, Driver: "mysql", MultiStatements: true, DB: myDB},
 		},
+		Defaults: client.CommitOptions{DecideAt: cfg.DecideAt},
 	})
 	if err != nil {
 		return err
@@ -127,7 +137,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	case err != nil:
 		return err
 	}
-	fmt.Fprintf(out, "committed %s (%s, %d coordinator call)\n", res.GTRID, res.Path, res.CoordinatorCalls)
+	where := ""
+	if res.CommitPoint != "" {
+		where = " at " + res.CommitPoint
+	}
+	fmt.Fprintf(out, "committed %s (%s%s, %d coordinator calls)\n", res.GTRID, res.Path, where, res.CoordinatorCalls)
 
 	for _, q := range []struct {
 		name string

@@ -48,7 +48,7 @@ func TestHelloCommitsOnBoth(t *testing.T) {
 	if err := Run(ctx, Config{PGDSN: pg, MySQLDSN: my, Coordinator: srv.Addr(), PGName: "pg", MariaName: "maria"}, &out); err != nil {
 		t.Fatalf("Run: %v\n%s", err, out.String())
 	}
-	want := regexp.MustCompile(`^committed ([0-9a-f]{32}) \(two-phase, 1 coordinator call\)
+	want := regexp.MustCompile(`^committed ([0-9a-f]{32}) \(commit-point at maria, 0 coordinator calls\)
   postgres: "hello from ([0-9a-f]{32})"
   mariadb : "hello from ([0-9a-f]{32})"
 $`)
@@ -58,7 +58,7 @@ $`)
 	}
 }
 
-// With no coordinator, hello does not hang: the SDK's decision timeout (or
+// Decided at the coordinator, with no coordinator, hello does not hang: the SDK's decision timeout (or
 // the context) ends the wait, and the error says what to run.
 func TestHelloWithoutACoordinatorSaysWhatToDo(t *testing.T) {
 	pg, my := dsns(t)
@@ -70,7 +70,7 @@ func TestHelloWithoutACoordinatorSaysWhatToDo(t *testing.T) {
 	l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	err = Run(ctx, Config{PGDSN: pg, MySQLDSN: my, Coordinator: addr, PGName: "pg", MariaName: "maria"}, io.Discard)
+	err = Run(ctx, Config{PGDSN: pg, MySQLDSN: my, Coordinator: addr, PGName: "pg", MariaName: "maria", DecideAt: client.DecideAtCoordinator}, io.Discard)
 	var unknown *client.OutcomeUnknownError
 	if !errors.As(err, &unknown) || !strings.Contains(err.Error(), "tandem status") || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("Run without a coordinator: %v, want an unknown outcome naming %s and tandem status", err, addr)

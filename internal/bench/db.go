@@ -22,6 +22,7 @@ import (
 
 	"github.com/tandem-tx/tandem/client"
 	"github.com/tandem-tx/tandem/internal/config"
+	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/internal/server"
 	"github.com/tandem-tx/tandem/internal/waits"
@@ -61,6 +62,11 @@ type DBConfig struct {
 	TxnTimeout time.Duration
 	// AuthToken is the external coordinator's shared token, if it requires one.
 	AuthToken string
+	// DecideAt: where the xa and oltp workloads decide (client.DecideAt;
+	// default coordinator). With auto or rm the bench makes the decision
+	// table on both databases, and a commit point decides where one
+	// qualifies.
+	DecideAt client.DecideAt
 	// Coordinator is an external coordinator's gRPC address; "" starts one
 	// in this process (with its decision log in a temporary directory under
 	// Dir) that the clients reach over gRPC on loopback.
@@ -125,6 +131,12 @@ func DefaultDBConfig() DBConfig {
 }
 
 func (c *DBConfig) validate() error {
+	if c.DecideAt == "" {
+		c.DecideAt = client.DecideAtCoordinator
+	}
+	if _, err := client.ParseDecideAt(string(c.DecideAt)); err != nil {
+		return err
+	}
 	switch {
 	case len(c.Workloads) == 0 || len(c.Workloads) > 2:
 		return errors.New("give one workload, or two to compare")
@@ -391,6 +403,11 @@ func (e *env) setup(ctx context.Context) error {
 		if err := e.cleanupPrepared(ctx, r); err != nil {
 			return err
 		}
+		if e.cfg.DecideAt != client.DecideAtCoordinator {
+			if err := decision.Ensure(ctx, r.db, r.Driver); err != nil {
+				return fmt.Errorf("bench: rm %q: %w", r.Name, err)
+			}
+		}
 		stmts = append(stmts, "DELETE FROM tandem_bench")
 		for _, s := range stmts {
 			if _, err := r.db.ExecContext(ctx, s); err != nil {
@@ -573,7 +590,7 @@ func (e *env) newState(ctx context.Context, name string) (*wlState, error) {
 		st.run = txnOLTPSQL
 	}
 	if name == WorkloadXA || name == WorkloadOnePC || name == WorkloadOLTP || name == WorkloadXAStandby {
-		cfg := client.Config{Coordinator: e.coordAt, Waits: st.reg}
+		cfg := client.Config{Coordinator: e.coordAt, Waits: st.reg, Defaults: client.CommitOptions{DecideAt: e.cfg.DecideAt}}
 		if name == WorkloadXAStandby {
 			cfg.Coordinator = e.sbAt
 		}

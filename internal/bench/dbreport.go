@@ -54,6 +54,8 @@ type DBReport struct {
 	// Ratio is TPS of the second workload ÷ TPS of the first, with two.
 	Ratio       *float64 `json:"ratio,omitempty"`
 	Coordinator string   `json:"coordinator,omitempty"`
+	// DecideAt: where xa and oltp decided (client.DecideAt).
+	DecideAt string `json:"decide_at"`
 	// CoordinatorConns: the in-process coordinator's connections per RM.
 	CoordinatorConns int      `json:"coordinator_conns,omitempty"`
 	LogFS            string   `json:"coordinator_log_fs,omitempty"`
@@ -70,7 +72,7 @@ type DBReport struct {
 }
 
 func (e *env) report(states []*wlState, m machineUseT) *DBReport {
-	rep := &DBReport{Coordinator: e.coordAt, CPUs: runtime.NumCPU(),
+	rep := &DBReport{Coordinator: e.coordAt, DecideAt: string(e.cfg.DecideAt), CPUs: runtime.NumCPU(),
 		OwnCPUPercent: round(m.own, 1), OthersCPUPercent: round(m.others, 1), Warnings: e.warnings}
 	if e.inProc {
 		rep.Coordinator += " (in-process)"
@@ -158,6 +160,9 @@ func (r *DBReport) WriteTable(w io.Writer) error {
 		}
 		if r.LogFS != "" {
 			line += ", decision log on " + r.LogFS
+		}
+		if r.DecideAt != "" {
+			line += "; xa and oltp decide at: " + r.DecideAt
 		}
 		fmt.Fprintln(w, line)
 	}

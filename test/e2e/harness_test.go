@@ -231,6 +231,9 @@ func newClient(t *testing.T, addr string) *client.Client {
 	cli, err := client.New(client.Config{
 		Coordinator: addr,
 		RMs:         []client.RM{{Name: "pg", Driver: "postgres"}, {Name: "maria", Driver: "mysql", MultiStatements: true}},
+		// These tests are of the coordinator's decisions; commitpoint_test.go
+		// has the commit point's.
+		Defaults: client.CommitOptions{DecideAt: client.DecideAtCoordinator},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -287,12 +290,13 @@ func (d dbs) count(t *testing.T, db *sql.DB, table string, id int) int {
 	return n
 }
 
-// prepared lists Tandem-format prepared branches left on both databases.
+// prepared lists Tandem-format prepared branches left on both databases
+// (named with a commit point or not).
 func (d dbs) prepared(t *testing.T) []string {
 	t.Helper()
 	ctx := context.Background()
 	var out []string
-	rows, err := d.pg.QueryContext(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%'")
+	rows, err := d.pg.QueryContext(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%' OR gid LIKE 'tandemcp:%'")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +315,7 @@ func (d dbs) prepared(t *testing.T) []string {
 		var a, b int
 		var data []byte
 		_ = rows.Scan(&f, &a, &b, &data)
-		if f == 0x54414E44 {
+		if f == 0x54414E44 || f == 0x54414E43 {
 			out = append(out, "maria "+string(data))
 		}
 	}
@@ -326,7 +330,7 @@ func (d dbs) rollbackLeftovers(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	var gids []string
-	rows, err := d.pg.QueryContext(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%'")
+	rows, err := d.pg.QueryContext(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%' OR gid LIKE 'tandemcp:%'")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +356,7 @@ func (d dbs) rollbackLeftovers(t *testing.T) {
 		var a, b int
 		var data []byte
 		_ = rows.Scan(&f, &a, &b, &data)
-		if f == 0x54414E44 && a+b <= len(data) {
+		if (f == 0x54414E44 || f == 0x54414E43) && a+b <= len(data) {
 			xids = append(xids, fmt.Sprintf("'%s','%s',%d", data[:a], data[a:a+b], f))
 		}
 	}

@@ -15,7 +15,8 @@ import (
 func twoPGBranches(t *testing.T, c *coordinator, table string, id int, opts client.CommitOptions, timeout time.Duration) (client.Result, error) {
 	t.Helper()
 	d := openDBs(t)
-	cli, err := client.New(client.Config{Coordinator: c.addr, RMs: []client.RM{{Name: "pg", Driver: "postgres"}, {Name: "pg2", Driver: "postgres"}}})
+	cli, err := client.New(client.Config{Coordinator: c.addr, RMs: []client.RM{{Name: "pg", Driver: "postgres"}, {Name: "pg2", Driver: "postgres"}},
+		Defaults: client.CommitOptions{DecideAt: client.DecideAtCoordinator}})
 	if err != nil {
 		t.Fatal(err)
 	}

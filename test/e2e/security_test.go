@@ -54,7 +54,8 @@ func TestAuthTokenIsRequired(t *testing.T) {
 	d := openDBs(t)
 	d.table(t, "e2e_auth")
 	cli, err := client.New(client.Config{Coordinator: c.addr, AuthToken: token,
-		RMs: []client.RM{{Name: "pg", Driver: "postgres"}, {Name: "maria", Driver: "mysql", MultiStatements: true}}})
+		RMs:      []client.RM{{Name: "pg", Driver: "postgres"}, {Name: "maria", Driver: "mysql", MultiStatements: true}},
+		Defaults: client.CommitOptions{DecideAt: client.DecideAtCoordinator}})
 	if err != nil {
 		t.Fatal(err)
 	}

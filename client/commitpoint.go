@@ -1,0 +1,381 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tandem-tx/tandem/internal/decision"
+	"github.com/tandem-tx/tandem/internal/failpoint"
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// The commit point (README, "Deciding in the databases").
+//
+// A transaction with two or more writers can be decided by one of its own
+// branches instead of the coordinator: the others are prepared (in
+// parallel), then that branch — the commit point — inserts the row
+// (gtrid, 'C') into its database's tandem_decision table and commits, in one
+// round trip. Its local COMMIT is the decision: durable where the database
+// makes commits durable, with no coordinator call and no coordinator fsync.
+// Then the prepared branches are committed. The prepared branches are named
+// with the commit point (xid.Branch.CommitPoint), so that whoever finds one
+// later — this SDK after a broken call, any coordinator's in-doubt scan —
+// settles it by taking the key: inserting (gtrid, 'A'). A duplicate key
+// means a decision exists (read and apply it); a successful insert means no
+// COMMIT can ever land (the late commit point's insert conflicts and its
+// transaction fails), so the prepared branches are rolled back.
+//
+// Which branch: a MariaDB/MySQL branch that begins while the transaction has
+// none yet (it begins as a plain transaction, never prepares, and so binds
+// no XA branch to its session), else, at Commit, a PostgreSQL writer (any
+// PostgreSQL branch is a plain transaction until PREPARE). An RM qualifies
+// when its decision table exists and its database makes commits durable
+// (decision.CheckDurable); checked on first use and cached.
+
+// cpState is what a client knows of one RM as a commit point.
+type cpState struct {
+	mu      sync.Mutex
+	checked time.Time // zero: never checked
+	why     error     // nil: qualifies
+	// forget holds gtrids whose branches are all committed: their 'C' rows
+	// are deleted by a later commit on this RM, in the same round trip.
+	forget []xid.GTRID
+}
+
+// cpRecheck is how long a negative eligibility answer is kept.
+const cpRecheck = time.Minute
+
+// Forget batching: the rows of committed gtrids are deleted once at least
+// forgetBatch are pending, at most forgetMax at a time; past forgetKeep the
+// oldest are dropped from memory (the coordinator's sweep deletes them).
+const (
+	forgetBatch = 32
+	forgetMax   = 256
+	forgetKeep  = 4096
+)
+
+// qualifies reports whether info can be a commit point, checking on q (the
+// branch's connection, outside any transaction) when it has not yet, or
+// when a negative answer is older than cpRecheck.
+func (c *Client) qualifies(ctx context.Context, info *rmInfo, q rm.Querier) bool {
+	if info.neverCP {
+		return false
+	}
+	s := &info.cp
+	s.mu.Lock()
+	checked, why := s.checked, s.why
+	s.mu.Unlock()
+	if !checked.IsZero() && (why == nil || time.Since(checked) < cpRecheck) {
+		return why == nil
+	}
+	why = c.checkCommitPoint(ctx, info, q)
+	s.mu.Lock()
+	s.checked, s.why = time.Now(), why
+	s.mu.Unlock()
+	if why != nil {
+		c.warn("resource manager cannot be a commit point; its branches are prepared and another branch or the coordinator decides (checked again in a minute)",
+			"rm", info.name, "why", why.Error())
+	}
+	return why == nil
+}
+
+func (c *Client) checkCommitPoint(ctx context.Context, info *rmInfo, q rm.Querier) error {
+	d := info.dialect.Driver()
+	if info.db != nil {
+		if err := decision.Ensure(ctx, info.db, d); err != nil {
+			return err
+		}
+	}
+	if err := decision.CheckDurable(ctx, q, d); err != nil {
+		return err
+	}
+	rows, err := q.QueryContext(ctx, "SELECT gtrid FROM "+decision.TableName+" WHERE 1 = 0")
+	if err != nil {
+		return fmt.Errorf("rm %q: the decision table %s is not usable (%w): start the coordinator with this RM (it creates the table), run tandem init-rm, or give client.RM.DB", info.name, decision.TableName, err)
+	}
+	return rows.Close()
+}
+
+// beginForm says how a MariaDB/MySQL branch begins: as the transaction's
+// commit point (a plain transaction), or as an XA branch named with the
+// commit point the transaction already has (or with none). Called once per
+// branch, before its begin is sent.
+func (t *Tx) beginForm(ctx context.Context, b *Branch) {
+	if b.rm.dialect.Driver() != rm.MySQL {
+		return
+	}
+	t.mu.Lock()
+	cp, unnamed, decideAt := t.cp, t.unnamedXA, t.opts.DecideAt
+	t.mu.Unlock()
+	switch {
+	case cp != nil:
+		b.id.CommitPoint = cp.rm.name
+		return
+	case unnamed || decideAt == DecideAtCoordinator:
+	case t.c.qualifies(ctx, b.rm, b.conn):
+		t.mu.Lock()
+		if t.cp == nil && !t.unnamedXA {
+			t.cp, b.plain = b, true
+			t.mu.Unlock()
+			return
+		}
+		if t.cp != nil {
+			b.id.CommitPoint = t.cp.rm.name
+			t.mu.Unlock()
+			return
+		}
+		t.mu.Unlock()
+	}
+	t.mu.Lock()
+	if t.cp != nil {
+		b.id.CommitPoint = t.cp.rm.name
+	} else {
+		t.unnamedXA = true
+	}
+	t.mu.Unlock()
+}
+
+// checkPostgres learns, before a PostgreSQL branch begins, whether its RM
+// qualifies (the check cannot run inside the application's transaction: a
+// missing table would abort it).
+func (t *Tx) checkPostgres(ctx context.Context, b *Branch) {
+	if b.rm.dialect.Driver() != rm.Postgres || b.rm.neverCP {
+		return
+	}
+	t.mu.Lock()
+	decideAt := t.opts.DecideAt
+	t.mu.Unlock()
+	if decideAt != DecideAtCoordinator {
+		t.c.qualifies(ctx, b.rm, b.conn)
+	}
+}
+
+// commitPoint picks the commit point among the writers, or nil when the
+// coordinator decides.
+func (t *Tx) commitPoint(writers []*Branch) *Branch {
+	if t.cp != nil {
+		return t.cp // began as a plain transaction: it cannot prepare
+	}
+	if t.opts.DecideAt == DecideAtCoordinator || t.unnamedXA {
+		return nil
+	}
+	var best *Branch
+	for _, w := range writers {
+		if w.rm.dialect.Driver() != rm.Postgres {
+			return nil // an XA branch named with no commit point
+		}
+		w.rm.cp.mu.Lock()
+		ok := !w.rm.cp.checked.IsZero() && w.rm.cp.why == nil
+		w.rm.cp.mu.Unlock()
+		if ok && !w.rm.neverCP && (best == nil || w.rm.cpStrength > best.rm.cpStrength) {
+			best = w
+		}
+	}
+	if best == nil && t.opts.DecideAt == DecideAtRM {
+		t.c.warn("decide-at rm: no writer of the transaction can be its commit point; the coordinator decides", "gtrid", t.gtrid.String())
+	}
+	return best
+}
+
+// commitAtRM decides at cp: prepare the other writers, then record COMMIT
+// and commit at cp in one round trip, then commit the prepared branches.
+func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch, commitReaders func() error) (Result, txState, error) {
+	res := Result{Path: PathCommitPoint, CommitPoint: cp.rm.name}
+	var prepared []*Branch
+	for _, w := range writers {
+		if w != cp {
+			w.id.CommitPoint = cp.rm.name // PostgreSQL: named at PREPARE; MySQL: named at XA START already
+			prepared = append(prepared, w)
+		}
+	}
+	if err := t.prepareAll(ctx, prepared, commitReaders); err != nil {
+		t.rollbackAll(ctx, all)
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "phase 1 failed", Cause: err}
+	}
+	_ = failpoint.Inject("before-commit-point") // kill: every other branch prepared, no decision anywhere
+	forget := cp.rm.cp.takeForget()
+	err := cp.commitDecision(ctx, decision.CommitStatements(cp.rm.dialect.Driver(), t.gtrid, t.c.cfg.MaxTxnAge, forget))
+	_ = failpoint.Inject("after-commit-point") // kill: decided COMMIT; the prepared branches wait for a recoverer
+	switch {
+	case err == nil:
+		cp.state = branchCommitted
+	case serverSaidNo(err):
+		// The database answered: the INSERT (or the COMMIT) failed, so the
+		// commit point's transaction did not commit and never will.
+		cp.rm.cp.giveBack(forget)
+		reason := "the commit point " + cp.rm.name + " could not record the decision"
+		if why, ok := decision.Refused(err); ok {
+			reason = "the commit point " + cp.rm.name + " refused the decision: " + why
+		}
+		t.rollbackAll(ctx, all)
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: reason, Cause: err}
+	default:
+		// The call broke: the COMMIT may or may not have happened.
+		cp.rm.cp.giveBack(forget)
+		cp.releaseSession()
+		cp.state = branchHandedOver
+		o, rerr := t.c.resolveByKey(ctx, cp.rm, t.gtrid)
+		if rerr != nil {
+			t.releaseOwn(prepared)
+			return res, txUnknown, &OutcomeUnknownError{GTRID: t.gtrid, Cause: fmt.Errorf(
+				"rm %q (the commit point): commit: %w; learning the outcome by taking the decision key failed too: %v; nothing was rolled back: "+
+					"the prepared branches are settled by the coordinator's scan from %s's decision table", cp.rm.name, err, rerr, cp.rm.name)}
+		}
+		if o == decision.Abort {
+			t.settlePrepared(ctx, prepared, false)
+			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the commit point's connection broke before its COMMIT; the decision key now says abort", Cause: err}
+		}
+	}
+	if !t.settlePrepared(ctx, prepared, true) {
+		res.Phase2Pending = true
+	} else {
+		cp.rm.cp.addForget(t.gtrid)
+	}
+	return res, txCommitted, nil
+}
+
+// prepareAll runs phase 1 on every branch of ws in parallel, and
+// commitReaders beside it. A branch whose prepare failed is left active
+// (the database said no) or in doubt (the call broke).
+func (t *Tx) prepareAll(ctx context.Context, ws []*Branch, commitReaders func() error) error {
+	return parallel(len(ws)+1, func(i int) error {
+		if i == len(ws) {
+			return commitReaders()
+		}
+		b := ws[i]
+		err := failpoint.Inject("before-prepare")
+		if err == nil {
+			err = b.prepare(ctx)
+		}
+		if err == nil {
+			_ = failpoint.Inject("after-prepare")
+		}
+		if err != nil {
+			if serverSaidNo(err) {
+				b.state = branchActive
+			} else {
+				b.state = branchInDoubt
+			}
+			return fmt.Errorf("rm %q: prepare: %w", b.rm.name, err)
+		}
+		b.state = branchPrepared
+		return nil
+	})
+}
+
+// settlePrepared commits (or rolls back) prepared branches on their own
+// connections, in parallel, after the decision. A branch it cannot settle
+// is left to a recoverer (a session-bound one has its session closed so
+// that others can). It reports whether all were settled.
+func (t *Tx) settlePrepared(ctx context.Context, bs []*Branch, commit bool) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := parallel(len(bs), func(i int) error {
+		b := bs[i]
+		stmt, ev := b.rm.dialect.RollbackPrepared(b.id), waits.RMRollbackPrepared
+		if commit {
+			stmt, ev = b.rm.dialect.CommitPrepared(b.id), waits.RMCommitPrepared
+		}
+		if err := b.execSteps(ctx, ev, []string{stmt}); err != nil && !b.rm.dialect.IsNotFound(err) {
+			if b.rm.dialect.SessionBound() {
+				b.releaseSession()
+			}
+			b.state = branchHandedOver
+			return err
+		}
+		if commit {
+			b.state = branchCommitted
+		} else {
+			b.state = branchRolledBack
+		}
+		return nil
+	})
+	return err == nil
+}
+
+// commitDecision sends the commit point's statements in one round trip:
+// PostgreSQL's simple query protocol runs them in order and skips the rest
+// at the first error (so a failed INSERT never reaches COMMIT); MySQL and
+// MariaDB with multiStatements stop at the first error too. Without
+// multiStatements they go one by one, stopping at the first error.
+func (b *Branch) commitDecision(ctx context.Context, stmts []string) error {
+	if b.rm.dialect.Driver() == rm.Postgres {
+		joined := strings.Join(stmts, "; ")
+		piped, err := withPgx(b.conn, func(c *pgx.Conn) error {
+			b.trips++
+			start := time.Now()
+			_, e := c.Exec(ctx, joined) // no arguments: the simple protocol
+			b.waited(waits.RMCommit, start)
+			return e
+		})
+		if piped {
+			return err
+		}
+	}
+	return b.execSteps(ctx, waits.RMCommit, stmts)
+}
+
+// resolveByKey learns the outcome of g from the commit point's decision
+// table by taking the key (decision.Resolve), retrying while the commit
+// point's transaction is still open, within Config.DecisionTimeout.
+func (c *Client) resolveByKey(ctx context.Context, info *rmInfo, g xid.GTRID) (decision.Outcome, error) {
+	if info.db == nil {
+		return 0, fmt.Errorf("no client.RM.DB for %q to take the decision key with", info.name)
+	}
+	ctx, cancel := c.decisionContext(context.WithoutCancel(ctx))
+	defer cancel()
+	for {
+		start := time.Now()
+		o, err := decision.Resolve(ctx, info.db, info.dialect.Driver(), g, 2*time.Second)
+		c.waits.Since(waits.RMCommit, start)
+		if err == nil {
+			return o, nil
+		}
+		if !errors.Is(err, decision.ErrPending) || ctx.Err() != nil {
+			return 0, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (s *cpState) takeForget() []xid.GTRID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.forget) < forgetBatch {
+		return nil
+	}
+	n := min(len(s.forget), forgetMax)
+	out := append([]xid.GTRID(nil), s.forget[:n]...)
+	s.forget = s.forget[n:]
+	return out
+}
+
+func (s *cpState) giveBack(gs []xid.GTRID) {
+	if len(gs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.forget = append(s.forget, gs...)
+	s.mu.Unlock()
+}
+
+func (s *cpState) addForget(g xid.GTRID) {
+	s.mu.Lock()
+	if len(s.forget) >= forgetKeep {
+		s.forget = s.forget[1:]
+	}
+	s.forget = append(s.forget, g)
+	s.mu.Unlock()
+}

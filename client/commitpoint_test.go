@@ -1,0 +1,170 @@
+package client
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/tandem-tx/tandem/internal/decision"
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// cpClient is a client whose transactions are decided at a commit point
+// where one qualifies (the fakes answer as durable databases with the
+// decision table).
+func cpClient(t *testing.T, rms ...RM) *Client {
+	t.Helper()
+	if rms == nil {
+		rms = twoRMs
+	}
+	return newClient(t, Config{RMs: rms, Defaults: CommitOptions{DecideAt: DecideAuto}})
+}
+
+const tableCheck = "SELECT gtrid FROM tandem_decision WHERE 1 = 0"
+
+func cpGID(g xid.GTRID, rmName, cp string) string {
+	return "'" + xid.Branch{GTRID: g, RM: rmName, CommitPoint: cp}.PostgresGID() + "'"
+}
+
+// With a MariaDB writer and a PostgreSQL writer, MariaDB is the commit
+// point: it begins as a plain transaction and never prepares; PostgreSQL
+// prepares under a name that says so; MariaDB records COMMIT and commits;
+// PostgreSQL commits. No coordinator call (the client has no coordinator).
+// A second transaction does not check the RMs again.
+func TestCommitPointOnMariaDB(t *testing.T) {
+	c := cpClient(t)
+	ctx := context.Background()
+	for i := range 2 {
+		tx, pg, maria := twoBranches(t, c)
+		res, err := tx.Commit(ctx)
+		if err != nil {
+			t.Fatalf("Commit: %v", err)
+		}
+		if res.Path != PathCommitPoint || res.CommitPoint != "maria" || res.CoordinatorCalls != 0 || res.Phase2Pending {
+			t.Errorf("result %+v, want the commit-point path at maria, no coordinator call, nothing pending", res)
+		}
+		g := tx.GTRID()
+		var checks []string
+		if i == 0 {
+			checks = []string{"SHOW fsync", tableCheck}
+		}
+		wantLog(t, "pg", pg, append(checks, "BEGIN", "UPDATE a SET v = 1",
+			"PREPARE TRANSACTION "+cpGID(g, "pg", "maria"), "COMMIT PREPARED "+cpGID(g, "pg", "maria"))...)
+		checks = nil
+		if i == 0 {
+			checks = []string{"SELECT @@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.sync_binlog, @@GLOBAL.log_bin", tableCheck}
+		}
+		want := append(checks, decision.BeginStatements(rm.MySQL)...)
+		want = append(want, "UPDATE b SET v = 2")
+		want = append(want, decision.CommitStatements(rm.MySQL, g, time.Hour, nil)...)
+		wantLog(t, "maria", maria, want...)
+	}
+}
+
+// The commit point's INSERT refused by the database (a recoverer took the
+// key first): the commit point did not commit, so everything rolls back
+// and the error says why.
+func TestCommitPointRefusedRollsBack(t *testing.T) {
+	c := cpClient(t)
+	ctx := context.Background()
+	tx, pg, maria := twoBranches(t, c)
+	g := tx.GTRID()
+	insert := decision.CommitStatements(rm.MySQL, g, time.Hour, nil)[0]
+	maria.mu.Lock()
+	maria.fail[insert] = &mysql.MySQLError{Number: 1062, Message: "Duplicate entry"}
+	maria.mu.Unlock()
+	_, err := tx.Commit(ctx)
+	if !errors.Is(err, ErrAborted) {
+		t.Fatalf("Commit = %v, want ErrAborted", err)
+	}
+	if got := pg.log(); got[len(got)-1] != "ROLLBACK PREPARED "+cpGID(g, "pg", "maria") {
+		t.Errorf("pg's last statement %q, want the prepared branch rolled back", got[len(got)-1])
+	}
+	if got := maria.log(); got[len(got)-1] != "ROLLBACK" {
+		t.Errorf("maria's last statement %q, want ROLLBACK of the commit point", got[len(got)-1])
+	}
+}
+
+// The commit point's connection breaks during its commit: the COMMIT may
+// have happened. Without a pool to take the key with, the outcome is
+// unknown, and nothing is rolled back or committed.
+func TestCommitPointBrokenCallIsUnknownAndTouchesNothing(t *testing.T) {
+	c := cpClient(t)
+	ctx := context.Background()
+	tx, pg, maria := twoBranches(t, c)
+	g := tx.GTRID()
+	insert := decision.CommitStatements(rm.MySQL, g, time.Hour, nil)[0]
+	maria.mu.Lock()
+	maria.fail[insert] = driver.ErrBadConn
+	maria.mu.Unlock()
+	_, err := tx.Commit(ctx)
+	if !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("Commit = %v, want ErrOutcomeUnknown", err)
+	}
+	for _, s := range pg.log() {
+		if s == "ROLLBACK PREPARED "+cpGID(g, "pg", "maria") || s == "COMMIT PREPARED "+cpGID(g, "pg", "maria") {
+			t.Errorf("pg got %q after an unknown outcome", s)
+		}
+	}
+}
+
+// decide-at coordinator: MariaDB begins as an XA branch, as before.
+func TestDecideAtCoordinatorKeepsXA(t *testing.T) {
+	c := newClient(t, Config{Defaults: CommitOptions{DecideAt: DecideAtCoordinator}})
+	tx, _, maria := twoBranches(t, c)
+	if got := maria.log(); got[0] != "XA START "+xaID(tx.GTRID()) {
+		t.Errorf("maria's first statement %q, want XA START", got[0])
+	}
+	_ = tx.Rollback(context.Background())
+}
+
+// Two PostgreSQL writers: the stronger RM is the commit point; the other
+// prepares named with it.
+func TestCommitPointOnPostgresByStrength(t *testing.T) {
+	c := cpClient(t, RM{Name: "pga", Driver: "postgres"}, RM{Name: "pgb", Driver: "postgres", CommitPointStrength: 5})
+	ctx := context.Background()
+	tx := c.Begin()
+	ca, a := fakeConnTo(t)
+	cb, b := fakeConnTo(t)
+	ba, _ := tx.Branch(ctx, "pga", ca)
+	bb, _ := tx.Branch(ctx, "pgb", cb)
+	if _, err := ba.ExecContext(ctx, "UPDATE a SET v = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bb.ExecContext(ctx, "UPDATE b SET v = 1"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tx.Commit(ctx)
+	if err != nil || res.CommitPoint != "pgb" {
+		t.Fatalf("Commit = %+v, %v; want decided at pgb", res, err)
+	}
+	g := tx.GTRID()
+	wantLog(t, "pga", a, "SHOW fsync", tableCheck, "BEGIN", "UPDATE a SET v = 1",
+		"PREPARE TRANSACTION "+cpGID(g, "pga", "pgb"), "COMMIT PREPARED "+cpGID(g, "pga", "pgb"))
+	want := []string{"SHOW fsync", tableCheck, "BEGIN", "UPDATE b SET v = 1"}
+	wantLog(t, "pgb", b, append(want, decision.CommitStatements(rm.Postgres, g, time.Hour, nil)...)...)
+}
+
+// A MariaDB branch alone commits as a plain transaction (one phase).
+func TestCommitPointAloneCommitsOnePhase(t *testing.T) {
+	c := cpClient(t)
+	ctx := context.Background()
+	tx := c.Begin()
+	conn, db := fakeConnTo(t)
+	b, _ := tx.Branch(ctx, "maria", conn)
+	if _, err := b.ExecContext(ctx, "UPDATE b SET v = 2"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tx.Commit(ctx)
+	if err != nil || res.Path != PathOnePhase {
+		t.Fatalf("Commit = %+v, %v", res, err)
+	}
+	if got := db.log(); got[len(got)-1] != "COMMIT" {
+		t.Errorf("last statement %q, want COMMIT", got[len(got)-1])
+	}
+}

@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tandem-tx/tandem/client"
+	"github.com/tandem-tx/tandem/internal/decision"
+	"github.com/tandem-tx/tandem/internal/rm"
+)
+
+// cpDBs makes the decision table on both databases (as a coordinator does
+// at start) and returns a client that decides at a commit point, with no
+// coordinator at all.
+func cpClient(t *testing.T, d dbs, rms ...client.RM) *client.Client {
+	t.Helper()
+	ctx := context.Background()
+	if err := decision.Ensure(ctx, d.pg, rm.Postgres); err != nil {
+		t.Fatal(err)
+	}
+	if err := decision.Ensure(ctx, d.my, rm.MySQL); err != nil {
+		t.Fatal(err)
+	}
+	if rms == nil {
+		rms = []client.RM{{Name: "pg", Driver: "postgres", DB: d.pg}, {Name: "maria", Driver: "mysql", MultiStatements: true, DB: d.my}}
+	}
+	cli, err := client.New(client.Config{RMs: rms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func writeBoth(t *testing.T, ctx context.Context, tx *client.Tx, table string, id int, pgConn, myConn *sql.Conn) {
+	t.Helper()
+	bp, err := tx.Branch(ctx, "pg", pgConn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bm, err := tx.Branch(ctx, "maria", myConn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bp.ExecContext(ctx, "INSERT INTO "+table+" (id, v) VALUES ($1, 'x')", id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bm.ExecContext(ctx, "INSERT INTO "+table+" (id, v) VALUES (?, 'x')", id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func decisionRow(t *testing.T, db *sql.DB, g string, mysql bool) string {
+	t.Helper()
+	q := "SELECT outcome FROM tandem_decision WHERE gtrid = $1"
+	if mysql {
+		q = "SELECT outcome FROM tandem_decision WHERE gtrid = ?"
+	}
+	var o string
+	err := db.QueryRowContext(context.Background(), q, g).Scan(&o)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// Real databases, no coordinator: a transaction writing PostgreSQL and
+// MariaDB is decided by MariaDB's local commit (with its decision row), in
+// 5 round trips; both rows are there, nothing is left prepared, and the
+// decision rows of committed transactions are deleted in batches by later
+// commits.
+func TestCommitPointOnRealDatabases(t *testing.T) {
+	d := openDBs(t)
+	d.table(t, "e2e_cp")
+	cli := cpClient(t, d)
+	ctx := context.Background()
+	pgConn, myConn := conns(t, d)
+	const n = 40
+	var first string
+	for i := 1; i <= n; i++ {
+		tx := cli.Begin()
+		writeBoth(t, ctx, tx, "e2e_cp", i, pgConn, myConn)
+		res, err := tx.Commit(ctx)
+		if err != nil {
+			t.Fatalf("transaction %d: %v", i, err)
+		}
+		if res.Path != client.PathCommitPoint || res.CommitPoint != "maria" || res.CoordinatorCalls != 0 || res.Phase2Pending {
+			t.Fatalf("transaction %d: %+v, want decided at maria's commit point, no coordinator call, nothing pending", i, res)
+		}
+		if i > 1 && res.RMRoundTrips != 5 {
+			t.Errorf("transaction %d: %d round trips (%v), want 5", i, res.RMRoundTrips, res.RoundTrips)
+		}
+		if i == 1 {
+			first = tx.GTRID().String()
+			if o := decisionRow(t, d.my, first, true); o != "C" {
+				t.Errorf("maria's decision row for %s = %q, want C", first, o)
+			}
+		}
+		if d.count(t, d.pg, "e2e_cp", i) != 1 || d.count(t, d.my, "e2e_cp", i) != 1 {
+			t.Fatalf("transaction %d is not on both databases", i)
+		}
+	}
+	if left := d.prepared(t); len(left) != 0 {
+		t.Errorf("left prepared: %v", left)
+	}
+	if o := decisionRow(t, d.my, first, true); o != "" {
+		t.Errorf("the first transaction's decision row is still there (%q) after %d more commits: not forgotten", o, n-1)
+	}
+}
+
+// A recoverer took the key first (the transaction was slow, say): the
+// commit point's INSERT meets its 'A', the commit point does not commit,
+// and everything rolls back — nothing of the transaction anywhere.
+func TestCommitPointAfterAbortRecordedRollsBack(t *testing.T) {
+	d := openDBs(t)
+	d.table(t, "e2e_cp_late")
+	cli := cpClient(t, d)
+	ctx := context.Background()
+	pgConn, myConn := conns(t, d)
+	tx := cli.Begin()
+	writeBoth(t, ctx, tx, "e2e_cp_late", 1, pgConn, myConn)
+	o, err := decision.Resolve(ctx, d.my, rm.MySQL, tx.GTRID(), time.Second)
+	if err != nil || o != decision.Abort {
+		t.Fatalf("Resolve before the commit = %v, %v; want Abort recorded", o, err)
+	}
+	_, err = tx.Commit(ctx)
+	if !errors.Is(err, client.ErrAborted) {
+		t.Fatalf("Commit after the key was taken = %v, want ErrAborted", err)
+	}
+	t.Logf("the error says: %v", err)
+	if d.count(t, d.pg, "e2e_cp_late", 1) != 0 || d.count(t, d.my, "e2e_cp_late", 1) != 0 {
+		t.Fatal("SPLIT or leak: a row of the aborted transaction is visible")
+	}
+	if left := d.preparedFor(t, tx.GTRID().String()); len(left) != 0 {
+		t.Errorf("left prepared: %v", left)
+	}
+}
+
+// Every writer on PostgreSQL (two RMs on the same server): the stronger is
+// the commit point, its decision row and COMMIT go in one simple-protocol
+// round trip, and the other prepares named with it.
+func TestCommitPointOnPostgres(t *testing.T) {
+	d := openDBs(t)
+	d.table(t, "e2e_cp_pg")
+	cli := cpClient(t, d, client.RM{Name: "pg", Driver: "postgres", DB: d.pg}, client.RM{Name: "pg2", Driver: "postgres", DB: d.pg, CommitPointStrength: 1})
+	ctx := context.Background()
+	c1, err := d.pg.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	c2, err := d.pg.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	tx := cli.Begin()
+	b1, _ := tx.Branch(ctx, "pg", c1)
+	b2, _ := tx.Branch(ctx, "pg2", c2)
+	if _, err := b1.ExecContext(ctx, "INSERT INTO e2e_cp_pg (id, v) VALUES (1, 'a')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b2.ExecContext(ctx, "INSERT INTO e2e_cp_pg (id, v) VALUES (2, 'b')"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tx.Commit(ctx)
+	if err != nil || res.Path != client.PathCommitPoint || res.CommitPoint != "pg2" {
+		t.Fatalf("Commit = %+v, %v; want decided at pg2", res, err)
+	}
+	if d.count(t, d.pg, "e2e_cp_pg", 1) != 1 || d.count(t, d.pg, "e2e_cp_pg", 2) != 1 {
+		t.Fatal("a row is missing")
+	}
+	if o := decisionRow(t, d.pg, tx.GTRID().String(), false); o != "C" {
+		t.Errorf("pg2's decision row = %q, want C", o)
+	}
+	if left := d.prepared(t); len(left) != 0 {
+		t.Errorf("left prepared: %v", left)
+	}
+}
