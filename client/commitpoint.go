@@ -234,12 +234,62 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the commit point's connection broke before its COMMIT; the decision key now says abort", Cause: err}
 		}
 	}
+	if t.opts.Visibility == VisibilityAsync && pooled(prepared) {
+		// Decided and durable: the prepared branches are committed in the
+		// background through each RM's pool; a failure leaves them to the
+		// coordinator's scan, which finds the 'C'.
+		for _, b := range prepared {
+			b.state = branchHandedOver
+		}
+		res.Phase2Pending = true
+		go t.c.commitInBackground(t.gtrid, cp.rm, prepared)
+		return res, txCommitted, nil
+	}
 	if !t.settlePrepared(ctx, prepared, true) {
 		res.Phase2Pending = true
 	} else {
 		cp.rm.cp.addForget(t.gtrid)
 	}
 	return res, txCommitted, nil
+}
+
+// pooled reports whether every branch can be committed from another
+// session, through its RM's pool (RM.DB): not session-bound, pool given.
+func pooled(bs []*Branch) bool {
+	for _, b := range bs {
+		if b.rm.db == nil || b.rm.dialect.SessionBound() {
+			return false
+		}
+	}
+	return true
+}
+
+// commitInBackground commits prepared branches of a decided gtrid through
+// their RMs' pools (visibility async), and has the decision row forgotten
+// once all are.
+func (c *Client) commitInBackground(g xid.GTRID, cp *rmInfo, bs []*Branch) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ids := make([]xid.Branch, len(bs))
+	for i, b := range bs {
+		ids[i] = b.id
+	}
+	err := parallel(len(bs), func(i int) error {
+		b := bs[i]
+		start := time.Now()
+		_, err := b.rm.db.ExecContext(ctx, b.rm.dialect.CommitPrepared(ids[i]))
+		c.waits.Since(waits.RMCommitPrepared, start)
+		if err != nil && !b.rm.dialect.IsNotFound(err) {
+			return fmt.Errorf("rm %q: %w", b.rm.name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		c.warn("commit of a decided transaction's prepared branches failed; the coordinator's scan commits them from the commit point's decision row",
+			"gtrid", g.String(), "commit_point", cp.name, "error", err)
+		return
+	}
+	cp.cp.addForget(g)
 }
 
 // prepareAll runs phase 1 on every branch of ws in parallel, and

@@ -114,6 +114,17 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 		cfg.DecideAt = d
 		return err
 	})
+	fs.Func("visibility", "xa and oltp: sync (default: Commit returns once every branch committed) or async (once the decision is durable; the rest commits in the background)", func(v string) error {
+		switch v {
+		case "sync":
+			cfg.Visibility = client.VisibilitySync
+		case "async":
+			cfg.Visibility = client.VisibilityAsync
+		default:
+			return fmt.Errorf("visibility %q: use sync or async", v)
+		}
+		return nil
+	})
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
 	fs.IntVar(&cfg.Trace, "trace", 0, "keep the full wait trace (client and coordinator) of this many transactions per workload")
 	traceFile := fs.String("trace-file", "-", "where --trace writes (JSON lines, one transaction each); - is stdout, after the report (with --json, the traces are in the report instead)")

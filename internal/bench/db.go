@@ -67,6 +67,9 @@ type DBConfig struct {
 	// table on both databases, and a commit point decides where one
 	// qualifies.
 	DecideAt client.DecideAt
+	// Visibility of the xa and oltp workloads' commits (client.Visibility;
+	// zero: the coordinator's default, sync).
+	Visibility client.Visibility
 	// Coordinator is an external coordinator's gRPC address; "" starts one
 	// in this process (with its decision log in a temporary directory under
 	// Dir) that the clients reach over gRPC on loopback.
@@ -590,7 +593,7 @@ func (e *env) newState(ctx context.Context, name string) (*wlState, error) {
 		st.run = txnOLTPSQL
 	}
 	if name == WorkloadXA || name == WorkloadOnePC || name == WorkloadOLTP || name == WorkloadXAStandby {
-		cfg := client.Config{Coordinator: e.coordAt, Waits: st.reg, Defaults: client.CommitOptions{DecideAt: e.cfg.DecideAt}}
+		cfg := client.Config{Coordinator: e.coordAt, Waits: st.reg, Defaults: client.CommitOptions{DecideAt: e.cfg.DecideAt, Visibility: e.cfg.Visibility}}
 		if name == WorkloadXAStandby {
 			cfg.Coordinator = e.sbAt
 		}
@@ -598,7 +601,7 @@ func (e *env) newState(ctx context.Context, name string) (*wlState, error) {
 			cfg.AuthToken = e.cfg.AuthToken
 		}
 		for _, r := range e.rms {
-			cfg.RMs = append(cfg.RMs, client.RM{Name: r.Name, Driver: string(r.Driver), MultiStatements: r.Driver == rm.MySQL})
+			cfg.RMs = append(cfg.RMs, client.RM{Name: r.Name, Driver: string(r.Driver), MultiStatements: r.Driver == rm.MySQL, DB: r.db})
 		}
 		cli, err := client.New(cfg)
 		if err != nil {

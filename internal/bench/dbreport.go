@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tandem-tx/tandem/client"
 	"io"
 	"net/http"
 	"runtime"
@@ -55,7 +56,8 @@ type DBReport struct {
 	Ratio       *float64 `json:"ratio,omitempty"`
 	Coordinator string   `json:"coordinator,omitempty"`
 	// DecideAt: where xa and oltp decided (client.DecideAt).
-	DecideAt string `json:"decide_at"`
+	DecideAt   string `json:"decide_at"`
+	Visibility string `json:"visibility"`
 	// CoordinatorConns: the in-process coordinator's connections per RM.
 	CoordinatorConns int      `json:"coordinator_conns,omitempty"`
 	LogFS            string   `json:"coordinator_log_fs,omitempty"`
@@ -72,7 +74,7 @@ type DBReport struct {
 }
 
 func (e *env) report(states []*wlState, m machineUseT) *DBReport {
-	rep := &DBReport{Coordinator: e.coordAt, DecideAt: string(e.cfg.DecideAt), CPUs: runtime.NumCPU(),
+	rep := &DBReport{Coordinator: e.coordAt, DecideAt: string(e.cfg.DecideAt), Visibility: visibilityName(e.cfg.Visibility), CPUs: runtime.NumCPU(),
 		OwnCPUPercent: round(m.own, 1), OthersCPUPercent: round(m.others, 1), Warnings: e.warnings}
 	if e.inProc {
 		rep.Coordinator += " (in-process)"
@@ -162,7 +164,7 @@ func (r *DBReport) WriteTable(w io.Writer) error {
 			line += ", decision log on " + r.LogFS
 		}
 		if r.DecideAt != "" {
-			line += "; xa and oltp decide at: " + r.DecideAt
+			line += "; xa and oltp decide at: " + r.DecideAt + ", visibility " + r.Visibility
 		}
 		fmt.Fprintln(w, line)
 	}
@@ -316,4 +318,11 @@ func fetchAdminWaits(ctx context.Context, addr, token string) (waits.Snapshot, e
 		return waits.Snapshot{}, fmt.Errorf("the coordinator's waits are not in this report: http://%s/waits: %w", addr, err)
 	}
 	return waits.FromJSON(body.Coordinator), nil
+}
+
+func visibilityName(v client.Visibility) string {
+	if v == client.VisibilityAsync {
+		return "async"
+	}
+	return "sync"
 }
