@@ -796,6 +796,16 @@ func (e *env) lateCounts(ctx context.Context, states []*wlState, last counterSam
 			coord = append(coord, st)
 		}
 	}
+	if e.cfg.Progress != nil {
+		parts := []string{"nothing"}
+		if late := e.counters.lateResults(d); late != nil {
+			parts = parts[:0]
+			for _, x := range late {
+				parts = append(parts, fmt.Sprintf("%s %s %d", x.RM, x.Counter, x.Total))
+			}
+		}
+		fmt.Fprintf(e.cfg.Progress, "bench: arrived after the last slice: %s\n", strings.Join(parts, ", "))
+	}
 	if len(coord) == 1 {
 		coord[0].dbc = coord[0].dbc.plus(d)
 		return nil, nil
