@@ -48,8 +48,8 @@ Binlog_commits and Innodb_os_log_fsyncs or (MariaDB 10.8 and later, where it is
 gone) Innodb_data_fsyncs, read before and after each slice. They are
 server-wide: other sessions' work during a slice counts too. PostgreSQL
 sessions publish their counts late; the bench's own are flushed after each
-slice (pg_stat_force_next_flush()), the coordinator's arrive up to a second
-late, and after a workload that commits through a coordinator the run waits
+slice (pg_stat_force_next_flush()), the coordinator's arrive a slice late,
+in the workload's next slice, and after a workload that commits through a coordinator the run waits
 11 s for the last of them (--db-counters=false skips the counters and the wait).
 
 The standby's cost: --compare xa,xa-standby --standby sync|async runs xa

@@ -760,7 +760,7 @@ func (e *env) warnCounterAttribution(states []*wlState, slice time.Duration) {
 	}
 	switch {
 	case n == 2:
-		e.warnings = append(e.warnings, "both workloads commit through a coordinator: the PostgreSQL WAL counts its sessions publish up to ~1 s late may land in the other workload's slice where they share one (xa and oltp), and those left after the last slice are in neither's figures (db_counters_late)")
+		e.warnings = append(e.warnings, "both workloads commit through a coordinator: the PostgreSQL WAL counts its sessions publish a slice late may land in the other workload's slice where they share one (xa and oltp), and those left after the last slice are in neither's figures (db_counters_late)")
 	case n == 1 && len(states) == 2 && e.cfg.Txns == 0 && slice >= 10*time.Second:
 		e.warnings = append(e.warnings, "slices of 10 s or more: the PostgreSQL WAL counts the coordinator's sessions hold at the end of a slice are published after 10 s idle, which may fall in the other workload's slice")
 	}

@@ -197,6 +197,10 @@ func TestDBCountersReport(t *testing.T) {
 		t.Errorf("no late line in\n%s", out)
 	}
 
+	if !strings.Contains(out, "\n("+dbCountersNote+")\n") {
+		t.Errorf("no note under the table in\n%s", out)
+	}
+
 	j, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)

@@ -91,7 +91,7 @@ func (e *env) report(states []*wlState, m machineUseT) *DBReport {
 	if e.counters != nil {
 		rep.Warnings = append(slices.Clip(rep.Warnings), e.counters.warn...)
 		if e.counters.any() {
-			rep.DBCountersNote = dbCountersNote
+			rep.DBCountersNote = e.counters.note()
 		}
 	}
 	if e.cfg.Txns == 0 {
@@ -198,7 +198,7 @@ func (r *DBReport) WriteTable(w io.Writer) error {
 	if r.Ratio != nil {
 		fmt.Fprintf(w, "\nratio %s/%s (TPS): %.3f\n", r.Results[1].Workload, r.Results[0].Workload, *r.Ratio)
 	}
-	if err := writeDBCounters(w, r.Results, r.DBCountersLate); err != nil {
+	if err := writeDBCounters(w, r.Results, r.DBCountersLate, r.DBCountersNote); err != nil {
 		return err
 	}
 	for _, x := range r.Results {
