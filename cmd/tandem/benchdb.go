@@ -43,6 +43,16 @@ per transaction (to each RM and to the coordinator), the client's wait table
 and the coordinator's, and the unaccounted share: the part of the latency
 spent in no named wait (CPU, scheduling, the SDK's own work).
 
+Database syncs per committed transaction, for every workload: PostgreSQL's
+pg_stat_wal wal_sync and wal_write, MariaDB's Binlog_group_commits,
+Binlog_commits and Innodb_os_log_fsyncs or (MariaDB 10.8 and later, where it is
+gone) Innodb_data_fsyncs, read before and after each slice. They are
+server-wide: other sessions' work during a slice counts too. PostgreSQL
+sessions publish their counts late; the bench's own are flushed after each
+slice (pg_stat_force_next_flush()), the coordinator's arrive a slice late,
+in the workload's next slice, and after a workload that commits through a coordinator the run waits
+11 s for the last of them (--db-counters=false skips the counters and the wait).
+
 The standby's cost: --compare xa,xa-standby --standby sync|async runs xa
 against two in-process coordinators in the same run, interleaved: the usual
 one, and a second one (the primary) that ships its decision log to a standby
@@ -125,6 +135,7 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	})
+	dbCounters := fs.Bool("db-counters", true, "report the databases' own sync counters per transaction (pg_stat_wal; Binlog_group_commits, Innodb_*_fsyncs); after a workload that commits through a coordinator the run waits 11s for PostgreSQL's late counts")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
 	fs.IntVar(&cfg.Trace, "trace", 0, "keep the full wait trace (client and coordinator) of this many transactions per workload")
 	traceFile := fs.String("trace-file", "-", "where --trace writes (JSON lines, one transaction each); - is stdout, after the report (with --json, the traces are in the report instead)")
@@ -137,6 +148,7 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "tandem bench: unexpected argument %q\n", fs.Arg(0))
 		return errUsage
 	}
+	cfg.NoDBCounters = !*dbCounters
 	switch {
 	case *workload != "" && *compare != "":
 		fmt.Fprintln(stderr, "tandem bench: give --workload or --compare, not both")

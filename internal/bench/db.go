@@ -96,6 +96,9 @@ type DBConfig struct {
 	// Trace: keep the full trace (client and coordinator waits) of this
 	// many transactions per workload, in Report.Traces.
 	Trace int
+	// NoDBCounters leaves out the databases' own sync counters (and the
+	// wait after the run for the late ones; see dbcounters.go).
+	NoDBCounters bool
 	// Progress, if not nil, gets a line every few seconds.
 	Progress io.Writer
 	// Logger receives the in-process coordinator's log (default: errors to stderr).
@@ -213,6 +216,7 @@ type env struct {
 	workers  []*worker
 	inProc   bool
 	warnings []string
+	counters *dbCounters // nil with NoDBCounters
 }
 
 // benchRM is one RM: its pool and its SQL.
@@ -265,6 +269,9 @@ func openEnv(ctx context.Context, cfg *DBConfig) (_ *env, err error) {
 	}
 	if err := e.setup(ctx); err != nil {
 		return nil, err
+	}
+	if !cfg.NoDBCounters {
+		e.counters = openCounters(ctx, e.rms[:])
 	}
 	if err := e.startCoordinator(); err != nil {
 		return nil, err
@@ -569,6 +576,7 @@ type wlState struct {
 	traced  atomic.Int64
 	mu      sync.Mutex
 	traces  []waits.JSONTrace
+	dbc     counterSample // the databases' counters over this workload's slices
 }
 
 // txnFunc runs one transaction on w; tr gets its waits.
@@ -656,6 +664,10 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 		*st = wlState{name: st.name, run: st.run, cli: st.cli, reg: st.reg}
 		st.reg.Reset()
 	}
+	if e.counters != nil {
+		// The warm-up's syncs on the bench's own sessions stay out of the first slice.
+		e.counters.flushSessions(ctx, e.workers)
+	}
 	if e.sb != nil {
 		// Measure from a standby that has everything the warm-up wrote.
 		if err := e.sb.waitCaughtUp(30 * time.Second); err != nil {
@@ -677,6 +689,11 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 	before := sampleMachine()
 	start := time.Now()
 	lastProgress := start
+	if e.counters.lagging() {
+		e.warnCounterAttribution(states, slice)
+	}
+	var lastCounts counterSample // the reading after the last slice
+	var lastCoordEnd time.Time   // the end of the last slice of a workload committing through a coordinator
 	for {
 		active := 0
 		for _, st := range states {
@@ -702,6 +719,10 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 			if sampling {
 				e.sb.startSampling(lagSampleInterval)
 			}
+			var counts0 counterSample
+			if e.counters != nil {
+				counts0 = e.counters.sample(ctx)
+			}
 			t0 := time.Now()
 			if err := e.slice(ctx, st, stopAt, budget, true); err != nil {
 				return nil, err
@@ -710,8 +731,14 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 			if sampling {
 				e.sb.stopSampling()
 			}
-			if e.sb != nil {
-				e.settle(st.name)
+			e.settle(st.name)
+			if e.counters != nil {
+				e.counters.flushSessions(ctx, e.workers)
+				lastCounts = e.counters.sample(ctx)
+				st.dbc = st.dbc.plus(e.counters.delta(counts0, lastCounts))
+				if commitsThroughCoordinator(st.name) {
+					lastCoordEnd = time.Now()
+				}
 			}
 			if c1, ok := e.coordWaits(ctx); ok && haveCoord {
 				st.coord = st.coord.Add(c1.Sub(c0))
@@ -733,7 +760,77 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 		}
 	}
 	machine := machineUse(before, sampleMachine())
-	return e.report(states, machine), nil
+	late, err := e.lateCounts(ctx, states, lastCounts, lastCoordEnd)
+	if err != nil {
+		return nil, err
+	}
+	rep := e.report(states, machine)
+	rep.DBCountersLate = late
+	return rep, nil
+}
+
+// warnCounterAttribution says when PostgreSQL's late counts (see
+// dbcounters.go) may land in the other workload's figures.
+func (e *env) warnCounterAttribution(states []*wlState, slice time.Duration) {
+	n := 0
+	for _, st := range states {
+		if commitsThroughCoordinator(st.name) {
+			n++
+		}
+	}
+	switch {
+	case n == 2:
+		e.warnings = append(e.warnings, "both workloads commit through a coordinator: the PostgreSQL WAL counts its sessions publish a slice late may land in the other workload's slice where they share one (xa and oltp), and those left after the last slice are in neither's figures (db_counters_late)")
+	case n == 1 && len(states) == 2 && e.cfg.Txns == 0 && slice >= 10*time.Second:
+		e.warnings = append(e.warnings, "slices of 10 s or more: the PostgreSQL WAL counts the coordinator's sessions hold at the end of a slice are published after 10 s idle, which may fall in the other workload's slice")
+	}
+}
+
+// commitsThroughCoordinator: the workload's phase 2 on PostgreSQL runs on a
+// coordinator's sessions, which the bench cannot make publish their counts.
+func commitsThroughCoordinator(workload string) bool {
+	return workload == WorkloadXA || workload == WorkloadOLTP || workload == WorkloadXAStandby
+}
+
+// lateCounts waits, after the run, for the counts the coordinator's
+// PostgreSQL sessions still hold (see dbcounters.go) and adds them to the
+// workload that commits through a coordinator; with two such workloads they
+// belong to neither, and are returned to be reported apart.
+func (e *env) lateCounts(ctx context.Context, states []*wlState, last counterSample, lastCoordEnd time.Time) ([]DBCounter, error) {
+	if !e.counters.lagging() || lastCoordEnd.IsZero() {
+		return nil, nil
+	}
+	wait := time.Until(lastCoordEnd.Add(coordIdleFlush))
+	if e.cfg.Progress != nil && wait > 0 {
+		fmt.Fprintf(e.cfg.Progress, "bench: waiting %.0fs for the coordinator's PostgreSQL sessions to publish their last WAL counts (--db-counters=false skips this)\n", wait.Seconds())
+	}
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	d := e.counters.onlyLagging(e.counters.delta(last, e.counters.sample(ctx)))
+	var coord []*wlState
+	for _, st := range states {
+		if commitsThroughCoordinator(st.name) {
+			coord = append(coord, st)
+		}
+	}
+	if e.cfg.Progress != nil {
+		parts := []string{"nothing"}
+		if late := e.counters.lateResults(d); late != nil {
+			parts = parts[:0]
+			for _, x := range late {
+				parts = append(parts, fmt.Sprintf("%s %s %d", x.RM, x.Counter, x.Total))
+			}
+		}
+		fmt.Fprintf(e.cfg.Progress, "bench: arrived after the last slice: %s\n", strings.Join(parts, ", "))
+	}
+	if len(coord) == 1 {
+		coord[0].dbc = coord[0].dbc.plus(d)
+		return nil, nil
+	}
+	return e.counters.lateResults(d), nil
 }
 
 // lagSampleInterval is how often xa-standby's slices sample the primary's

@@ -45,6 +45,9 @@ type DBResult struct {
 	CoordinatorWaits []waits.JSONEvent `json:"coordinator_waits,omitempty"`
 	LastError        string            `json:"last_error,omitempty"`
 	Traces           []waits.JSONTrace `json:"traces,omitempty"`
+	// DBCounters are the databases' own sync counters over this workload's
+	// slices (server-wide: DBReport.DBCountersNote), per RM in order.
+	DBCounters []DBCounter `json:"db_counters,omitempty"`
 
 	client, coord waits.Snapshot
 }
@@ -71,6 +74,11 @@ type DBReport struct {
 	Warnings         []string `json:"warnings,omitempty"`
 	// Standby: xa-standby's coordinator pair (absent without xa-standby).
 	Standby *StandbyReport `json:"standby,omitempty"`
+	// DBCountersNote says how the results' db_counters were read.
+	DBCountersNote string `json:"db_counters_note,omitempty"`
+	// DBCountersLate: PostgreSQL counts that arrived after the last slice
+	// when both workloads commit through a coordinator, in neither's figures.
+	DBCountersLate []DBCounter `json:"db_counters_late,omitempty"`
 }
 
 func (e *env) report(states []*wlState, m machineUseT) *DBReport {
@@ -83,6 +91,12 @@ func (e *env) report(states []*wlState, m machineUseT) *DBReport {
 	}
 	for _, r := range e.rms {
 		rep.RMs = append(rep.RMs, r.Name+" ("+string(r.Driver)+")")
+	}
+	if e.counters != nil {
+		rep.Warnings = append(slices.Clip(rep.Warnings), e.counters.warn...)
+		if e.counters.any() {
+			rep.DBCountersNote = e.counters.note()
+		}
 	}
 	if e.cfg.Txns == 0 {
 		rep.SliceS = e.cfg.Slice.Seconds()
@@ -116,6 +130,9 @@ func (e *env) report(states []*wlState, m machineUseT) *DBReport {
 		}
 		if st.lastErr != nil {
 			r.LastError = st.lastErr.Error()
+		}
+		if e.counters != nil {
+			r.DBCounters = e.counters.results(st.dbc, st.txns)
 		}
 		rep.Results = append(rep.Results, r)
 	}
@@ -153,8 +170,12 @@ func (e *env) standbyReport(results []DBResult) *StandbyReport {
 // WriteTable prints the report for a person: one line per workload, the
 // ratio, then each workload's wait tables.
 func (r *DBReport) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "tandem bench: %s; RMs %s; %d CPUs (during the run: this process %.0f%%, others — the databases — %.0f%%)\n",
-		r.describe(), strings.Join(r.RMs, ", "), r.CPUs, r.OwnCPUPercent, r.OthersCPUPercent)
+	counters := ""
+	if r.DBCountersNote != "" {
+		counters = "; database sync counters are server-wide (other sessions' work counts too)"
+	}
+	fmt.Fprintf(w, "tandem bench: %s; RMs %s; %d CPUs (during the run: this process %.0f%%, others — the databases — %.0f%%)%s\n",
+		r.describe(), strings.Join(r.RMs, ", "), r.CPUs, r.OwnCPUPercent, r.OthersCPUPercent, counters)
 	if r.Coordinator != "" {
 		line := "coordinator " + r.Coordinator
 		if r.CoordinatorConns > 0 {
@@ -183,6 +204,9 @@ func (r *DBReport) WriteTable(w io.Writer) error {
 	}
 	if r.Ratio != nil {
 		fmt.Fprintf(w, "\nratio %s/%s (TPS): %.3f\n", r.Results[1].Workload, r.Results[0].Workload, *r.Ratio)
+	}
+	if err := writeDBCounters(w, r.Results, r.DBCountersLate, r.DBCountersNote); err != nil {
+		return err
 	}
 	for _, x := range r.Results {
 		fmt.Fprintf(w, "\n== %s: client waits (%d transactions)\n", x.Workload, x.Txns)

@@ -63,6 +63,12 @@ type benchResult struct {
 	Waits                  []benchWait        `json:"waits"`
 	CoordinatorWaits       []benchWait        `json:"coordinator_waits"`
 	Traces                 []waits.JSONTrace  `json:"traces"`
+	DBCounters             []struct {
+		RM      string  `json:"rm"`
+		Counter string  `json:"counter"`
+		Total   uint64  `json:"total"`
+		PerTxn  float64 `json:"per_txn"`
+	} `json:"db_counters"`
 }
 
 type benchReport struct {
@@ -77,6 +83,16 @@ func (r benchResult) wait(event string) benchWait {
 		}
 	}
 	return benchWait{Event: event}
+}
+
+// dbCounter is a database counter's figure per transaction (-1 if absent).
+func (r benchResult) dbCounter(rm, counter string) float64 {
+	for _, c := range r.DBCounters {
+		if c.RM == rm && c.Counter == counter {
+			return c.PerTxn
+		}
+	}
+	return -1
 }
 
 func (r benchResult) coordWait(event string) benchWait {
@@ -172,6 +188,30 @@ func TestBenchXAAgainstRaw2PC(t *testing.T) {
 	if raw.wait("coordinator commit").Count != 0 {
 		t.Error("raw2pc called the coordinator")
 	}
+	// The databases' own syncs. Each transaction has PostgreSQL sync its
+	// PREPARE and its COMMIT PREPARED, and MariaDB group-commit its XA
+	// PREPARE and its XA COMMIT to the binlog; with 2 threads one sync covers
+	// at most two of them, so each is at least 1 per transaction (the
+	// counters are server-wide: other work only adds), provided every
+	// session's counts were published before the run ended.
+	for _, r := range []benchResult{raw, xa} {
+		for _, c := range [][2]string{{"pg", "wal_sync"}, {"maria", "Binlog_group_commits"}} {
+			if v := r.dbCounter(c[0], c[1]); v < 1 {
+				t.Errorf("%s: %s %s per transaction %v, want at least 1 (db_counters %+v)", r.Workload, c[0], c[1], v, r.DBCounters)
+			}
+		}
+		if v := r.dbCounter("maria", "Binlog_commits"); v < 2 {
+			t.Errorf("%s: maria Binlog_commits per transaction %v, want at least 2 (XA PREPARE, XA COMMIT)", r.Workload, v)
+		}
+	}
+	// Alone, raw2pc's run ends with no wait for late counts: the bench's own
+	// PostgreSQL sessions must have published theirs (without
+	// pg_stat_force_next_flush() they hold up to a second's worth, all of
+	// this short run).
+	_, rep = runBench(t, "--workload", "raw2pc", "--txns", "300", "--threads", "2")
+	if v := rep.Results[0].dbCounter("pg", "wal_sync"); v < 1 {
+		t.Errorf("raw2pc alone: pg wal_sync per transaction %v, want at least 1 (db_counters %+v)", v, rep.Results[0].DBCounters)
+	}
 	// Traces: client and coordinator waits of one transaction, in order.
 	if len(xa.Traces) != 2 {
 		t.Fatalf("xa kept %d traces, want 2", len(xa.Traces))
@@ -210,7 +250,7 @@ func TestBenchOtherWorkloads(t *testing.T) {
 		t.Errorf("plain: %+v", p)
 	}
 
-	_, rep = runBench(t, "--workload", "oltp", "--txns", "200", "--threads", "4", "--oltp-rows", "1000")
+	_, rep = runBench(t, "--workload", "oltp", "--txns", "200", "--threads", "4", "--oltp-rows", "1000", "--db-counters=false")
 	o := rep.Results[0]
 	if o.Txns == 0 || o.TPS <= 0 {
 		t.Fatalf("oltp: %+v", o)
