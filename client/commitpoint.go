@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -106,41 +107,71 @@ func (c *Client) checkCommitPoint(ctx context.Context, info *rmInfo, q rm.Querie
 
 // beginForm says how a MariaDB/MySQL branch begins: as the transaction's
 // commit point (a plain transaction), or as an XA branch named with the
-// commit point the transaction already has (or with none). Called once per
-// branch, before its begin is sent.
+// commit point the transaction already has — the plain branch, or a
+// PostgreSQL branch pinned as the commit point when this RM cannot be one —
+// or with none (the coordinator decides). Called once per branch, before
+// its begin is sent.
 func (t *Tx) beginForm(ctx context.Context, b *Branch) {
 	if b.rm.dialect.Driver() != rm.MySQL {
 		return
 	}
 	t.mu.Lock()
-	cp, unnamed, decideAt := t.cp, t.unnamedXA, t.opts.DecideAt
+	decideAt := t.opts.DecideAt
 	t.mu.Unlock()
-	switch {
-	case cp != nil:
-		b.id.CommitPoint = cp.rm.name
-		return
-	case unnamed || decideAt == DecideAtCoordinator:
-	case t.c.qualifies(ctx, b.rm, b.conn):
-		t.mu.Lock()
-		if t.cp == nil && !t.unnamedXA {
-			t.cp, b.plain = b, true
-			t.mu.Unlock()
-			return
-		}
-		if t.cp != nil {
-			b.id.CommitPoint = t.cp.rm.name
-			t.mu.Unlock()
-			return
-		}
-		t.mu.Unlock()
+	plainOK := decideAt != DecideAtCoordinator && t.c.qualifies(ctx, b.rm, b.conn)
+	var pin *Branch
+	if !plainOK && decideAt != DecideAtCoordinator {
+		pin = t.postgresCandidate(ctx)
 	}
 	t.mu.Lock()
-	if t.cp != nil {
+	defer t.mu.Unlock()
+	switch {
+	case t.cp != nil:
 		b.id.CommitPoint = t.cp.rm.name
-	} else {
+	case t.unnamedXA:
+	case plainOK:
+		t.cp, b.plain = b, true
+	case pin != nil:
+		t.cp = pin
+		b.id.CommitPoint = pin.rm.name
+	default:
 		t.unnamedXA = true
 	}
+}
+
+// postgresCandidate returns the enlisted PostgreSQL branch that would be
+// the commit point (the qualifying RM of highest strength, then the first
+// enlisted), checking RMs not checked yet.
+func (t *Tx) postgresCandidate(ctx context.Context) *Branch {
+	t.mu.Lock()
+	bs := append([]*Branch(nil), t.branches...)
 	t.mu.Unlock()
+	var best *Branch
+	for _, w := range bs {
+		if w.rm.dialect.Driver() != rm.Postgres || w.rm.neverCP {
+			continue
+		}
+		w.mu.Lock()
+		idle := w.state == branchIdle
+		w.mu.Unlock()
+		ok := false
+		if idle {
+			ok = t.c.qualifies(ctx, w.rm, w.conn) // outside any transaction: safe to check
+		} else {
+			ok = w.rm.cp.known()
+		}
+		if ok && (best == nil || w.rm.cpStrength > best.rm.cpStrength) {
+			best = w
+		}
+	}
+	return best
+}
+
+// known reports whether the RM was checked and qualifies.
+func (s *cpState) known() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.checked.IsZero() && s.why == nil
 }
 
 // checkPostgres learns, before a PostgreSQL branch begins, whether its RM
@@ -159,10 +190,12 @@ func (t *Tx) checkPostgres(ctx context.Context, b *Branch) {
 }
 
 // commitPoint picks the commit point among the writers, or nil when the
-// coordinator decides.
+// coordinator decides. A commit point chosen at a MySQL branch's begin (a
+// plain branch, or a pinned PostgreSQL branch that XA branches are named
+// with) is kept, whether it wrote or not.
 func (t *Tx) commitPoint(writers []*Branch) *Branch {
 	if t.cp != nil {
-		return t.cp // began as a plain transaction: it cannot prepare
+		return t.cp
 	}
 	if t.opts.DecideAt == DecideAtCoordinator || t.unnamedXA {
 		return nil
@@ -172,10 +205,7 @@ func (t *Tx) commitPoint(writers []*Branch) *Branch {
 		if w.rm.dialect.Driver() != rm.Postgres {
 			return nil // an XA branch named with no commit point
 		}
-		w.rm.cp.mu.Lock()
-		ok := !w.rm.cp.checked.IsZero() && w.rm.cp.why == nil
-		w.rm.cp.mu.Unlock()
-		if ok && !w.rm.neverCP && (best == nil || w.rm.cpStrength > best.rm.cpStrength) {
+		if w.rm.cp.known() && !w.rm.neverCP && (best == nil || w.rm.cpStrength > best.rm.cpStrength) {
 			best = w
 		}
 	}
@@ -189,9 +219,12 @@ func (t *Tx) commitPoint(writers []*Branch) *Branch {
 // and commit at cp in one round trip, then commit the prepared branches.
 func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch, commitReaders func() error) (Result, txState, error) {
 	res := Result{Path: PathCommitPoint, CommitPoint: cp.rm.name}
+	if !slices.Contains(all, cp) {
+		all = append(all, cp) // a pinned commit point that ran nothing yet
+	}
 	var prepared []*Branch
 	for _, w := range writers {
-		if w != cp {
+		if w != cp && w.state != branchCommitted {
 			w.id.CommitPoint = cp.rm.name // PostgreSQL: named at PREPARE; MySQL: named at XA START already
 			prepared = append(prepared, w)
 		}
@@ -202,7 +235,14 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 	}
 	_ = failpoint.Inject("before-commit-point") // kill: every other branch prepared, no decision anywhere
 	forget := cp.rm.cp.takeForget()
-	err := cp.commitDecision(ctx, decision.CommitStatements(cp.rm.dialect.Driver(), t.gtrid, t.c.cfg.MaxTxnAge, forget))
+	stmts := decision.CommitStatements(cp.rm.dialect.Driver(), t.gtrid, t.c.cfg.MaxTxnAge, forget)
+	if cp.state == branchIdle {
+		// A pinned PostgreSQL commit point that ran nothing: its
+		// transaction holds only the decision.
+		stmts = append([]string{"BEGIN"}, stmts...)
+		cp.state = branchActive
+	}
+	err := cp.commitDecision(ctx, stmts)
 	_ = failpoint.Inject("after-commit-point") // kill: decided COMMIT; the prepared branches wait for a recoverer
 	switch {
 	case err == nil:

@@ -168,3 +168,22 @@ func TestCommitPointAloneCommitsOnePhase(t *testing.T) {
 		t.Errorf("last statement %q, want COMMIT", got[len(got)-1])
 	}
 }
+
+// MariaDB cannot be the commit point (NeverCommitPoint): its XA branch is
+// named at XA START with the PostgreSQL branch enlisted beside it, which
+// becomes the commit point; MariaDB prepares and is committed after
+// PostgreSQL's decision.
+func TestCommitPointPinnedOnPostgres(t *testing.T) {
+	c := cpClient(t, RM{Name: "pg", Driver: "postgres"}, RM{Name: "maria", Driver: "mysql", NeverCommitPoint: true})
+	ctx := context.Background()
+	tx, pg, maria := twoBranches(t, c)
+	res, err := tx.Commit(ctx)
+	if err != nil || res.Path != PathCommitPoint || res.CommitPoint != "pg" {
+		t.Fatalf("Commit = %+v, %v; want decided at pg", res, err)
+	}
+	g := tx.GTRID()
+	x := xid.Branch{GTRID: g, RM: "maria", CommitPoint: "pg"}.MySQLXID()
+	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA COMMIT "+x)
+	want := []string{"SHOW fsync", tableCheck, "BEGIN", "UPDATE a SET v = 1"}
+	wantLog(t, "pg", pg, append(want, decision.CommitStatements(rm.Postgres, g, time.Hour, nil)...)...)
+}

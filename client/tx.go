@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -225,11 +226,17 @@ func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, e
 	}
 	var writers, readers []*Branch
 	for i, b := range branches {
-		if readOnly[i] {
+		if readOnly[i] && b != t.cp {
 			readers = append(readers, b)
 		} else {
 			writers = append(writers, b)
 		}
+	}
+	// A pinned PostgreSQL commit point that only read is a reader unless
+	// two other branches wrote: then it commits with the decision.
+	if cpi := slices.Index(writers, t.cp); cpi >= 0 && t.cp.rm.dialect.Driver() == rm.Postgres && len(writers) <= 2 && readOnly[slices.Index(branches, t.cp)] {
+		writers = slices.Delete(writers, cpi, cpi+1)
+		readers = append(readers, t.cp)
 	}
 	// Read-only branches commit locally; their outcome does not matter to atomicity.
 	commitReaders := func() error {

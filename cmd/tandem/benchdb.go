@@ -124,6 +124,7 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 		cfg.DecideAt = d
 		return err
 	})
+	fs.StringVar(&cfg.CommitPoint, "commit-point", "", "with --decide-at auto|rm: the RM that may be the commit point (e.g. pg or maria); default: auto's choice (MariaDB first)")
 	fs.Func("visibility", "xa and oltp: sync (default: Commit returns once every branch committed) or async (once the decision is durable; the rest commits in the background)", func(v string) error {
 		switch v {
 		case "sync":

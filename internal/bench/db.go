@@ -67,6 +67,9 @@ type DBConfig struct {
 	// table on both databases, and a commit point decides where one
 	// qualifies.
 	DecideAt client.DecideAt
+	// CommitPoint, when set, names the RM that may be the commit point (the
+	// other is client.RM.NeverCommitPoint); "" lets auto choose.
+	CommitPoint string
 	// Visibility of the xa and oltp workloads' commits (client.Visibility;
 	// zero: the coordinator's default, sync).
 	Visibility client.Visibility
@@ -139,6 +142,9 @@ func DefaultDBConfig() DBConfig {
 func (c *DBConfig) validate() error {
 	if c.DecideAt == "" {
 		c.DecideAt = client.DecideAtCoordinator
+	}
+	if c.CommitPoint != "" && (len(c.RMs) != 2 || (c.CommitPoint != c.RMs[0].Name && c.CommitPoint != c.RMs[1].Name)) {
+		return fmt.Errorf("--commit-point %q names no resource manager of the run", c.CommitPoint)
 	}
 	if _, err := client.ParseDecideAt(string(c.DecideAt)); err != nil {
 		return err
@@ -609,7 +615,8 @@ func (e *env) newState(ctx context.Context, name string) (*wlState, error) {
 			cfg.AuthToken = e.cfg.AuthToken
 		}
 		for _, r := range e.rms {
-			cfg.RMs = append(cfg.RMs, client.RM{Name: r.Name, Driver: string(r.Driver), MultiStatements: r.Driver == rm.MySQL, DB: r.db})
+			cfg.RMs = append(cfg.RMs, client.RM{Name: r.Name, Driver: string(r.Driver), MultiStatements: r.Driver == rm.MySQL, DB: r.db,
+				NeverCommitPoint: e.cfg.CommitPoint != "" && e.cfg.CommitPoint != r.Name})
 		}
 		cli, err := client.New(cfg)
 		if err != nil {

@@ -61,6 +61,8 @@ type DBReport struct {
 	// DecideAt: where xa and oltp decided (client.DecideAt).
 	DecideAt   string `json:"decide_at"`
 	Visibility string `json:"visibility"`
+	// CommitPoint: the RM allowed to be the commit point ("": auto's choice).
+	CommitPoint string `json:"commit_point,omitempty"`
 	// CoordinatorConns: the in-process coordinator's connections per RM.
 	CoordinatorConns int      `json:"coordinator_conns,omitempty"`
 	LogFS            string   `json:"coordinator_log_fs,omitempty"`
@@ -82,7 +84,7 @@ type DBReport struct {
 }
 
 func (e *env) report(states []*wlState, m machineUseT) *DBReport {
-	rep := &DBReport{Coordinator: e.coordAt, DecideAt: string(e.cfg.DecideAt), Visibility: visibilityName(e.cfg.Visibility), CPUs: runtime.NumCPU(),
+	rep := &DBReport{Coordinator: e.coordAt, DecideAt: string(e.cfg.DecideAt), Visibility: visibilityName(e.cfg.Visibility), CommitPoint: e.cfg.CommitPoint, CPUs: runtime.NumCPU(),
 		OwnCPUPercent: round(m.own, 1), OthersCPUPercent: round(m.others, 1), Warnings: e.warnings}
 	if e.inProc {
 		rep.Coordinator += " (in-process)"
@@ -186,6 +188,9 @@ func (r *DBReport) WriteTable(w io.Writer) error {
 		}
 		if r.DecideAt != "" {
 			line += "; xa and oltp decide at: " + r.DecideAt + ", visibility " + r.Visibility
+			if r.CommitPoint != "" {
+				line += ", commit point " + r.CommitPoint
+			}
 		}
 		fmt.Fprintln(w, line)
 	}

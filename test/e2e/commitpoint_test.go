@@ -183,3 +183,29 @@ func TestCommitPointOnPostgres(t *testing.T) {
 		t.Errorf("left prepared: %v", left)
 	}
 }
+
+// MariaDB kept from being the commit point: its XA branch is named with
+// PostgreSQL at XA START, PostgreSQL's commit decides, MariaDB's prepared
+// branch commits after it.
+func TestCommitPointPinnedOnPostgresWithMariaDB(t *testing.T) {
+	d := openDBs(t)
+	d.table(t, "e2e_cp_pin")
+	cli := cpClient(t, d, client.RM{Name: "pg", Driver: "postgres", DB: d.pg}, client.RM{Name: "maria", Driver: "mysql", MultiStatements: true, DB: d.my, NeverCommitPoint: true})
+	ctx := context.Background()
+	pgConn, myConn := conns(t, d)
+	tx := cli.Begin()
+	writeBoth(t, ctx, tx, "e2e_cp_pin", 1, pgConn, myConn)
+	res, err := tx.Commit(ctx)
+	if err != nil || res.Path != client.PathCommitPoint || res.CommitPoint != "pg" || res.RMRoundTrips != 5 {
+		t.Fatalf("Commit = %+v, %v; want decided at pg in 5 round trips", res, err)
+	}
+	if d.count(t, d.pg, "e2e_cp_pin", 1) != 1 || d.count(t, d.my, "e2e_cp_pin", 1) != 1 {
+		t.Fatal("the transaction is not on both databases")
+	}
+	if o := decisionRow(t, d.pg, tx.GTRID().String(), false); o != "C" {
+		t.Errorf("pg's decision row = %q, want C", o)
+	}
+	if left := d.prepared(t); len(left) != 0 {
+		t.Errorf("left prepared: %v", left)
+	}
+}
