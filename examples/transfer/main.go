@@ -25,6 +25,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tandem-tx/tandem/client"
 	"io"
 	"os"
 	"os/signal"
@@ -71,6 +72,11 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&cfg.Prefix, "prefix", "tandem_demo_", "prefix of the demo's table names (PREFIXaccounts, PREFIXtransfer_journal); a reset drops only tables this demo created")
 	fs.StringVar(&cfg.PGName, "rm-pg", "pg", "the PostgreSQL resource manager's name (the coordinator's --rm name)")
 	fs.StringVar(&cfg.MariaName, "rm-maria", "maria", "the MariaDB resource manager's name")
+	fs.Func("decide-at", "where each transfer is decided: auto (default: MariaDB's own commit, with a decision row, when its decision table exists), coordinator, or rm", func(v string) error {
+		d, err := client.ParseDecideAt(v)
+		cfg.DecideAt = d
+		return err
+	})
 	fs.DurationVar(&cfg.ClockSkew, "clock-skew", 0, "stamp gtrids with a clock this far off (e.g. 30s, -1h): a test of the coordinator's --max-clock-skew; never split, refused when too far ahead")
 	fs.BoolVar(&cfg.NoCheck, "no-check", false, "skip the checks at the end (when other clients still run, as in the chaos test)")
 	fs.BoolVar(&cfg.ResetOnly, "reset-only", false, "recreate the tables and balances, then exit: no transfers, no checks")

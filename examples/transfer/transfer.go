@@ -52,6 +52,10 @@ type Config struct {
 	// ClockSkew shifts the SDK's clock (client.Config.Now): the chaos run's
 	// client with a skewed clock.
 	ClockSkew time.Duration
+	// DecideAt is where transfers are decided (client.DecideAt; "" is auto:
+	// MariaDB's commit with its decision row, once the coordinator has
+	// made the decision table).
+	DecideAt client.DecideAt
 	// Prefix is put before the table names (accounts, transfer_journal), so
 	// that several runs can share the databases.
 	Prefix string
@@ -195,7 +199,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 	cliCfg := client.Config{
 		Coordinator: cfg.Coordinator,
-		RMs:         []client.RM{{Name: cfg.names().pg, Driver: "postgres"}, {Name: cfg.names().maria, Driver: "mysql", MultiStatements: true}},
+		RMs: []client.RM{{Name: cfg.names().pg, Driver: "postgres", DB: pg},
+			{Name: cfg.names().maria, Driver: "mysql", MultiStatements: true, DB: my}},
+		Defaults: client.CommitOptions{DecideAt: cfg.DecideAt},
 	}
 	if skew := cfg.ClockSkew; skew != 0 {
 		cliCfg.Now = func() time.Time { return time.Now().Add(skew) }

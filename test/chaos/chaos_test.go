@@ -49,10 +49,16 @@ var failpoints = []string{
 
 // Client-side failpoints (the SDK in the transfer process): a client started
 // with one dies there at its first transaction that reaches it.
-var clientFailpoints = []string{"before-prepare", "after-prepare", "before-commit-rpc", "after-commit-rpc"}
+// The client's failpoints where the coordinator decides, and where a
+// commit point does (mixed: each client process picks one way at random).
+var (
+	clientFailpoints   = []string{"before-prepare", "after-prepare", "before-commit-rpc", "after-commit-rpc"}
+	commitPointKillsAt = []string{"before-prepare", "after-prepare", "before-commit-point", "after-commit-point"}
+)
 
 type counters struct {
 	coordFailpoint, coordSigkill, clientKills, clientFailpoint, pgRestarts, myRestarts, proxyCuts atomic.Int64
+	commitPointClients                                                                            atomic.Int64
 }
 
 type harness struct {
@@ -120,7 +126,8 @@ func TestChaos(t *testing.T) {
 	summary := fmt.Sprintf(`chaos summary (%s):
   rounds %d, round length %s, clients %d
   coordinator kills: %d at failpoints, %d by SIGKILL at random times (restarts without a manual step: %d)
-  client processes killed mid-run: %d by SIGKILL, %d at client failpoints (before/after prepare, before/after the Commit RPC)
+  client processes: %d deciding at a commit point (MariaDB), the others at the coordinator
+  client processes killed mid-run: %d by SIGKILL, %d at client failpoints (before/after prepare, before/after the Commit RPC or the commit point)
   database restarts (SIGKILL + start): postgres %d, mariadb %d
   network cuts coordinator<->database: %d
   transfers acknowledged as committed: %d
@@ -128,7 +135,7 @@ func TestChaos(t *testing.T) {
   dangling prepared branches: %d
   longest time to settle: %s`,
 		time.Since(start).Round(time.Second), rounds, roundDur, clients,
-		k.coordFailpoint.Load(), k.coordSigkill.Load(), h.restarts.Load(), k.clientKills.Load(), k.clientFailpoint.Load(),
+		k.coordFailpoint.Load(), k.coordSigkill.Load(), h.restarts.Load(), k.commitPointClients.Load(), k.clientKills.Load(), k.clientFailpoint.Load(),
 		k.pgRestarts.Load(), k.myRestarts.Load(), k.proxyCuts.Load(), countLines(h.acks), violations, dangling, longestSettle.Round(time.Millisecond))
 	fmt.Println(summary)
 	if violations != 0 || dangling != 0 {
@@ -270,11 +277,17 @@ func (h *harness) round(n, clients int, d time.Duration) {
 	running := map[*exec.Cmd]bool{}
 	var startClient func()
 	startClient = func() {
+		decideAt, fps := "coordinator", clientFailpoints
+		if h.intn(2) == 0 {
+			decideAt, fps = "auto", commitPointKillsAt
+			h.kills.commitPointClients.Add(1)
+		}
 		cmd := exec.Command(h.trans, "--pg", h.pgDSN, "--mysql", h.myDSN, "--coordinator", h.coordAddr, "--reset=false", "--no-check",
-			"--accounts", "200", "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria", "--workers", "4", "--duration", d.String(), "--acked", h.acks)
+			"--accounts", "200", "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria", "--workers", "4", "--duration", d.String(), "--acked", h.acks,
+			"--decide-at", decideAt)
 		cmd.Env = os.Environ()
 		withFailpoint := h.intn(3) == 0
-		fp := clientFailpoints[h.intn(len(clientFailpoints))]
+		fp := fps[h.intn(len(fps))]
 		if withFailpoint {
 			cmd.Env = append(cmd.Env, "TANDEM_FAILPOINTS="+fp+"=kill")
 		}
