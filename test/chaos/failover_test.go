@@ -161,7 +161,7 @@ func (h *harness) failoverRound(t *testing.T, m failoverMode, n int, d time.Dura
 	for _, skew := range []string{"0s", "0s", "5s", "30s"} {
 		clients = append(clients, h.spawn(t, nil, h.trans, "--pg", h.pgDSN, "--mysql", h.myDSN, "--coordinator", apiA, "--reset=false", "--no-check",
 			"--accounts", "200", "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria", "--workers", "2", "--duration", (d+5*time.Second).String(),
-			"--acked", acks, "--clock-skew", skew))
+			"--acked", acks, "--clock-skew", skew, "--decide-at", "coordinator")) // the coordinator's failover is what this tests
 	}
 	select {
 	case <-a.done:
