@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -207,5 +210,55 @@ func TestCommitPointPinnedOnPostgresWithMariaDB(t *testing.T) {
 	}
 	if left := d.prepared(t); len(left) != 0 {
 		t.Errorf("left prepared: %v", left)
+	}
+}
+
+// The client killed at each step of the commit-point path (a transfer
+// process built with failpoints, deciding at MariaDB): before and after
+// its prepares, before the commit point's decision, after it. The
+// coordinator's in-doubt scan settles what is left from the commit point's
+// decision table: every transfer ends on both databases or on neither, the
+// money adds up, nothing stays prepared; a transfer killed after the
+// decision is committed on both.
+func TestCommitPointClientKilledAtEachStep(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "transfer")
+	build := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, "./examples/transfer")
+	build.Dir = repoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the transfer example with failpoints: %v\n%s", err, out)
+	}
+	c := startCoordinator(t, coordOpts{})
+	common := []string{"--pg", pgDSN, "--mysql", myDSN, "--coordinator", c.addr, "--prefix", "e2ecp_", "--accounts", "10"}
+	if out, err := exec.Command(bin, append(common, "--reset-only")...).CombinedOutput(); err != nil {
+		t.Fatalf("transfer --reset-only: %v\n%s", err, out)
+	}
+	d := openDBs(t)
+	acks := filepath.Join(t.TempDir(), "acked")
+	for _, fp := range []string{"before-prepare", "after-prepare", "before-commit-point", "after-commit-point"} {
+		cmd := exec.Command(bin, append(common, "--reset=false", "--no-check", "--transfers", "1", "--workers", "1", "--decide-at", "rm", "--acked", acks)...)
+		cmd.Env = append(os.Environ(), "TANDEM_FAILPOINTS="+fp+"=kill")
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Fatalf("%s: the transfer process was not killed:\n%s", fp, out)
+		}
+		eventually(t, 30*time.Second, fp+": nothing left prepared", func() bool { return len(d.prepared(t)) == 0 })
+		var pgN, myN int
+		if err := d.pg.QueryRow("SELECT count(*) FROM e2ecp_transfer_journal").Scan(&pgN); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.my.QueryRow("SELECT count(*) FROM e2ecp_transfer_journal").Scan(&myN); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: transfers in the journal: postgres %d, mariadb %d", fp, pgN, myN)
+		if pgN != myN {
+			t.Fatalf("%s: SPLIT: %d transfers on PostgreSQL, %d on MariaDB", fp, pgN, myN)
+		}
+		if fp == "after-commit-point" && pgN != 1 {
+			t.Errorf("%s: the transfer decided COMMIT before the kill is on %d databases' journals... want it committed (1 row each)", fp, pgN)
+		}
+	}
+	out, err := exec.Command(bin, append(common, "--reset=false", "--check-only", "--acked", acks)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("transfer --check-only: %v\n%s", err, out)
 	}
 }
