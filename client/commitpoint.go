@@ -271,7 +271,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 		}
 		if o == decision.Abort {
 			t.settlePrepared(ctx, prepared, false)
-			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the commit point's connection broke before its COMMIT; the decision key now says abort", Cause: err}
+			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the commit point's connection broke during its commit, and taking the decision key found no decision (its COMMIT never happened; now none can): aborted", Cause: err}
 		}
 	}
 	if t.opts.Visibility == VisibilityAsync && pooled(prepared) {

@@ -7,12 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tandem-tx/tandem/client"
 	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/internal/testproxy"
 )
 
 // cpDBs makes the decision table on both databases (as a coordinator does
@@ -260,5 +263,69 @@ func TestCommitPointClientKilledAtEachStep(t *testing.T) {
 	out, err := exec.Command(bin, append(common, "--reset=false", "--check-only", "--acked", acks)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("transfer --check-only: %v\n%s", err, out)
+	}
+}
+
+// The network to the commit point is cut during its commit (a proxy
+// between the client and MariaDB, with 200 ms of delay each way so that
+// the cut lands while the decision is on the way): the SDK takes the
+// decision key through its own pool (client.RM.DB, not through the proxy)
+// and learns the outcome — committed or aborted, never unknown — and the
+// transaction is on both databases or neither, nothing left prepared.
+func TestCommitPointNetworkCutMidCommit(t *testing.T) {
+	d := openDBs(t)
+	d.table(t, "e2e_cp_cut")
+	myHost := regexp.MustCompile(`tcp\(([^)]*)\)`).FindStringSubmatch(myDSN)
+	if myHost == nil {
+		t.Fatalf("no tcp(host:port) in the MariaDB DSN")
+	}
+	px, err := testproxy.New(myHost[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	viaProxy, err := sql.Open("mysql", strings.Replace(myDSN, myHost[0], "tcp("+px.Addr()+")", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaProxy.Close()
+	cli := cpClient(t, d)
+	ctx := context.Background()
+	for i := 1; i <= 3; i++ {
+		px.Restore()
+		px.SetLink(testproxy.Link{})
+		pgConn, err := d.pg.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		myConn, err := viaProxy.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx := cli.Begin()
+		writeBoth(t, ctx, tx, "e2e_cp_cut", i, pgConn, myConn)
+		px.SetLink(testproxy.Link{Delay: 200 * time.Millisecond})
+		done := make(chan error, 1)
+		go func() { _, err := tx.Commit(ctx); done <- err }()
+		g := tx.GTRID().String()
+		eventually(t, 10*time.Second, "the PostgreSQL branch prepared", func() bool { return len(d.preparedFor(t, g)) == 1 })
+		time.Sleep(time.Duration(i*60) * time.Millisecond) // the decision's bytes on the way, or delivered
+		px.Cut()
+		err = <-done
+		pgN, myN := d.count(t, d.pg, "e2e_cp_cut", i), d.count(t, d.my, "e2e_cp_cut", i)
+		t.Logf("cut %d: Commit = %v; rows: postgres %d, mariadb %d", i, err, pgN, myN)
+		switch {
+		case errors.Is(err, client.ErrOutcomeUnknown):
+			t.Errorf("cut %d: outcome unknown although the SDK could take the decision key: %v", i, err)
+		case err == nil && (pgN != 1 || myN != 1):
+			t.Errorf("cut %d: committed, but rows postgres %d, mariadb %d", i, pgN, myN)
+		case err != nil && (pgN != 0 || myN != 0):
+			t.Errorf("cut %d: %v, but rows postgres %d, mariadb %d", i, err, pgN, myN)
+		}
+		if left := d.preparedFor(t, g); len(left) != 0 {
+			t.Errorf("cut %d: left prepared: %v", i, left)
+		}
+		pgConn.Close()
+		myConn.Close()
 	}
 }
