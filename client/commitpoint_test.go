@@ -187,3 +187,35 @@ func TestCommitPointPinnedOnPostgres(t *testing.T) {
 	want := []string{"SHOW fsync", tableCheck, "BEGIN", "UPDATE a SET v = 1"}
 	wantLog(t, "pg", pg, append(want, decision.CommitStatements(rm.Postgres, g, time.Hour, nil)...)...)
 }
+
+// Decided rows are forgotten in batches: nothing until forgetBatch are
+// pending, then at most forgetMax in one commit; a batch given back (the
+// commit carrying it failed) is sent again; past forgetKeep the oldest are
+// dropped from memory.
+func TestForgetBatches(t *testing.T) {
+	var s cpState
+	for range forgetBatch - 1 {
+		s.addForget(xid.New())
+	}
+	if got := s.takeForget(); got != nil {
+		t.Fatalf("took %d rows below the batch size", len(got))
+	}
+	s.addForget(xid.New())
+	got := s.takeForget()
+	if len(got) != forgetBatch {
+		t.Fatalf("took %d, want %d", len(got), forgetBatch)
+	}
+	s.giveBack(got)
+	if again := s.takeForget(); len(again) != forgetBatch || again[0] != got[0] {
+		t.Fatalf("after giving back, took %d starting %v, want the same %d", len(again), again, forgetBatch)
+	}
+	for range forgetKeep + 10 {
+		s.addForget(xid.New())
+	}
+	if len(s.forget) != forgetKeep {
+		t.Fatalf("kept %d, want at most %d", len(s.forget), forgetKeep)
+	}
+	if n := len(s.takeForget()); n != forgetMax {
+		t.Fatalf("took %d, want at most %d", n, forgetMax)
+	}
+}
