@@ -329,3 +329,35 @@ func TestCommitPointNetworkCutMidCommit(t *testing.T) {
 		myConn.Close()
 	}
 }
+
+// Three writers (two PostgreSQL RMs and MariaDB): MariaDB decides, both
+// PostgreSQL branches prepare named with it, all three commit.
+func TestCommitPointWithThreeBranches(t *testing.T) {
+	d := openDBs(t)
+	d.table(t, "e2e_cp3")
+	cli := cpClient(t, d, client.RM{Name: "pg", Driver: "postgres", DB: d.pg}, client.RM{Name: "pg2", Driver: "postgres", DB: d.pg},
+		client.RM{Name: "maria", Driver: "mysql", MultiStatements: true, DB: d.my})
+	ctx := context.Background()
+	pgConn, myConn := conns(t, d)
+	pg2Conn, err := d.pg.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg2Conn.Close()
+	tx := cli.Begin()
+	writeBoth(t, ctx, tx, "e2e_cp3", 1, pgConn, myConn)
+	b2, _ := tx.Branch(ctx, "pg2", pg2Conn)
+	if _, err := b2.ExecContext(ctx, "INSERT INTO e2e_cp3 (id, v) VALUES (2, 'y')"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tx.Commit(ctx)
+	if err != nil || res.Path != client.PathCommitPoint || res.CommitPoint != "maria" || res.CoordinatorCalls != 0 {
+		t.Fatalf("Commit = %+v, %v; want decided at maria with no coordinator call", res, err)
+	}
+	if d.count(t, d.pg, "e2e_cp3", 1) != 1 || d.count(t, d.pg, "e2e_cp3", 2) != 1 || d.count(t, d.my, "e2e_cp3", 1) != 1 {
+		t.Fatal("a row is missing")
+	}
+	if left := d.preparedFor(t, tx.GTRID().String()); len(left) != 0 {
+		t.Errorf("left prepared: %v", left)
+	}
+}
