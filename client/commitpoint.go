@@ -77,6 +77,9 @@ func (c *Client) qualifies(ctx context.Context, info *rmInfo, q rm.Querier) bool
 	if !checked.IsZero() && (why == nil || time.Since(checked) < cpRecheck) {
 		return why == nil
 	}
+	if info.db != nil {
+		q = info.db // the SDK's own pool: the application's connection is left alone
+	}
 	why = c.checkCommitPoint(ctx, info, q)
 	s.mu.Lock()
 	s.checked, s.why = time.Now(), why
@@ -151,14 +154,19 @@ func (t *Tx) postgresCandidate(ctx context.Context) *Branch {
 		if w.rm.dialect.Driver() != rm.Postgres || w.rm.neverCP {
 			continue
 		}
-		w.mu.Lock()
-		idle := w.state == branchIdle
-		w.mu.Unlock()
-		ok := false
-		if idle {
-			ok = t.c.qualifies(ctx, w.rm, w.conn) // outside any transaction: safe to check
-		} else {
-			ok = w.rm.cp.known()
+		ok := w.rm.cp.known()
+		switch {
+		case ok:
+		case w.rm.db != nil:
+			ok = t.c.qualifies(ctx, w.rm, w.rm.db)
+		case w.mu.TryLock():
+			// Idle, the check may use its connection (outside any
+			// transaction); busy, another goroutine runs a statement on
+			// it: never wait for it here.
+			if w.state == branchIdle {
+				ok = t.c.qualifies(ctx, w.rm, w.conn)
+			}
+			w.mu.Unlock()
 		}
 		if ok && (best == nil || w.rm.cpStrength > best.rm.cpStrength) {
 			best = w
