@@ -72,7 +72,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) that signs client certificates: API and admin clients must present one (mutual TLS; it authenticates API calls as a token does)")
 	insecureTLS := fs.Bool("insecure-no-tls", false, "allow plaintext on a non-loopback --listen or --admin, and a standby link off loopback with --standby-secret-file but no --standby-tls-* (only on a network you trust: tokens, transactions and decisions travel in clear, and a standby link's frames can be forged on the path)")
 	var rms multiFlag
-	fs.Var(&rms, "rm", "resource manager NAME=DRIVER:DSN or NAME=DRIVER:@FILE, DRIVER postgres or mysql (repeatable). Keep passwords off the command line: ${VAR} in the DSN is replaced by the environment variable VAR, and @FILE reads the DSN from FILE")
+	fs.Var(&rms, "rm", rmFlagHelp)
 	orphan := fs.Duration("orphan-timeout", 0, "abort a prepared branch with no decision after this long (default 60s)")
 	scan := fs.Duration("scan-interval", 0, "how often to scan every database for in-doubt branches (default 10s)")
 	p2wait := fs.Duration("phase2-wait", 0, "longest a Commit waits for phase 2 when the caller set no deadline (default 10s)")
@@ -114,23 +114,9 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--log-level %q: use debug, info, warn or error", *logLevel)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	var cfg config.Config
-	if *file != "" {
-		var err error
-		if cfg, err = config.Load(*file); err != nil {
-			return err
-		}
-		fileperm.Warn(logger, *file, "config file")
-	}
-	for _, f := range rms {
-		name, r, err := config.ParseRMFlag(f)
-		if err != nil {
-			return err
-		}
-		if cfg.RMs == nil {
-			cfg.RMs = map[string]config.RM{}
-		}
-		cfg.RMs[name] = r
+	cfg, err := loadConfig(*file, rms, logger)
+	if err != nil {
+		return err
 	}
 	set := func(dst *string, v string) {
 		if v != "" {
@@ -160,12 +146,6 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		}
 		cfg.LogSize = n
 	}
-
-	for _, name := range cfg.RMNames() {
-		if f := cfg.RMs[name].DSNFile; f != "" {
-			fileperm.Warn(logger, f, fmt.Sprintf("rm %q: dsn_file", name))
-		}
-	}
 	adminSet := false
 	fs.Visit(func(f *flag.Flag) { adminSet = adminSet || f.Name == "admin" })
 	var token string
@@ -178,7 +158,6 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	}
 	so := server.StandbyOptions{Listen: *standbyListen, Of: *standbyOf, Transport: *transport, Protection: *protection, NetTimeout: *netTimeout, Peer: *peer, ArchLag: *archLag,
 		MaxConnections: *maxConns, DisableNoDelay: *noDelayOff}
-	var err error
 	if so.Auth, err = standbyAuth(*secretFile, *standbyTLSCert, *standbyTLSKey, *standbyTLSCA, logger); err != nil {
 		return err
 	}

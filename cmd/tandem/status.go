@@ -33,7 +33,9 @@ and how many decided transactions still wait for phase 2. Exits non-zero when
 the coordinator is not ready (a database refused its login: fix the DSN) or
 cannot reach a database.
 With GTRID: COMMITTED, ABORTED or UNDECIDED, and phase 2 on each branch.
---resolve settles an UNDECIDED gtrid by writing ABORT (the first decision wins).`,
+--resolve settles an UNDECIDED gtrid by writing ABORT (the first decision wins).
+A transaction decided at a commit point (its prepared branches name it) is
+answered from that database's decision table; --resolve takes its key there.`,
 		run: runStatus,
 	})
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/tandem-tx/tandem/client"
 	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/server"
+	"github.com/tandem-tx/tandem/xid"
 )
 
 // Config of one run.
@@ -572,10 +573,25 @@ func check(ctx context.Context, nm names, pg, my *sql.DB, rep *Report, acked *sy
 }
 
 // danglingBranches counts the prepared branches of this run's resource
-// managers (the bqual is the RM name) on both databases.
+// managers on both databases, named with a commit point (tandemcp:...,
+// format TANC) or not (tandem:..., format TAND).
 func danglingBranches(ctx context.Context, nm names, pg, my *sql.DB) (int, error) {
 	var n int
-	if err := pg.QueryRowContext(ctx, "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%' AND gid LIKE $1", "%:"+nm.pg).Scan(&n); err != nil {
+	gids, err := pg.QueryContext(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'tandem%'")
+	if err != nil {
+		return 0, fmt.Errorf("postgres: pg_prepared_xacts: %w", err)
+	}
+	defer gids.Close()
+	for gids.Next() {
+		var gid string
+		if err := gids.Scan(&gid); err != nil {
+			return 0, fmt.Errorf("postgres: pg_prepared_xacts: %w", err)
+		}
+		if b, ok := xid.ParsePostgresGID(gid); ok && b.RM == nm.pg {
+			n++
+		}
+	}
+	if err := gids.Err(); err != nil {
 		return 0, fmt.Errorf("postgres: pg_prepared_xacts: %w", err)
 	}
 	rows, err := my.QueryContext(ctx, "XA RECOVER")
@@ -590,7 +606,7 @@ func danglingBranches(ctx context.Context, nm names, pg, my *sql.DB) (int, error
 		if err := rows.Scan(&f, &gl, &bl, &data); err != nil {
 			return 0, err
 		}
-		if f == 0x54414E44 && bl == len(nm.maria) && strings.HasSuffix(string(data), nm.maria) {
+		if b, ok := xid.ParseMySQLXID(f, gl, bl, data); ok && b.RM == nm.maria {
 			n++
 		}
 	}

@@ -93,6 +93,12 @@ type Options struct {
 	// prepared, if set, replaces the resource managers' answer to "is this
 	// branch prepared?" when Status resolves a gtrid: the same kind of seam.
 	prepared func(ctx context.Context, rm string, b xid.Branch) (bool, error)
+	// recover, if set, replaces the resource managers' recover scans (the
+	// in-doubt scan, Status of a commit-point gtrid): the same kind of seam.
+	recover func(ctx context.Context, rm string) ([]rm.InDoubt, error)
+	// decisions, if set, replaces the commit points' decision tables
+	// (package decision on each RM's pool): the same kind of seam.
+	decisions decisionTables
 	// checkpointEvery is how often the checkpointer looks at the log's use
 	// (default 1s): tests shorten it.
 	checkpointEvery time.Duration
@@ -156,14 +162,23 @@ type Coordinator struct {
 	// goroutine only): once, then at most every misconfigEvery.
 	misconfigSaid map[string]time.Time
 	// cpSeen: first time the scan saw a prepared branch decided by a commit
-	// point (Branch.CommitPoint != ""), which this coordinator never decides.
+	// point (Branch.CommitPoint != ""), whose decision is in the commit
+	// point's table, never in this log (cprecover.go).
 	cpSeen map[xid.Branch]time.Time
+	// saidMu guards said: when each rate-limited complaint was last logged
+	// (sayEvery).
+	saidMu sync.Mutex
+	said   map[string]time.Time
+	// tableReady: the RMs whose decision table is known to exist (Open and
+	// the scan goroutine only).
+	tableReady map[string]bool
 
-	ctx     context.Context // the coordinator's lifetime: phase 2 and scans run on it
-	cancel  context.CancelFunc
-	halted  bool // Halt: no decision is acknowledged any more (under mu)
-	wg      sync.WaitGroup
-	scanNow chan chan struct{}
+	ctx      context.Context // the coordinator's lifetime: phase 2 and scans run on it
+	cancel   context.CancelFunc
+	halted   bool // Halt: no decision is acknowledged any more (under mu)
+	wg       sync.WaitGroup
+	scanNow  chan chan struct{}
+	sweepNow chan chan SweepStats
 
 	ck    checkpointer
 	admit admission
@@ -188,7 +203,8 @@ func Open(opts Options) (*Coordinator, error) {
 		return nil, fmt.Errorf("coord: segment size %d is more than half the log size %d: the log must hold several segments to be reused", opts.SegmentSize, opts.LogSize)
 	}
 	c := &Coordinator{opts: opts, rms: map[string]*rm.Conn{}, retry: map[string]*retryQueue{}, txns: map[xid.GTRID]*txn{},
-		seen: map[xid.Branch]time.Time{}, cpSeen: map[xid.Branch]time.Time{}, logger: opts.Logger, scanNow: make(chan chan struct{})}
+		seen: map[xid.Branch]time.Time{}, cpSeen: map[xid.Branch]time.Time{}, logger: opts.Logger, scanNow: make(chan chan struct{}),
+		sweepNow: make(chan chan SweepStats), tableReady: map[string]bool{}}
 	c.ck.init()
 	for _, cfg := range opts.RMs {
 		if _, dup := c.rms[cfg.Name]; dup {
@@ -279,6 +295,8 @@ func Open(opts Options) (*Coordinator, error) {
 			} else {
 				c.logger.Warn("resource manager unreachable at start; phase 2 and recovery will retry", "rm", name, "error", err)
 			}
+		} else {
+			c.ensureTable(name)
 		}
 		cancel()
 	}

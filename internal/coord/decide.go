@@ -120,6 +120,9 @@ func (c *Coordinator) Abort(ctx context.Context, gtrid string, rms []BranchRef) 
 
 // Status reports what the coordinator knows of gtrid. With resolve, an
 // undecided gtrid is settled by writing ABORT (the first decision wins).
+// A gtrid with no record here whose prepared branches name a commit point
+// is answered from that commit point's decision table instead (with
+// resolve, by taking its key); nothing is written to the log for it.
 func (c *Coordinator) Status(ctx context.Context, gtrid string, resolve bool) (Report, error) {
 	g, err := xid.Parse(gtrid)
 	if err != nil {
@@ -133,6 +136,14 @@ func (c *Coordinator) Status(ctx context.Context, gtrid string, resolve bool) (R
 		return r, nil
 	}
 	c.mu.Unlock()
+	if t == nil {
+		// A commit-point transaction is decided in its commit point's
+		// table, not here (cprecover.go); an unsynchronized promotion
+		// changes nothing for it.
+		if r, ok, err := c.cpStatus(ctx, g, resolve); ok || err != nil {
+			return r, err
+		}
+	}
 	if resolve && t == nil && c.unknowable(g) {
 		return Report{}, inputErr("gtrid", "gtrid %s began before this coordinator's promotion with --accept-data-loss and has no decision here: the old primary may have decided it; it is not resolved by presumption: settle it with tandem resolve after looking at what each database holds", g)
 	}

@@ -10,12 +10,20 @@ import (
 
 // scanLoop scans every resource manager for in-doubt branches at start and
 // every ScanInterval, and forgets ended transactions past their retention.
+// About every sweepEvery, the scan is a sweep of the decision tables
+// (sweepOnce), which scans too.
 func (c *Coordinator) scanLoop() {
 	defer c.wg.Done()
 	ticker := time.NewTicker(c.opts.ScanInterval)
 	defer ticker.Stop()
+	var lastSweep time.Time
 	for {
-		c.scanOnce()
+		if time.Since(lastSweep) >= sweepEvery {
+			lastSweep = time.Now()
+			c.sweepOnce()
+		} else {
+			c.scanOnce()
+		}
 		c.forgetExpired()
 		select {
 		case <-c.ctx.Done():
@@ -24,6 +32,9 @@ func (c *Coordinator) scanLoop() {
 		case ack := <-c.scanNow:
 			c.scanOnce()
 			close(ack)
+		case reply := <-c.sweepNow:
+			lastSweep = time.Now()
+			reply <- c.sweepOnce()
 		}
 	}
 }
@@ -55,15 +66,23 @@ const misconfigEvery = time.Minute
 //   - decided otherwise: settled per the decision here;
 //   - undecided: remembered as first seen now; once older than OrphanTimeout,
 //     ABORT is written durably, then the branch is rolled back;
-//   - named with a commit point: never decided here (see settleInDoubt).
-func (c *Coordinator) scanOnce() {
+//   - named with a commit point: settled per the commit point's decision
+//     table, never decided in this log (cprecover.go), several at once.
+//
+// It returns the gtrids with a branch prepared on some RM, and whether
+// every RM answered (complete): the sweep of the decision tables needs a
+// complete scan.
+func (c *Coordinator) scanOnce() (prepared map[xid.GTRID]bool, complete bool) {
 	now := time.Now()
 	stillThere := map[xid.Branch]bool{}
+	prepared, complete = map[xid.GTRID]bool{}, true
+	var cps []rm.InDoubt
 	for _, name := range c.rmList {
 		ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
-		found, err := c.rms[name].Recover(ctx)
+		found, err := c.recoverRM(ctx, name)
 		cancel()
 		if err != nil {
+			complete = false
 			if merr := c.rms[name].Misconfigured(); merr != nil && c.ctx.Err() == nil {
 				if now.Sub(c.misconfigSaid[name]) >= misconfigEvery {
 					if c.misconfigSaid == nil {
@@ -92,9 +111,15 @@ func (c *Coordinator) scanOnce() {
 		}
 		for _, d := range found {
 			stillThere[d.Branch] = true
+			prepared[d.Branch.GTRID] = true
+			if d.Branch.CommitPoint != "" {
+				cps = append(cps, d)
+				continue
+			}
 			c.settleInDoubt(d, now)
 		}
 	}
+	c.settleCPBranches(cps, now)
 	c.mu.Lock()
 	for b := range c.seen {
 		if !stillThere[b] {
@@ -107,6 +132,7 @@ func (c *Coordinator) scanOnce() {
 		}
 	}
 	c.mu.Unlock()
+	return prepared, complete && c.ctx.Err() == nil
 }
 
 func (c *Coordinator) settleInDoubt(d rm.InDoubt, now time.Time) {
@@ -114,20 +140,22 @@ func (c *Coordinator) settleInDoubt(d rm.InDoubt, now time.Time) {
 	if b.CommitPoint != "" {
 		// Its outcome is the row for the gtrid in the commit point's
 		// decision table, committed (or not) by the commit point's own
-		// transaction: this log knows nothing of it. Presuming abort here
-		// could roll back a branch whose commit point committed; and a
-		// decision of this coordinator for the same gtrid (a confused or
-		// hostile client) names other branches, never this one.
+		// transaction: this log knows nothing of it, and nothing is written
+		// to it. Presuming abort here could roll back a branch whose commit
+		// point committed; and a decision of this coordinator for the same
+		// gtrid (a confused or hostile client) names other branches, never
+		// this one.
 		c.mu.Lock()
-		_, logged := c.cpSeen[b]
+		first, logged := c.cpSeen[b]
 		if !logged {
-			c.cpSeen[b] = now
+			c.cpSeen[b], first = now, now
 		}
 		c.mu.Unlock()
 		if !logged {
 			c.logger.Info("prepared branch whose commit point is "+b.CommitPoint+": settled by the commit point's decision table",
 				"commit_point", b.CommitPoint, "gtrid", b.GTRID.String(), "rm", b.RM)
 		}
+		c.settleCommitPoint(b, first, now)
 		return
 	}
 	c.mu.Lock()

@@ -55,15 +55,57 @@ func SweepAborts(ctx context.Context, db *sql.DB, d rm.Driver, keep time.Duratio
 }
 
 func (t table) sweepAborts(ctx context.Context, db *sql.DB, d rm.Driver, keep time.Duration) (int64, error) {
-	res, err := db.ExecContext(ctx, "DELETE FROM "+t.name+" WHERE outcome = 'A' AND decided_at < "+t.ago(d, keep))
-	if err != nil {
-		return 0, t.explain("sweep old abort decisions", err)
+	// Never one DELETE that scans the table: on InnoDB it locks every row
+	// it reads, so it would wait (up to the lock wait timeout) for any
+	// commit point's uncommitted 'C' while its own locks block every
+	// INSERT meanwhile. The candidates are read without locks (a
+	// consistent read never sees an uncommitted row), then deleted by
+	// primary key, the predicate checked again.
+	old := "outcome = 'A' AND decided_at < " + t.ago(d, keep)
+	var n int64
+	for {
+		gs, err := t.gtrids(ctx, db, "SELECT gtrid FROM "+t.name+" WHERE "+old+" ORDER BY gtrid LIMIT "+strconv.Itoa(ForgetBatch))
+		if err != nil || len(gs) == 0 {
+			return n, err
+		}
+		res, err := db.ExecContext(ctx, "DELETE FROM "+t.name+" WHERE "+old+" AND gtrid IN "+inList(gs))
+		if err != nil {
+			return n, t.explain("sweep old abort decisions", err)
+		}
+		k, err := res.RowsAffected()
+		if err != nil {
+			return n, t.explain("sweep old abort decisions", err)
+		}
+		n += k
+		if len(gs) < ForgetBatch {
+			return n, nil
+		}
 	}
-	n, err := res.RowsAffected()
+}
+
+// gtrids runs query, which lists gtrids.
+func (t table) gtrids(ctx context.Context, db *sql.DB, query string) ([]xid.GTRID, error) {
+	rs, err := db.QueryContext(ctx, query)
 	if err != nil {
-		return 0, t.explain("sweep old abort decisions", err)
+		return nil, t.explain("sweep old abort decisions", err)
 	}
-	return n, nil
+	defer rs.Close()
+	var out []xid.GTRID
+	for rs.Next() {
+		var s string
+		if err := rs.Scan(&s); err != nil {
+			return nil, t.explain("sweep old abort decisions", err)
+		}
+		g, err := xid.Parse(s)
+		if err != nil {
+			return nil, fmt.Errorf("decision: sweep old abort decisions: row %q in %s is not a gtrid: the table was written by something else; inspect it", s, t.name)
+		}
+		out = append(out, g)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, t.explain("sweep old abort decisions", err)
+	}
+	return out, nil
 }
 
 // ago is the SQL for "the database's clock minus age".

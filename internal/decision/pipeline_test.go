@@ -1,6 +1,7 @@
 package decision
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +140,38 @@ func TestForgetAndSweep(t *testing.T) {
 		many[ForgetBatch+2] = cNew
 		if n, err := e.tab.forget(ctx, e.db, many); err != nil || n != 1 {
 			t.Fatalf("Forget of %d gtrids = %d %v, want 1", len(many), n, err)
+		}
+	})
+}
+
+// SweepAborts must not wait for an open commit point's transaction: on
+// InnoDB a DELETE that scans the table locks every row it reads, so it
+// would wait for the uncommitted 'C' (up to the lock wait timeout) while its
+// own locks block every commit point's and recoverer's INSERT.
+func TestSweepDoesNotWaitForAnOpenCommitPoint(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *dbEnv) {
+		ctx := testCtx(t)
+		old := xid.New()
+		at := e.tab.ago(e.d, 2*time.Hour)
+		if _, err := e.db.ExecContext(ctx, "INSERT INTO "+e.tab.name+" (gtrid, outcome, began_at, decided_at) VALUES ("+
+			literal(old)+", 'A', "+at+", "+at+")"); err != nil {
+			t.Fatal(err)
+		}
+		c := e.beginCP(t, ctx)
+		c.insertC(t, ctx) // holds its key, uncommitted
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		n, err := e.tab.sweepAborts(sctx, e.db, e.d, time.Hour)
+		t.Logf("%s: SweepAborts with a commit point open took %s", e.name, fmtDur(time.Since(start)))
+		if err != nil || n != 1 {
+			t.Fatalf("SweepAborts with a commit point open = %d, %v; want 1 and no wait", n, err)
+		}
+		if _, err := c.conn.ExecContext(ctx, "COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+		if o, ok := e.lookupMust(t, c.g); !ok || o != Commit {
+			t.Errorf("the commit point's row: %v %v, want 'C'", o, ok)
 		}
 	})
 }

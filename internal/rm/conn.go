@@ -116,6 +116,14 @@ func (c *Conn) Dialect() Dialect { return c.dialect }
 // Close closes the pool.
 func (c *Conn) Close() error { return c.db.Close() }
 
+// DB is the pool itself, for statements outside a branch's life (the
+// commit point's decision table, package decision). Errors from it are not
+// redacted or observed: the caller wraps them with Redact.
+func (c *Conn) DB() *sql.DB { return c.db }
+
+// Redact strips the DSN's password from s.
+func (c *Conn) Redact(s string) string { return Redact(s, c.secret) }
+
 // Ping checks that the database answers.
 func (c *Conn) Ping(ctx context.Context) error {
 	return c.wrap("ping", c.db.PingContext(ctx))

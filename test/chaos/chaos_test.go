@@ -38,6 +38,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/tandem-tx/tandem/internal/testproxy"
+	"github.com/tandem-tx/tandem/xid"
 )
 
 // Failpoints a coordinator may be started with (each kills it at first hit).
@@ -422,8 +423,9 @@ func preparedCount(pgDSN, myDSN string) (int, error) {
 	}
 	defer my.Close()
 	var n int
-	// Only this run's branches: their bqual is the chaos RM's name.
-	if err := pg.QueryRow("SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%:chaos_pg'").Scan(&n); err != nil {
+	// Only this run's branches: their RM is the chaos RM's name, named
+	// with a commit point (tandemcp:G:chaos_pg:CP, format TANC) or not.
+	if err := pg.QueryRow("SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%:chaos_pg' OR gid LIKE 'tandemcp:%:chaos_pg:%'").Scan(&n); err != nil {
 		return 0, err
 	}
 	rows, err := my.Query("XA RECOVER")
@@ -438,7 +440,7 @@ func preparedCount(pgDSN, myDSN string) (int, error) {
 		if err := rows.Scan(&f, &a, &b, &d); err != nil {
 			return 0, err
 		}
-		if f == 0x54414E44 && strings.HasSuffix(string(d), "chaos_maria") {
+		if br, ok := xid.ParseMySQLXID(f, a, b, d); ok && br.RM == "chaos_maria" {
 			n++
 		}
 	}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/decision"
+	"github.com/tandem-tx/tandem/internal/rm"
+)
+
+func init() {
+	register(&command{
+		name:    "init-rm",
+		summary: "create the decision table on each database; say whether it can be a commit point",
+		usage: `[--config FILE] --rm NAME=DRIVER:DSN ...
+
+Creates the table tandem_decision, if it does not exist, on every resource
+manager named (--rm, or rms: in the config file, as for tandem serve), and
+reports per database: "created" or "exists", and whether it can be a commit
+point (its commits are durable: PostgreSQL fsync=on; MySQL/MariaDB
+innodb_flush_log_at_trx_commit=1, and sync_binlog=1 with the binary log on),
+and if not, why. The coordinator and the SDK create the table themselves
+when their database user may; run this as a user allowed to CREATE TABLE
+when theirs may not. Exits non-zero if the table could not be created
+somewhere.
+
+  tandem init-rm --rm pg=postgres:'${TANDEM_PG_DSN}' --rm maria=mysql:'${TANDEM_MYSQL_DSN}'`,
+		run: runInitRM,
+	})
+}
+
+func runInitRM(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags(commands["init-rm"], stderr)
+	file := fs.String("config", "", "YAML configuration file (its rms: are used)")
+	var rms multiFlag
+	fs.Var(&rms, "rm", rmFlagHelp)
+	timeout := fs.Duration("timeout", 10*time.Second, "give up on a database after this long")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tandem init-rm: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg, err := loadConfig(*file, rms, logger)
+	if err != nil {
+		return err
+	}
+	if len(cfg.RMs) == 0 {
+		return errors.New("no resource managers: name them with --rm NAME=DRIVER:DSN (or rms: in --config FILE)")
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	rcs, err := cfg.RMConfigs()
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	var failed []string
+	for _, rc := range rcs {
+		table, point, err := initRM(rc, *timeout)
+		if err != nil {
+			failed = append(failed, rc.Name)
+			fmt.Fprintf(tw, "rm %s\t%s\tFAILED: %s\n", rc.Name, rc.Driver, oneLine(err.Error()))
+			continue
+		}
+		fmt.Fprintf(tw, "rm %s\t%s\ttable %s\t%s\n", rc.Name, rc.Driver, table, point)
+	}
+	tw.Flush()
+	if len(failed) > 0 {
+		return fmt.Errorf("the decision table could not be created on %s (see above): fix what it says (a database that does not answer; a user not allowed to CREATE TABLE: run this as one that is) and run it again", strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// initRM creates the decision table on one database. table is "created" or
+// "exists"; point says whether the database can be a commit point, and if
+// not why.
+func initRM(rc rm.Config, timeout time.Duration) (table, point string, err error) {
+	conn, err := rm.Open(rc)
+	if err != nil {
+		return "", "", err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	d := conn.Dialect().Driver()
+	existed, err := tableExists(ctx, conn, d)
+	if err != nil {
+		return "", "", fmt.Errorf("look for %s: %s", decision.TableName, conn.Redact(err.Error()))
+	}
+	if err := decision.Ensure(ctx, conn.DB(), d); err != nil {
+		return "", "", errors.New(conn.Redact(err.Error()))
+	}
+	table = "created"
+	if existed {
+		table = "exists"
+	}
+	point = "commit point: yes"
+	if why := decision.CheckDurable(ctx, conn.DB(), d); why != nil {
+		point = "commit point: NO: " + oneLine(conn.Redact(why.Error()))
+	}
+	return table, point, nil
+}
+
+// tableExists reports whether the decision table is where CREATE TABLE IF
+// NOT EXISTS would find it: the connection's database (MySQL/MariaDB), the
+// first schema of the search path that has it (PostgreSQL).
+func tableExists(ctx context.Context, conn *rm.Conn, d rm.Driver) (bool, error) {
+	q := "SELECT to_regclass('" + decision.TableName + "') IS NOT NULL"
+	if d == rm.MySQL {
+		q = "SELECT COUNT(*) > 0 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = '" + decision.TableName + "'"
+	}
+	var ok bool
+	err := conn.DB().QueryRowContext(ctx, q).Scan(&ok)
+	return ok, err
+}
+
+// oneLine folds a multi-line driver error onto one line.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,327 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/decision"
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// Recovery of commit-point transactions by real coordinators on the real
+// databases: the PostgreSQL branch is prepared by hand as
+// tandemcp:<gtrid>:pg:maria, the MariaDB commit point's transaction is run by
+// hand (decision.BeginStatements, the write, decision.CommitStatements).
+
+// cpPrepare writes id on PostgreSQL in a transaction prepared as the
+// branch of g whose commit point is maria.
+func cpPrepare(t *testing.T, d dbs, table string, g xid.GTRID, id int) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := d.pg.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	gid := xid.Branch{GTRID: g, RM: "pg", CommitPoint: "maria"}.PostgresGID()
+	for _, s := range []string{"BEGIN", fmt.Sprintf("INSERT INTO %s (id, v) VALUES (%d, 'x')", table, id), "PREPARE TRANSACTION '" + gid + "'"} {
+		if _, err := c.ExecContext(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+}
+
+// cpBegin begins the commit point's transaction on MariaDB and writes id in
+// it, on a session of its own that the caller holds.
+func cpBegin(t *testing.T, d dbs, table string, id int) *sql.Conn {
+	t.Helper()
+	ctx := context.Background()
+	c, err := d.my.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for _, s := range append(decision.BeginStatements(rm.MySQL), fmt.Sprintf("INSERT INTO %s (id, v) VALUES (%d, 'x')", table, id)) {
+		if _, err := c.ExecContext(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	return c
+}
+
+// cpCommit sends the commit point's decision and COMMIT in one round trip.
+func cpCommit(c *sql.Conn, g xid.GTRID) error {
+	_, err := c.ExecContext(context.Background(), strings.Join(decision.CommitStatements(rm.MySQL, g, time.Hour, nil), "; "))
+	return err
+}
+
+// cpSetup makes a fresh table and the decision tables, with nothing left
+// prepared by earlier tests.
+func cpSetup(t *testing.T, table string) dbs {
+	t.Helper()
+	d := openDBs(t)
+	d.rollbackLeftovers(t)
+	d.table(t, table)
+	ctx := context.Background()
+	if err := decision.Ensure(ctx, d.pg, rm.Postgres); err != nil {
+		t.Fatal(err)
+	}
+	if err := decision.Ensure(ctx, d.my, rm.MySQL); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// Two coordinators (two tandem serve processes, their own data
+// directories) recover the same in-doubt set at once: N gtrids, each with a
+// PostgreSQL branch prepared naming maria as its commit point; half have a
+// committed 'C' row on MariaDB (with the MariaDB write), half nothing. In
+// the end every gtrid is committed on both databases or on neither, with
+// exactly one decision row, and nothing is left prepared.
+func TestTwoCoordinatorsRecoverCommitPointBranches(t *testing.T) {
+	const table, n = "cp_two_recoverers", 24
+	d := cpSetup(t, table)
+	a := startCoordinator(t, coordOpts{})
+	b := startCoordinator(t, coordOpts{})
+	gs := make([]xid.GTRID, n)
+	for i := range gs {
+		gs[i] = xid.New()
+		cpPrepare(t, d, table, gs[i], i)
+		if i%2 == 0 {
+			if err := cpCommit(cpBegin(t, d, table, i), gs[i]); err != nil {
+				t.Fatalf("commit point of gtrid %d: %v", i, err)
+			}
+		}
+	}
+	start := time.Now()
+	eventually(t, 30*time.Second, "every commit-point branch settled", func() bool { return len(d.prepared(t)) == 0 })
+	t.Logf("all %d settled in %s by two coordinators (orphan timeout 2s)", n, time.Since(start).Round(time.Millisecond))
+	for i, g := range gs {
+		pg, my := d.count(t, d.pg, table, i), d.count(t, d.my, table, i)
+		row := decisionRow(t, d.my, g.String(), true)
+		want, wantRow := 0, "A"
+		if i%2 == 0 {
+			want, wantRow = 1, "C"
+		}
+		if pg != want || my != want {
+			t.Errorf("gtrid %d (%s): rows pg %d maria %d, want %d on both", i, g, pg, my, want)
+		}
+		if row != wantRow {
+			t.Errorf("gtrid %d (%s): decision row %q, want %q", i, g, row, wantRow)
+		}
+		if pr := decisionRow(t, d.pg, g.String(), false); pr != "" {
+			t.Errorf("gtrid %d: a decision row %q on PostgreSQL, which is not its commit point", i, pr)
+		}
+	}
+	for _, c := range []*coordinator{a, b} {
+		out := c.out.String()
+		t.Logf("coordinator %s: %d settled per the table, %d orphans rolled back after taking the key", c.addr,
+			strings.Count(out, "settled a commit-point branch"), strings.Count(out, "rolled back an orphaned commit-point branch"))
+		if strings.Contains(out, "aborting an orphaned prepared branch") {
+			t.Errorf("coordinator %s presumed a commit-point branch aborted in its own log:\n%s", c.addr, out)
+		}
+	}
+}
+
+// A late committer: the MariaDB commit point's transaction stays open past
+// the orphan timeout (its client stopped) while its PostgreSQL branch is
+// prepared. The coordinator takes the key ('A') and rolls PostgreSQL back;
+// when the commit point resumes, its decision INSERT meets the key and the
+// COMMIT never runs: the write is never visible anywhere.
+//
+// And a commit point that inserted its 'C' but has not committed yet holds
+// the key: the coordinator waits (ErrPending) and, once it commits, commits
+// the prepared branch.
+func TestLateCommitPointCannotCommit(t *testing.T) {
+	const table = "cp_late"
+	d := cpSetup(t, table)
+	late, slow := xid.New(), xid.New()
+	lateConn := cpBegin(t, d, table, 1)
+	cpPrepare(t, d, table, late, 1)
+	slowConn := cpBegin(t, d, table, 2)
+	cpPrepare(t, d, table, slow, 2)
+	ctx := context.Background()
+	// slow: the 'C' inserted, the COMMIT held back. A smaller lock wait
+	// keeps the recoverer's Resolve from waiting long on it.
+	stmts := decision.CommitStatements(rm.MySQL, slow, time.Hour, nil)
+	if stmts[len(stmts)-1] != "COMMIT" {
+		t.Fatalf("CommitStatements ends with %q, want COMMIT", stmts[len(stmts)-1])
+	}
+	for _, s := range stmts[:len(stmts)-1] {
+		if _, err := slowConn.ExecContext(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	c := startCoordinator(t, coordOpts{})
+	defer func() {
+		if t.Failed() {
+			t.Logf("coordinator:\n%s", c.out.String())
+		}
+	}()
+	eventually(t, 30*time.Second, "the late transaction's branch rolled back", func() bool {
+		return len(d.preparedFor(t, late.String())) == 0
+	})
+	if row := decisionRow(t, d.my, late.String(), true); row != "A" {
+		t.Fatalf("decision row of the late gtrid: %q, want 'A' (the coordinator took the key)", row)
+	}
+	// The coordinator has tried the slow gtrid past its orphan timeout too,
+	// and met the key held by the open commit point.
+	eventually(t, 30*time.Second, "the coordinator meets the held key", func() bool {
+		return strings.Contains(c.out.String(), "the commit point's transaction is still open")
+	})
+	if got := d.preparedFor(t, slow.String()); len(got) != 1 {
+		t.Fatalf("slow gtrid: prepared %v, want its PostgreSQL branch still prepared while the key is held", got)
+	}
+
+	// The late commit point resumes: refused, and rolled back.
+	err := cpCommit(lateConn, late)
+	why, refused := decision.Refused(err)
+	if !refused || why != decision.RefusedDuplicate {
+		t.Fatalf("the late commit point's decision: %v (refused %v %q), want refused as a duplicate", err, refused, why)
+	}
+	if _, err := lateConn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if pg, my := d.count(t, d.pg, table, 1), d.count(t, d.my, table, 1); pg != 0 || my != 0 {
+		t.Errorf("late gtrid: rows pg %d maria %d, want 0 on both", pg, my)
+	}
+
+	// The slow commit point commits: the coordinator commits PostgreSQL.
+	if _, err := slowConn.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the slow transaction's branch committed", func() bool {
+		return len(d.preparedFor(t, slow.String())) == 0
+	})
+	if pg, my := d.count(t, d.pg, table, 2), d.count(t, d.my, table, 2); pg != 1 || my != 1 {
+		t.Errorf("slow gtrid: rows pg %d maria %d, want 1 on both", pg, my)
+	}
+	if row := decisionRow(t, d.my, slow.String(), true); row != "C" {
+		t.Errorf("decision row of the slow gtrid: %q, want 'C'", row)
+	}
+}
+
+// tandem status GTRID of a commit-point transaction answers from the commit
+// point's table; --resolve takes the key and rolls the branch back. The
+// coordinator's orphan timeout is long: only the operator's call settles.
+func TestStatusOfCommitPointTransaction(t *testing.T) {
+	const table = "cp_status"
+	d := cpSetup(t, table)
+	undecided, committed := xid.New(), xid.New()
+	cpPrepare(t, d, table, undecided, 1)
+	cpPrepare(t, d, table, committed, 2)
+	mc := cpBegin(t, d, table, 2)
+	c := startCoordinator(t, coordOpts{extra: []string{"--orphan-timeout", "1h", "--scan-interval", "1h"}})
+	status := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(tandemBin, append([]string{"status", "--coordinator", c.addr}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tandem status %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	out := status(undecided.String())
+	if !strings.Contains(out, "UNDECIDED") || !strings.Contains(out, "commit point maria") {
+		t.Errorf("status of an undecided commit-point gtrid:\n%s", out)
+	}
+	if row := decisionRow(t, d.my, undecided.String(), true); row != "" {
+		t.Fatalf("status without --resolve recorded %q", row)
+	}
+	out = status("--resolve", undecided.String())
+	if !strings.Contains(out, "ABORTED") {
+		t.Errorf("status --resolve:\n%s", out)
+	}
+	if row := decisionRow(t, d.my, undecided.String(), true); row != "A" {
+		t.Errorf("after status --resolve the decision row is %q, want 'A'", row)
+	}
+	if got := d.preparedFor(t, undecided.String()); len(got) != 0 {
+		t.Errorf("after status --resolve still prepared: %v", got)
+	}
+	if err := cpCommit(mc, committed); err != nil {
+		t.Fatal(err)
+	}
+	out = status(committed.String())
+	if !strings.Contains(out, "COMMITTED") {
+		t.Errorf("status of a committed commit-point gtrid:\n%s", out)
+	}
+	out = status("--resolve", committed.String())
+	if !strings.Contains(out, "COMMITTED") || len(d.preparedFor(t, committed.String())) != 0 || d.count(t, d.pg, table, 2) != 1 {
+		t.Errorf("status --resolve of a committed gtrid: want COMMITTED and the branch committed:\n%s", out)
+	}
+}
+
+// tandem init-rm creates the decision table where it is missing (a fresh
+// PostgreSQL schema, a fresh MariaDB database), says "exists" the second
+// time, and reports CheckDurable's verdict; with no RM it fails, saying so.
+func TestInitRM(t *testing.T) {
+	d := openDBs(t)
+	ctx := context.Background()
+	name := fmt.Sprintf("tandem_initrm_%d", time.Now().UnixNano()%1e9)
+	if _, err := d.pg.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.pg.ExecContext(ctx, "DROP SCHEMA "+name+" CASCADE") })
+	if _, err := d.my.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = d.my.ExecContext(ctx, "DROP DATABASE "+name) })
+	pgFresh := pgDSN + "&search_path=" + name
+	if !strings.Contains(pgDSN, "?") {
+		pgFresh = pgDSN + "?search_path=" + name
+	}
+	myFresh := strings.Replace(myDSN, "/tandem?", "/"+name+"?", 1)
+	if myFresh == myDSN {
+		t.Skipf("cannot point the MariaDB DSN at another database: %q has no /tandem?", "…")
+	}
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(tandemBin, append([]string{"init-rm"}, args...)...)
+		cmd.Env = append(cmd.Environ(), "PGFRESH="+pgFresh, "MYFRESH="+myFresh)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	want := map[string]string{}
+	for _, r := range []struct {
+		name string
+		db   *sql.DB
+		d    rm.Driver
+	}{{"pg", d.pg, rm.Postgres}, {"maria", d.my, rm.MySQL}} {
+		want[r.name] = "commit point: yes"
+		if why := decision.CheckDurable(ctx, r.db, r.d); why != nil {
+			want[r.name] = "commit point: NO"
+		}
+	}
+	for i, verb := range []string{"created", "exists"} {
+		out, err := run("--rm", "pg=postgres:${PGFRESH}", "--rm", "maria=mysql:${MYFRESH}")
+		if err != nil {
+			t.Fatalf("run %d: %v\n%s", i, err, out)
+		}
+		for _, r := range []string{"pg", "maria"} {
+			line := ""
+			for _, l := range strings.Split(out, "\n") {
+				if strings.HasPrefix(l, "rm "+r+" ") {
+					line = l
+				}
+			}
+			if !strings.Contains(line, "table "+verb) || !strings.Contains(line, want[r]) {
+				t.Errorf("run %d, rm %s: %q, want \"table %s\" and %q\n%s", i, r, line, verb, want[r], out)
+			}
+		}
+	}
+	var n int
+	if err := d.pg.QueryRowContext(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'tandem_decision'", name).Scan(&n); err != nil || n != 1 {
+		t.Errorf("PostgreSQL schema %s: %d decision tables (%v), want 1", name, n, err)
+	}
+	if err := d.my.QueryRowContext(ctx, "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = 'tandem_decision'", name).Scan(&n); err != nil || n != 1 {
+		t.Errorf("MariaDB database %s: %d decision tables (%v), want 1", name, n, err)
+	}
+	out, err := run()
+	if err == nil || !strings.Contains(out, "no resource managers") {
+		t.Errorf("init-rm with no RM: %v\n%s\nwant a failure naming --rm", err, out)
+	}
+}
