@@ -36,7 +36,7 @@ type DBRM struct {
 }
 
 // DBConfig configures DB, the workloads of `tandem bench` against real
-// databases (LESSONS.md §1's unit of work: one insert on each of two RMs).
+// databases (docs/field-reports.md §1's unit of work: one insert on each of two RMs).
 type DBConfig struct {
 	// Workloads: one, or two to compare (run interleaved in slices; the
 	// report's Ratio is TPS of the second ÷ TPS of the first).
