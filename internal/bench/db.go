@@ -953,10 +953,12 @@ func (e *env) slice(ctx context.Context, st *wlState, stopAt time.Time, budget *
 	return nil
 }
 
-// machineUse is the CPU used during the run: by this process, and by every
-// other (the databases included), in percent of all CPUs.
+// machineUseT is the CPU used during a run, in percent of all CPUs: by this
+// process (own; -1 when unknown), and by every other, the databases included
+// (others).
 type machineUseT struct{ own, others float64 }
 
+// machineUse returns the CPU used between samples a and b.
 func machineUse(a, b machineSample) machineUseT {
 	others := othersCPU(a, b, runtime.NumCPU())
 	own := -1.0
