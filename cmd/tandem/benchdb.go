@@ -28,8 +28,9 @@ func init() {
 		name:    "db",
 		summary: "transactions against the real databases: sql, raw2pc, xa, 1pc, plain, oltp, xa-standby (also: tandem bench --workload W)",
 		usage:   "[--workload W | --compare A,B] [--threads N] [--duration D | --txns N] [--coordinator ADDR] [--standby sync|async [--standby-rtt D] ...] [--json] [--trace N]",
-		help: `The unit of work of the Oracle XA report (LESSONS.md §1): one insert on each of
-two resource managers, PostgreSQL and MariaDB by default. Workloads:
+		help: `The unit of work of the Oracle XA report (docs/field-reports.md, section 1):
+one insert on each of two resource managers, PostgreSQL and MariaDB by
+default. Workloads:
 ` + list.String() + `
 Each thread has its own connection to each database. --compare runs two
 workloads in one run, interleaved in slices (so that drift hits both alike),

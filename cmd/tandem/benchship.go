@@ -20,7 +20,7 @@ func init() {
 		name:    "ship",
 		summary: "copying a backlog of the decision log to a new standby over a simulated long link: arch with 1 and N connections, async",
 		usage:   "[--dir DIR] [--backlog SIZE] [--record-size BYTES] [--rtt D] [--bandwidth RATE] [--window SIZE] [--transport LIST] [--connections LIST] [--json]",
-		help: `The Data Guard report's catch-up measurement (shared/LESSONS.md, section 4),
+		help: `The Data Guard report's catch-up measurement (docs/field-reports.md, section 4),
 for Tandem's standby transports. A primary's decision log (in a temporary
 directory under --dir, real fdatasyncs) gets --backlog of records with no
 standby connected. Then, for each transport (and, for arch, each number of

@@ -36,7 +36,7 @@ type DBRM struct {
 }
 
 // DBConfig configures DB, the workloads of `tandem bench` against real
-// databases (LESSONS.md §1's unit of work: one insert on each of two RMs).
+// databases (docs/field-reports.md §1's unit of work: one insert on each of two RMs).
 type DBConfig struct {
 	// Workloads: one, or two to compare (run interleaved in slices; the
 	// report's Ratio is TPS of the second ÷ TPS of the first).
@@ -953,10 +953,12 @@ func (e *env) slice(ctx context.Context, st *wlState, stopAt time.Time, budget *
 	return nil
 }
 
-// machineUse is the CPU used during the run: by this process, and by every
-// other (the databases included), in percent of all CPUs.
+// machineUseT is the CPU used during a run, in percent of all CPUs: by this
+// process (own; -1 when unknown), and by every other, the databases included
+// (others).
 type machineUseT struct{ own, others float64 }
 
+// machineUse returns the CPU used between samples a and b.
 func machineUse(a, b machineSample) machineUseT {
 	others := othersCPU(a, b, runtime.NumCPU())
 	own := -1.0

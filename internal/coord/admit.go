@@ -12,8 +12,8 @@ import (
 	"github.com/tandem-tx/tandem/xid"
 )
 
-// Admission control of new COMMIT decisions (DESIGN.md, "Decision log";
-// LESSONS.md §5, MSDTC's circular log).
+// Admission control of new COMMIT decisions (docs/architecture.md, "The
+// decision log"; docs/field-reports.md §5, MSDTC's circular log).
 //
 // "In use" counts the bytes of the live segments plus an END record (32
 // bytes) for every unfinished decision: those are owed, and must fit when

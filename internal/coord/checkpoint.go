@@ -10,7 +10,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/wal"
 )
 
-// The decision log is circular (DESIGN.md, "Decision log"). A checkpoint
+// The decision log is circular (docs/architecture.md, "The decision log"). A checkpoint
 // frees its oldest segments for reuse:
 //
 //  1. S is the segment being written. Every decision the coordinator still

@@ -141,8 +141,8 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// SegmentSize for a log of logSize bytes: an eighth of it, rounded down to
-// a multiple of 8 bytes.
+// SegmentSizeFor returns the segment size for a log of logSize bytes: an
+// eighth of it, rounded down to a multiple of 8 bytes (at least 64).
 func SegmentSizeFor(logSize int64) int64 { return max(logSize/8&^7, 64) }
 
 // Coordinator decides global transactions. It is safe for concurrent use.

@@ -15,12 +15,6 @@ import (
 // MaxBranches bounds the branches of one global transaction.
 const MaxBranches = 64
 
-// Commit decides COMMIT for gtrid unless ABORT was decided first, and waits
-// for phase 2 as visibility asks. See the package doc for the rules.
-//
-// With waitPhase2, it returns when phase 2 finished, or shortly before ctx's
-// deadline (or after Options.Phase2Wait without a deadline) with
-// Phase2Pending set. The reply is COMMITTED either way once the record is durable.
 // CommitMode is a Commit's durability and visibility.
 type CommitMode struct {
 	// Durability: DurabilityDefault takes Options.NoWait.
@@ -38,6 +32,12 @@ const (
 	DurabilityNoWait             // reply once it is queued for the log writer
 )
 
+// Commit decides COMMIT for gtrid unless ABORT was decided first, and waits
+// for phase 2 as visibility asks. See the package doc for the rules.
+//
+// With mode.WaitPhase2, it returns when phase 2 finished, or shortly before
+// ctx's deadline (or after Options.Phase2Wait without a deadline) with
+// Phase2Pending set. The reply is COMMITTED either way once the record is durable.
 func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef, mode CommitMode) (Report, error) {
 	waitPhase2 := mode.WaitPhase2
 	durable := mode.Durability == DurabilityWait || (mode.Durability == DurabilityDefault && !c.opts.NoWait)

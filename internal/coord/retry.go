@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// Phase-2 retries, bounded (LESSONS.md: an RM down for an hour under load).
+// Phase-2 retries, bounded (docs/architecture.md, "The commit path": an RM
+// down for an hour under load).
 //
 // A branch that its resource manager does not acknowledge on the first
 // attempt is parked in that RM's retryQueue: one goroutine per RM, at most

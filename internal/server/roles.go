@@ -191,7 +191,8 @@ func (s *Server) Coordinator() *coord.Coordinator {
 	return s.coord
 }
 
-// setGauges replaces the role's metrics.
+// setGaugesLocked replaces the registered metrics with the current role's.
+// s.mu held (or the server not yet shared).
 func (s *Server) setGaugesLocked() {
 	s.unregister()
 	gauges, standbyGauges := s.registerGauges(), s.registerStandbyGauges()

@@ -1,8 +1,8 @@
 // Package waits is Tandem's wait-event interface: every place where Tandem
 // blocks is a named, timed event with a count, a total, a maximum and a
-// latency histogram, in the coordinator and in the SDK alike (DESIGN.md,
-// "Wait-event interface"; LESSONS.md: every field report found its problem
-// by reading named waits).
+// latency histogram, in the coordinator and in the SDK alike
+// (docs/architecture.md, "Wait events"; docs/field-reports.md: every field
+// report found its problem by reading named waits).
 //
 // # Events
 //

@@ -99,7 +99,7 @@ func (s Snapshot) Sorted() []EventStats {
 }
 
 // WriteTable prints the events that were waited on, sorted by total time,
-// in the form of DESIGN.md's sample (seconds; Avg in milliseconds):
+// in the form of a database's wait-event report (seconds; Avg in milliseconds):
 //
 //	Event waited on            Times Waited  Max. Wait  Total Waited  Avg (ms)
 //	log file sync                      1001     0.0081        0.6120     0.611

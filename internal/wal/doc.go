@@ -35,7 +35,7 @@
 // first queued request, then every request already queued, and writes and
 // fdatasyncs them at once; requests that arrive meanwhile form the next
 // batch. Nothing but the queue decides when to flush: no sleep, timer or
-// spin (shared/LESSONS.md §3). When the log is idle (nothing queued or
+// spin (docs/field-reports.md §3). When the log is idle (nothing queued or
 // being written), Append writes and fdatasyncs its record on its own
 // goroutine instead, which saves two goroutine wake-ups; Stats.Direct
 // counts those. Costs: at one committer, one fdatasync per record, and an

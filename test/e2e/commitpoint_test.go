@@ -18,8 +18,8 @@ import (
 	"github.com/tandem-tx/tandem/internal/testproxy"
 )
 
-// cpDBs makes the decision table on both databases (as a coordinator does
-// at start) and returns a client that decides at a commit point, with no
+// cpClient makes the decision table on both databases (as a coordinator
+// does at start) and returns a client that decides at a commit point, with no
 // coordinator at all.
 func cpClient(t *testing.T, d dbs, rms ...client.RM) *client.Client {
 	t.Helper()
