@@ -63,7 +63,7 @@ func (b *Branch) RM() string { return b.rm.name }
 func (b *Branch) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.usable(); err != nil {
+	if err := b.admit(ctx, query); err != nil {
 		return nil, err
 	}
 	b.wrote = true
@@ -90,7 +90,7 @@ func (b *Branch) ExecContext(ctx context.Context, query string, args ...any) (sq
 func (b *Branch) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.usable(); err != nil {
+	if err := b.admit(ctx, query); err != nil {
 		return nil, err
 	}
 	if err := b.beginAlone(ctx); err != nil {
@@ -111,7 +111,7 @@ func (b *Branch) QueryContext(ctx context.Context, query string, args ...any) (*
 func (b *Branch) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.usable(); err == nil {
+	if err := b.admit(ctx, query); err == nil {
 		if err := b.beginAlone(ctx); err != nil {
 			// Let the row carry the error: run the query on a canceled context.
 			canceled, cancel := context.WithCancel(ctx)
@@ -136,6 +136,24 @@ func (b *Branch) usable() error {
 	}
 	if b.state > branchActive {
 		return fmt.Errorf("%w: the transaction is finishing or finished", ErrTxDone)
+	}
+	return nil
+}
+
+// admit checks that the branch may run query: usable, and, on a commit
+// point (a plain MariaDB/MySQL transaction, chosen before its begin), not a
+// statement that would end the transaction implicitly (implicit.go).
+func (b *Branch) admit(ctx context.Context, query string) error {
+	if err := b.usable(); err != nil {
+		return err
+	}
+	if b.state == branchIdle {
+		b.chooseBegin(ctx)
+	}
+	if b.plain {
+		if err := b.refuseImplicitCommit(query); err != nil {
+			return b.fail(err)
+		}
 	}
 	return nil
 }

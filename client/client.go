@@ -174,11 +174,17 @@ type Client struct {
 
 	coordinatorCalls atomic.Uint64
 	closeOnce        sync.Once
+	// background bounds the commits left to goroutines (visibility async
+	// at a commit point); closing ends them when the client is closed.
+	background slots
+	closing    context.Context
+	stop       context.CancelFunc
 }
 
 // New checks the configuration and returns a client. It makes no network call.
 func New(cfg Config) (*Client, error) {
-	c := &Client{cfg: cfg, rms: make(map[string]*rmInfo, len(cfg.RMs)), waits: cfg.Waits}
+	c := &Client{cfg: cfg, rms: make(map[string]*rmInfo, len(cfg.RMs)), waits: cfg.Waits, background: make(slots, maxBackground)}
+	c.closing, c.stop = context.WithCancel(context.Background())
 	if c.cfg.MaxTxnAge <= 0 {
 		c.cfg.MaxTxnAge = time.Hour
 	}
@@ -234,6 +240,7 @@ func New(cfg Config) (*Client, error) {
 func (c *Client) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
+		c.stop() // background commits give up; the coordinator's scan finishes them
 		if c.conn != nil {
 			err = c.conn.Close()
 		}

@@ -2,13 +2,17 @@ package client
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tandem-tx/tandem/internal/decision"
@@ -43,9 +47,10 @@ import (
 
 // cpState is what a client knows of one RM as a commit point.
 type cpState struct {
-	mu      sync.Mutex
-	checked time.Time // zero: never checked
-	why     error     // nil: qualifies
+	mu        sync.Mutex
+	checked   time.Time // zero: never checked
+	why       error     // nil: qualifies
+	transient bool      // why may pass by itself: checked again after cpRetry
 	// forget holds gtrids whose branches are all committed: their 'C' rows
 	// are deleted by a later commit on this RM, in the same round trip.
 	forget     []xid.GTRID
@@ -64,49 +69,120 @@ const (
 	forgetKeep  = 4096
 )
 
-// qualifies reports whether info can be a commit point, checking on q (the
-// branch's connection, outside any transaction) when it has not yet, or
-// when a negative answer is older than cpRecheck.
-func (c *Client) qualifies(ctx context.Context, info *rmInfo, q rm.Querier) bool {
+// qualifies reports whether info can be a commit point, checking when it
+// has not yet (or when a negative answer is older than cpRecheck, or a
+// transient one older than cpRetry). conn is the branch's connection,
+// outside any transaction, or nil when it cannot be used now: the checks
+// run on the RM's pool when there is one (the application's connection is
+// left alone, but for comparing what it and the pool reach), else on conn.
+func (c *Client) qualifies(ctx context.Context, info *rmInfo, conn rm.Querier) bool {
 	if info.neverCP {
 		return false
 	}
 	s := &info.cp
 	s.mu.Lock()
-	checked, why := s.checked, s.why
+	checked, why, transient := s.checked, s.why, s.transient
 	s.mu.Unlock()
-	if !checked.IsZero() && (why == nil || time.Since(checked) < cpRecheck) {
+	wait := cpRecheck
+	if transient {
+		wait = cpRetry
+	}
+	if !checked.IsZero() && (why == nil || time.Since(checked) < wait) {
 		return why == nil
 	}
-	if info.db != nil {
-		q = info.db // the SDK's own pool: the application's connection is left alone
+	if conn == nil && info.db == nil {
+		return false // nothing to check with now; not cached
 	}
-	why = c.checkCommitPoint(ctx, info, q)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	why, transient = c.checkCommitPoint(ctx, info, conn)
 	s.mu.Lock()
-	s.checked, s.why = time.Now(), why
+	s.checked, s.why, s.transient = time.Now(), why, transient
 	s.mu.Unlock()
 	if why != nil {
-		c.warn("resource manager cannot be a commit point; its branches are prepared and another branch or the coordinator decides (checked again in a minute)",
+		c.warn("resource manager cannot be a commit point; its branches are prepared and another branch or the coordinator decides (checked again later)",
 			"rm", info.name, "why", why.Error())
 	}
 	return why == nil
 }
 
-func (c *Client) checkCommitPoint(ctx context.Context, info *rmInfo, q rm.Querier) error {
+// cpRetry is how long a transient failure of the checks (the database not
+// reachable) is kept.
+const cpRetry = 5 * time.Second
+
+// checkCommitPoint says why info cannot be a commit point (nil: it can),
+// and whether that may pass by itself (a failed connection, say).
+func (c *Client) checkCommitPoint(ctx context.Context, info *rmInfo, conn rm.Querier) (why error, transient bool) {
 	d := info.dialect.Driver()
+	q := conn
 	if info.db != nil {
+		q = info.db
 		if err := decision.Ensure(ctx, info.db, d); err != nil {
-			return err
+			return err, !isDefinite(err)
+		}
+		if conn != nil {
+			// Taking the key through the pool must hit the table the
+			// branches' commits write: the same database, server, table.
+			a, err := tableIdentity(ctx, conn, d)
+			if err != nil {
+				return fmt.Errorf("rm %q: identify the decision table through the application's connection: %w", info.name, err), !isDefinite(err)
+			}
+			b, err := tableIdentity(ctx, info.db, d)
+			if err != nil {
+				return fmt.Errorf("rm %q: identify the decision table through client.RM.DB: %w", info.name, err), !isDefinite(err)
+			}
+			if a != b {
+				return fmt.Errorf("rm %q: client.RM.DB reaches another decision table than the application's connections (%s against %s): "+
+					"give it a pool on the same database and user, or no pool", info.name, b, a), false
+			}
 		}
 	}
 	if err := decision.CheckDurable(ctx, q, d); err != nil {
-		return err
+		return err, !isDefinite(err)
 	}
 	rows, err := q.QueryContext(ctx, "SELECT gtrid FROM "+decision.TableName+" WHERE 1 = 0")
 	if err != nil {
-		return fmt.Errorf("rm %q: the decision table %s is not usable (%w): start the coordinator with this RM (it creates the table), run tandem init-rm, or give client.RM.DB", info.name, decision.TableName, err)
+		return fmt.Errorf("rm %q: the decision table %s is not usable (%w): start the coordinator with this RM (it creates the table), run tandem init-rm, or give client.RM.DB", info.name, decision.TableName, err), !isDefinite(err)
 	}
-	return rows.Close()
+	return rows.Close(), false
+}
+
+// isDefinite reports whether err is an answer (the database's, or a
+// verdict on its settings), as opposed to a failed connection or a timeout,
+// which may pass by itself.
+func isDefinite(err error) bool {
+	var netErr net.Error
+	switch {
+	case serverSaidNo(err):
+		return true
+	case errors.As(err, &netErr), errors.Is(err, driver.ErrBadConn), errors.Is(err, mysql.ErrInvalidConn),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return false
+	}
+	return true
+}
+
+// tableIdentity names what q reaches as the decision table: database,
+// server and the table's own identity.
+func tableIdentity(ctx context.Context, q rm.Querier, d rm.Driver) (string, error) {
+	query := "SELECT concat_ws('/', current_database(), coalesce(inet_server_addr()::text, 'local'), inet_server_port()::text, pg_postmaster_start_time()::text, " +
+		"coalesce(to_regclass('" + decision.TableName + "')::oid::text, 'none'))"
+	if d == rm.MySQL {
+		query = "SELECT concat_ws('/', DATABASE(), @@hostname, @@port, @@server_id, " +
+			"(SELECT coalesce(create_time, '') FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = '" + decision.TableName + "'))"
+	}
+	rows, err := q.QueryContext(ctx, query)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var id string
+	if rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			return "", err
+		}
+	}
+	return id, rows.Err()
 }
 
 // beginForm says how a MariaDB/MySQL branch begins: as the transaction's
@@ -158,8 +234,6 @@ func (t *Tx) postgresCandidate(ctx context.Context) *Branch {
 		ok := w.rm.cp.known()
 		switch {
 		case ok:
-		case w.rm.db != nil:
-			ok = t.c.qualifies(ctx, w.rm, w.rm.db)
 		case w.mu.TryLock():
 			// Idle, the check may use its connection (outside any
 			// transaction); busy, another goroutine runs a statement on
@@ -203,10 +277,13 @@ func (t *Tx) checkPostgres(ctx context.Context, b *Branch) {
 // plain branch, or a pinned PostgreSQL branch that XA branches are named
 // with) is kept, whether it wrote or not.
 func (t *Tx) commitPoint(writers []*Branch) *Branch {
-	if t.cp != nil {
-		return t.cp
+	t.mu.Lock()
+	cp, unnamed, decideAt := t.cp, t.unnamedXA, t.opts.DecideAt
+	t.mu.Unlock()
+	if cp != nil {
+		return cp
 	}
-	if t.opts.DecideAt == DecideAtCoordinator || t.unnamedXA {
+	if decideAt == DecideAtCoordinator || unnamed {
 		return nil
 	}
 	var best *Branch
@@ -218,7 +295,7 @@ func (t *Tx) commitPoint(writers []*Branch) *Branch {
 			best = w
 		}
 	}
-	if best == nil && t.opts.DecideAt == DecideAtRM {
+	if best == nil && decideAt == DecideAtRM {
 		t.c.warn("decide-at rm: no writer of the transaction can be its commit point; the coordinator decides", "gtrid", t.gtrid.String())
 	}
 	return best
@@ -238,6 +315,17 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 			prepared = append(prepared, w)
 		}
 	}
+	if cp.state == branchIdle {
+		// A pinned PostgreSQL commit point that ran nothing begins before
+		// any branch prepares, so that its transaction's start (now(), the
+		// age check's origin) comes before any recoverer could see a
+		// prepared branch of it.
+		if err := cp.execSteps(ctx, waits.RMRoundtrip, []string{"BEGIN"}); err != nil {
+			t.rollbackAll(ctx, all)
+			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "could not begin the commit point " + cp.rm.name, Cause: err}
+		}
+		cp.state = branchActive
+	}
 	if err := t.prepareAll(ctx, prepared, commitReaders); err != nil {
 		t.rollbackAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "phase 1 failed", Cause: err}
@@ -247,21 +335,15 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 	if cp.rm.db == nil {
 		forget = cp.rm.cp.takeForget() // no pool: carried by this commit
 	}
-	stmts := decision.CommitStatements(cp.rm.dialect.Driver(), t.gtrid, t.c.cfg.MaxTxnAge, forget)
-	if cp.state == branchIdle {
-		// A pinned PostgreSQL commit point that ran nothing: its
-		// transaction holds only the decision.
-		stmts = append([]string{"BEGIN"}, stmts...)
-		cp.state = branchActive
-	}
-	err := cp.commitDecision(ctx, stmts)
+	err := cp.commitDecision(ctx, decision.CommitStatements(cp.rm.dialect.Driver(), t.gtrid, t.c.cfg.MaxTxnAge, forget))
 	_ = failpoint.Inject("after-commit-point") // kill: decided COMMIT; the prepared branches wait for a recoverer
 	switch {
 	case err == nil:
 		cp.state = branchCommitted
-	case serverSaidNo(err):
-		// The database answered: the INSERT (or the COMMIT) failed, so the
-		// commit point's transaction did not commit and never will.
+	case serverSaidNo(err) && (cp.rm.dialect.Driver() == rm.Postgres || isRefused(err)):
+		// The database answered: the INSERT (or PostgreSQL's COMMIT)
+		// failed, so the commit point's transaction did not commit and
+		// never will.
 		cp.rm.cp.giveBack(forget)
 		reason := "the commit point " + cp.rm.name + " could not record the decision"
 		if why, ok := decision.Refused(err); ok {
@@ -270,7 +352,11 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 		t.rollbackAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: reason, Cause: err}
 	default:
-		// The call broke: the COMMIT may or may not have happened.
+		// The call broke, or MySQL/MariaDB answered an error other than a
+		// refusal of the decision (which statement failed — the COMMIT
+		// itself? — is not known): the COMMIT may or may not have
+		// happened. End the session (an uncommitted decision row goes with
+		// it), then take the key.
 		cp.rm.cp.giveBack(forget)
 		cp.releaseSession()
 		cp.state = branchHandedOver
@@ -286,7 +372,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the commit point's connection broke during its commit, and taking the decision key found no decision (its COMMIT never happened; now none can): aborted", Cause: err}
 		}
 	}
-	if t.opts.Visibility == VisibilityAsync && pooled(prepared) {
+	if t.opts.Visibility == VisibilityAsync && pooled(prepared) && t.c.background.TryAcquire() {
 		// Decided and durable: the prepared branches are committed in the
 		// background through each RM's pool; a failure leaves them to the
 		// coordinator's scan, which finds the 'C'.
@@ -320,7 +406,8 @@ func pooled(bs []*Branch) bool {
 // their RMs' pools (visibility async), and has the decision row forgotten
 // once all are.
 func (c *Client) commitInBackground(g xid.GTRID, cp *rmInfo, bs []*Branch) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer c.background.Release()
+	ctx, cancel := context.WithTimeout(c.closing, 10*time.Second)
 	defer cancel()
 	ids := make([]xid.Branch, len(bs))
 	for i, b := range bs {
@@ -529,4 +616,31 @@ func (s *cpState) addForget(g xid.GTRID) {
 	}
 	s.forget = append(s.forget, g)
 	s.mu.Unlock()
+}
+
+// slots bounds goroutines: TryAcquire takes one if free.
+type slots chan struct{}
+
+// TryAcquire takes a slot if one is free.
+func (s slots) TryAcquire() bool {
+	select {
+	case s <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Release gives a slot back.
+func (s slots) Release() { <-s }
+
+// maxBackground bounds the background commits of a client (visibility
+// async): past it, Commit commits the prepared branches itself.
+const maxBackground = 64
+
+// isRefused reports whether the commit point's database refused the
+// decision (decision.Refused): its transaction did not commit.
+func isRefused(err error) bool {
+	_, ok := decision.Refused(err)
+	return ok
 }

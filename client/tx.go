@@ -200,7 +200,7 @@ func (t *Tx) begun() []*Branch {
 }
 
 func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, error) {
-	for _, b := range branches {
+	for _, b := range t.branches { // enlisted, begun or not: a failed begin leaves one idle
 		if b.lastErr != nil {
 			t.rollbackAll(ctx, branches)
 			return Result{}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("branch on %q failed earlier", b.rm.name), Cause: b.lastErr}
@@ -587,7 +587,10 @@ func (t *Tx) rollbackAll(ctx context.Context, branches []*Branch) error {
 	}
 	req := &api.AbortRequest{Gtrid: t.gtrid.String()}
 	for _, b := range stuck {
-		if b.state == branchPrepared || b.state == branchInDoubt {
+		if (b.state == branchPrepared || b.state == branchInDoubt) && b.id.CommitPoint == "" {
+			// A branch named with a commit point is settled from its
+			// decision table, which the coordinator's scan reads; an
+			// Abort cannot name it.
 			req.Branches = append(req.Branches, &api.Branch{Rm: b.rm.name})
 		}
 	}
@@ -620,6 +623,13 @@ func (b *Branch) rollback(ctx context.Context) error {
 		}
 	case branchPrepared, branchInDoubt:
 		err = b.execSteps(ctx, waits.RMRollbackPrepared, []string{d.RollbackPrepared(b.id)})
+	}
+	if err != nil && b.plain && b.state == branchActive {
+		// A commit point whose ROLLBACK failed must never be committed by
+		// whoever uses the connection next (a later START TRANSACTION or DDL
+		// would commit it implicitly): close it, and the database rolls
+		// the transaction back when the session ends.
+		b.releaseSession()
 	}
 	if err != nil && d.SessionBound() && (b.state == branchPrepared || b.state == branchInDoubt) {
 		// Only this session can settle the branch, and it cannot: let go of

@@ -46,12 +46,18 @@ func (t table) commitStatements(d rm.Driver, g xid.GTRID, maxAge time.Duration, 
 	us := strconv.FormatInt(maxAge.Microseconds(), 10)
 	var out []string
 	if d == rm.MySQL {
+		// Also refused (began_at NULL): outside a transaction (something
+		// ended it implicitly: its writes are already committed, and this
+		// must fail loudly, not commit a decision alone), and when the
+		// server's durability settings changed since the commit point was
+		// checked (a decision a crash could lose).
 		out = []string{"INSERT INTO " + t.name + " (gtrid, outcome, began_at) VALUES (" + literal(g) + ", 'C', " +
-			"IF(TIMESTAMPDIFF(MICROSECOND, @tandem_began, UTC_TIMESTAMP(6)) < " + us + ", @tandem_began, NULL))"}
+			"IF(@@in_transaction = 1 AND @@GLOBAL.innodb_flush_log_at_trx_commit = 1 AND (@@GLOBAL.log_bin = 0 OR @@GLOBAL.sync_binlog = 1) AND " +
+			"TIMESTAMPDIFF(MICROSECOND, @tandem_began, UTC_TIMESTAMP(6)) < " + us + ", @tandem_began, NULL))"}
 	} else {
 		out = []string{"SET LOCAL synchronous_commit = on",
 			"INSERT INTO " + t.name + " (gtrid, outcome, began_at) VALUES (" + literal(g) + ", 'C', " +
-				"CASE WHEN clock_timestamp() - now() < interval '" + us + " microseconds' THEN now() END)"}
+				"CASE WHEN clock_timestamp() - now() < interval '" + us + " microseconds' AND current_setting('fsync') = 'on' THEN now() END)"}
 	}
 	if len(forget) > 0 {
 		out = append(out, "DELETE FROM "+t.name+" WHERE outcome = 'C' AND gtrid IN "+inList(forget))
@@ -68,8 +74,9 @@ const (
 	// resend; use Resolve).
 	RefusedDuplicate = "a decision row for the gtrid exists (a recoverer recorded abort)"
 	// RefusedTooOld: the transaction began more than maxAge ago by the
-	// database's clock, or (MySQL) was not begun by BeginStatements.
-	RefusedTooOld = "the transaction began longer ago than the maximum transaction age, by the database's clock"
+	// database's clock, or (MySQL) was not begun by BeginStatements, or is
+	// no longer open, or the server's durability settings changed.
+	RefusedTooOld = "the transaction began longer ago than the maximum transaction age by the database's clock, was ended implicitly, or the database no longer flushes every commit"
 )
 
 // Refused reports whether err, from sending CommitStatements, means the

@@ -361,3 +361,65 @@ func TestCommitPointWithThreeBranches(t *testing.T) {
 		t.Errorf("left prepared: %v", left)
 	}
 }
+
+// A MariaDB commit point is a plain transaction, which the server lets DDL
+// commit implicitly (an XA branch refuses it): the SDK refuses such a
+// statement on it, and the transaction rolls back whole.
+func TestCommitPointRefusesImplicitCommits(t *testing.T) {
+	d := openDBs(t)
+	d.table(t, "e2e_cp_ddl")
+	cli := cpClient(t, d)
+	ctx := context.Background()
+	pgConn, myConn := conns(t, d)
+	tx := cli.Begin()
+	writeBoth(t, ctx, tx, "e2e_cp_ddl", 1, pgConn, myConn)
+	bm, _ := tx.Branch(ctx, "maria", myConn)
+	_, err := bm.ExecContext(ctx, "CREATE TABLE e2e_cp_ddl_x (a int)")
+	if err == nil || !strings.Contains(err.Error(), "implicit commit") {
+		t.Fatalf("DDL on the commit point = %v, want refused as an implicit commit", err)
+	}
+	if _, err := tx.Commit(ctx); !errors.Is(err, client.ErrAborted) {
+		t.Fatalf("Commit after the refused statement = %v, want ErrAborted", err)
+	}
+	if d.count(t, d.pg, "e2e_cp_ddl", 1) != 0 || d.count(t, d.my, "e2e_cp_ddl", 1) != 0 {
+		t.Fatal("a row of the aborted transaction is visible")
+	}
+}
+
+// client.RM.DB reaching another decision table than the application's
+// connections (another schema here) would take the key in the wrong table:
+// the RM does not qualify as a commit point.
+func TestCommitPointRefusesAPoolOnAnotherTable(t *testing.T) {
+	d := openDBs(t)
+	ctx := context.Background()
+	if _, err := d.pg.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS e2e_other"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("pgx", pgDSN+"&search_path=e2e_other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	d.table(t, "e2e_cp_other")
+	cli := cpClient(t, d, client.RM{Name: "pg", Driver: "postgres", DB: other}, client.RM{Name: "pg2", Driver: "postgres", DB: d.pg})
+	c1, _ := d.pg.Conn(ctx)
+	defer c1.Close()
+	c2, _ := d.pg.Conn(ctx)
+	defer c2.Close()
+	tx := cli.Begin()
+	b1, _ := tx.Branch(ctx, "pg", c1)
+	b2, _ := tx.Branch(ctx, "pg2", c2)
+	if _, err := b1.ExecContext(ctx, "INSERT INTO e2e_cp_other (id, v) VALUES (1, 'a')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b2.ExecContext(ctx, "INSERT INTO e2e_cp_other (id, v) VALUES (2, 'b')"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tx.Commit(ctx)
+	if err != nil || res.CommitPoint != "pg2" {
+		t.Fatalf("Commit = %+v, %v; want decided at pg2 (pg's pool reaches another table)", res, err)
+	}
+	if _, err := other.ExecContext(ctx, "DROP SCHEMA e2e_other CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+}
