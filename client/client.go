@@ -17,6 +17,7 @@ import (
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/addrhint"
+	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/xid"
@@ -91,9 +92,9 @@ type Config struct {
 	// once a second; why an RM cannot be a commit point.
 	Logger *slog.Logger
 	// MaxTxnAge: a commit point refuses to record COMMIT for a transaction
-	// that began longer ago than this by its database's clock (default 1h,
-	// the coordinator's --max-txn-age default; it must not exceed the
-	// coordinator's, which keeps abort decisions at least that long).
+	// that began longer ago than this by its database's clock (default and
+	// maximum 1h, decision.MaxCommitPointAge: coordinators keep the abort
+	// decisions that refuse a late commit point longer than that).
 	MaxTxnAge time.Duration
 }
 
@@ -186,7 +187,11 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, rms: make(map[string]*rmInfo, len(cfg.RMs)), waits: cfg.Waits, background: make(slots, maxBackground)}
 	c.closing, c.stop = context.WithCancel(context.Background())
 	if c.cfg.MaxTxnAge <= 0 {
-		c.cfg.MaxTxnAge = time.Hour
+		c.cfg.MaxTxnAge = decision.MaxCommitPointAge
+	}
+	if c.cfg.MaxTxnAge > decision.MaxCommitPointAge {
+		return nil, fmt.Errorf("client: MaxTxnAge %s is longer than %s, the longest coordinators keep the abort decisions that refuse a late commit point: use at most %s",
+			cfg.MaxTxnAge, decision.MaxCommitPointAge, decision.MaxCommitPointAge)
 	}
 	if _, err := ParseDecideAt(string(cfg.Defaults.DecideAt)); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,5 +218,17 @@ func TestForgetBatches(t *testing.T) {
 	}
 	if n := len(s.takeForget()); n != forgetMax {
 		t.Fatalf("took %d, want at most %d", n, forgetMax)
+	}
+}
+
+// A MaxTxnAge past what coordinators keep abort decisions for would let a
+// late commit point commit once its 'A' is swept: refused at New.
+func TestMaxTxnAgeIsBoundedByTheCoordinatorsKeep(t *testing.T) {
+	_, err := New(Config{RMs: twoRMs, MaxTxnAge: 2 * time.Hour})
+	if err == nil || !strings.Contains(err.Error(), "MaxTxnAge") {
+		t.Fatalf("New with MaxTxnAge 2h = %v, want refused", err)
+	}
+	if _, err := New(Config{RMs: twoRMs, MaxTxnAge: decision.MaxCommitPointAge}); err != nil {
+		t.Fatalf("New with MaxTxnAge %s: %v", decision.MaxCommitPointAge, err)
 	}
 }

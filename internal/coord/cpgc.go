@@ -79,12 +79,13 @@ func (c *Coordinator) ensureTable(name string) {
 }
 
 // sweepOnce deletes, on every RM:
-//   - the 'A' rows older than MaxTxnAge + abortKeepMargin. An 'A' row is what
+//   - the 'A' rows older than max(MaxTxnAge, decision.MaxCommitPointAge) +
+//     abortKeepMargin. An 'A' row is what
 //     refuses a late commit point's 'C'; once the row is gone, the commit
 //     point's own age check (decision.CommitStatements, the SDK's
 //     Config.MaxTxnAge, default 1h like the coordinator's) refuses it
-//     instead. So the SDK's MaxTxnAge must not exceed the coordinator's; the
-//     margin covers the database's clock stepping back and the commit
+//     instead. The SDK's MaxTxnAge is at most decision.MaxCommitPointAge,
+//     which this keep time covers whatever --max-txn-age is; the margin covers the database's clock stepping back and the commit
 //     point's transaction beginning a little before its gtrid's row check.
 //   - the 'C' rows older than forgetAfterOrphans orphan timeouts whose gtrid
 //     has no branch prepared on any RM in a complete scan that began after
@@ -107,7 +108,7 @@ func (c *Coordinator) ensureTable(name string) {
 func (c *Coordinator) sweepOnce() SweepStats {
 	var st SweepStats
 	tables := c.decisions()
-	keep := c.opts.MaxTxnAge + abortKeepMargin
+	keep := max(c.opts.MaxTxnAge, dtable.MaxCommitPointAge) + abortKeepMargin
 	olderThan := forgetAfterOrphans * c.opts.OrphanTimeout
 	candidates := map[string][]xid.GTRID{}
 	for _, name := range c.rmList {

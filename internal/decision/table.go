@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/xid"
@@ -13,6 +14,13 @@ import (
 
 // TableName is the decision table's name in every commit-point database.
 const TableName = "tandem_decision"
+
+// MaxCommitPointAge is the longest a commit point's transaction may run
+// before its decision (the SDK's Config.MaxTxnAge: default and maximum).
+// Coordinators keep 'A' rows at least this long plus a margin, whatever
+// their own --max-txn-age, so that the age check and the 'A' rows together
+// always refuse a late commit point.
+const MaxCommitPointAge = time.Hour
 
 // Outcome is a recorded decision.
 type Outcome byte
