@@ -85,11 +85,14 @@ func (c Config) names() names {
 
 // Report is what a run did and what it checked.
 type Report struct {
-	Workers       int
-	Committed     int64
-	Aborted       int64 // rolled back (insufficient funds, conflicts, a database down)
-	Unknown       int64 // outcome unknown to the client at the time
-	Pending       int64 // committed with phase 2 still pending at the reply
+	Workers   int
+	Committed int64
+	Aborted   int64 // rolled back (insufficient funds, conflicts, a database down)
+	Unknown   int64 // outcome unknown to the client at the time
+	Pending   int64 // committed with phase 2 still pending at the reply
+	// AtCommitPoint: committed transfers decided by a database's own commit
+	// (client.PathCommitPoint); the others by the coordinator.
+	AtCommitPoint int64
 	Elapsed       time.Duration
 	Total, Want   int64
 	JournalPG     int
@@ -113,6 +116,7 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "transfer: %d workers, %s, coordinator %s\n", r.Workers, r.Elapsed.Round(time.Millisecond), r.CoordinatorAt)
 		fmt.Fprintf(w, "  committed %d (%.1f TPS), aborted %d, outcome unknown %d, phase 2 pending at reply %d\n",
 			r.Committed, r.TPS(), r.Aborted, r.Unknown, r.Pending)
+		fmt.Fprintf(w, "  decided by a database's own commit (commit point) %d, by the coordinator %d\n", r.AtCommitPoint, r.Committed-r.AtCommitPoint)
 	} else {
 		fmt.Fprintln(w, "transfer: check only")
 	}
@@ -324,6 +328,9 @@ func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config,
 			atomic.AddInt64(&rep.Committed, 1)
 			if res.Phase2Pending {
 				atomic.AddInt64(&rep.Pending, 1)
+			}
+			if res.Path == client.PathCommitPoint {
+				atomic.AddInt64(&rep.AtCommitPoint, 1)
 			}
 			ids.Store(tx.GTRID().String(), true)
 		case errors.Is(err, client.ErrOutcomeUnknown):

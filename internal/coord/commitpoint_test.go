@@ -233,11 +233,23 @@ func TestCommitPointBranchRecovery(t *testing.T) {
 	all := []xid.Branch{br(committed, "pg", "maria"), br(aborted, "pg", "maria"), br(orphan, "pg", "maria"),
 		br(pending, "pg", "maria"), br(unknown, "pg", "elsewhere"), bHeld}
 	scan(now, all...)
+	for _, b := range all {
+		if got := s.got(b); len(got) != 0 {
+			t.Errorf("gtrid %s settled %v at first sight, want left to its client for a quarter of the orphan timeout", b.GTRID, got)
+		}
+	}
+	f.mu.Lock()
+	reads := f.lookups
+	f.mu.Unlock()
+	if reads != 0 {
+		t.Errorf("%d decision-table reads at first sight, want none", reads)
+	}
+	scan(now.Add(opts.OrphanTimeout/4+time.Second), all...)
 	if got := s.got(all[0]); len(got) != 1 || !got[0] {
-		t.Errorf("'C' row: settle calls %v, want one commit at first sight", got)
+		t.Errorf("'C' row: settle calls %v, want one commit after the grace", got)
 	}
 	if got := s.got(all[1]); len(got) != 1 || got[0] {
-		t.Errorf("'A' row: settle calls %v, want one rollback at first sight", got)
+		t.Errorf("'A' row: settle calls %v, want one rollback after the grace", got)
 	}
 	for _, b := range all[2:5] {
 		if got := s.got(b); len(got) != 0 {

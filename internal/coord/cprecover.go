@@ -21,10 +21,14 @@ import (
 // decided by X's decision table (package decision), never by this
 // coordinator's log: nothing here is written to the log, and c.decide is
 // never called for it. The in-doubt scan settles such a branch b of gtrid g:
+//   - b is younger than a quarter of the orphan timeout: left to its client,
+//     which normally commits it within milliseconds (settling it here too
+//     would race the client's COMMIT PREPARED and read the table on every
+//     scan for every transaction in flight).
 //   - X's table holds a committed row for g (decision.Lookup): 'C' is only
 //     ever written by the commit point's own transaction, which committed;
 //     'A' only by a recoverer that took the key, which committed too. Either
-//     is final: b is settled per the row at once.
+//     is final: b is settled per the row.
 //   - no row, and b has been prepared for OrphanTimeout: the key is taken
 //     (decision.Resolve, a bounded lock wait). Commit or Abort settles b;
 //     ErrPending (the commit point's transaction holds the key uncommitted)
@@ -151,6 +155,9 @@ func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outc
 				"commit_point", cp, "gtrid", g.String(), "rm", b.RM)
 		}
 		return Undecided
+	}
+	if now.Sub(first) < c.opts.OrphanTimeout/4 {
+		return Undecided // its client is settling it
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
 	defer cancel()
