@@ -1,5 +1,7 @@
-// Command tandem is Tandem's one binary: the coordinator daemon and the tools
-// that talk to it. Run `tandem help` for the list of commands.
+// Command tandem is Tandem's binary: the coordinator daemon and the tools
+// that talk to it. Run `tandem help` for the list of commands. The
+// benchmark is a program of its own, tandem-bench (cmd/tandem-bench), which
+// `tandem bench` runs.
 package main
 
 import (
