@@ -1,15 +1,17 @@
-// Command tandem is Tandem's one binary: the coordinator daemon and the tools
-// that talk to it. Run `tandem help` for the list of commands.
+// Command tandem is Tandem's binary: the coordinator daemon and the tools
+// that talk to it. Run `tandem help` for the list of commands. The
+// benchmark is a program of its own, tandem-bench (cmd/tandem-bench), which
+// `tandem bench` runs.
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"sort"
-	"strings"
+
+	"github.com/tandem-tx/tandem/internal/cli"
 )
 
 // command is one subcommand.
@@ -24,8 +26,8 @@ var commands = map[string]*command{}
 
 func register(c *command) { commands[c.name] = c }
 
-// errUsage makes main print the command's usage and exit 2.
-var errUsage = errors.New("usage")
+// errUsage makes main exit 2; the usage error has already been printed.
+var errUsage = cli.ErrUsage
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -51,17 +53,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func runCommand(c *command, args []string, stdout, stderr io.Writer) int {
-	err := c.run(args, stdout, stderr)
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		return 2
-	}
-	fmt.Fprintf(stderr, "tandem %s: %v\n", c.name, err)
-	return 1
+	return cli.ExitCode(c.run(args, stdout, stderr), "tandem "+c.name, stderr)
 }
 
 func printHelp(w io.Writer) {
@@ -87,39 +79,13 @@ Run "tandem help <command>" or "tandem <command> --help" for a command's flags.
 
 // newFlags returns a flag set whose --help prints the command's usage.
 func newFlags(c *command, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("tandem "+c.name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: tandem %s %s\n\n%s\n", c.name, c.usage, c.summary)
-		printFlags(fs, stderr)
-	}
-	return fs
-}
-
-// printFlags writes a "Flags:" section with fs's defaults, if it has any.
-func printFlags(fs *flag.FlagSet, w io.Writer) {
-	var b strings.Builder
-	fs.SetOutput(&b)
-	fs.PrintDefaults()
-	fs.SetOutput(w)
-	if b.Len() > 0 {
-		fmt.Fprintf(w, "\nFlags:\n%s", b.String())
-	}
+	return cli.NewFlagSet("tandem "+c.name, stderr, func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: tandem %s %s\n\n%s\n", c.name, c.usage, c.summary)
+	})
 }
 
 // parse parses flags; errors already printed become errUsage.
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	return nil
-}
+var parse = cli.Parse
 
 // multiFlag collects a repeatable string flag.
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+type multiFlag = cli.MultiFlag

@@ -1,4 +1,5 @@
-// Package bench holds the workloads behind `tandem bench`. Each runs in
+// Package bench holds the workloads behind `tandem bench` (the tandem-bench
+// program, cmd/tandem-bench; tandem itself must not import it). Each runs in
 // this process, against the disk or the databases at hand, and returns a
 // report that the command prints as a table or as JSON.
 //

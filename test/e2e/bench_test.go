@@ -3,9 +3,12 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +20,8 @@ import (
 	"github.com/tandem-tx/tandem/internal/waits"
 )
 
-// runBench runs `tandem bench ARGS --json` and decodes the report both
-// loosely (to check that every documented field is present) and strictly.
+// runBench runs `tandem bench ARGS --json` (tandem execs tandem-bench, built
+// next to it by TestMain) and decodes the report both loosely (to check that every documented field is present) and strictly.
 func runBench(t *testing.T, args ...string) (map[string]any, benchReport) {
 	t.Helper()
 	cmd := exec.Command(tandemBin, append(append([]string{"bench"}, args...), "--json", "--quiet", "--dir", t.TempDir())...)
@@ -37,6 +40,56 @@ func runBench(t *testing.T, args ...string) (map[string]any, benchReport) {
 		t.Fatal(err)
 	}
 	return loose, rep
+}
+
+// `tandem bench` is tandem-bench under another name: the same help (naming
+// "tandem bench"), output and exit status; without tandem-bench it says how
+// to build it and exits 2.
+func TestBenchThroughTandem(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"bench"}, 0, "Usage: tandem bench <benchmark> [flags]"},
+		{[]string{"help", "bench"}, 0, `Run "tandem bench <benchmark> --help"`},
+		{[]string{"bench", "log", "--help"}, 0, "Usage: tandem bench log [--dir DIR]"},
+		{[]string{"bench", "nosuch"}, 2, `tandem bench: unknown benchmark "nosuch"`},
+		{[]string{"bench", "ship", "--backlog", "lots"}, 2, `tandem bench ship: --backlog: "lots" is not a size`},
+	} {
+		out, err := exec.Command(tandemBin, tc.args...).CombinedOutput()
+		if code := exitCode(err); code != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("tandem %s: exit %d (%v), output:\n%s\nwant exit %d and %q", strings.Join(tc.args, " "), code, err, out, tc.code, tc.want)
+		}
+	}
+
+	// A tandem alone in its directory, with nothing on PATH.
+	alone := filepath.Join(t.TempDir(), "tandem")
+	b, err := os.ReadFile(tandemBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(alone, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(alone, "bench", "--compare", "sql,xa")
+	cmd.Env = append(os.Environ(), "PATH="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if code := exitCode(err); code != 2 || !strings.Contains(string(out), "go build -o bin/tandem-bench ./cmd/tandem-bench") {
+		t.Errorf("tandem bench without tandem-bench: exit %d (%v), output:\n%s\nwant exit 2 and how to build it", code, err, out)
+	}
+}
+
+// exitCode is a finished command's exit status (-1 if it did not run).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.ExitCode()
+	}
+	return -1
 }
 
 type benchWait struct {

@@ -1,6 +1,7 @@
 // Package e2e tests Tandem end to end against real PostgreSQL and MariaDB
 // servers (started by scripts/db) and a real coordinator process built from
-// cmd/tandem with failpoints compiled in.
+// cmd/tandem with failpoints compiled in (and cmd/tandem-bench beside it,
+// which the bench tests run through `tandem bench`).
 //
 // Run: eval "$(scripts/db env)" && go test ./test/e2e/
 // Without TANDEM_PG_DSN / TANDEM_MYSQL_DSN the tests skip, unless
@@ -58,12 +59,15 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	tandemBin = filepath.Join(dir, "tandem")
-	build := exec.Command("go", "build", "-tags", "failpoints", "-o", tandemBin, "./cmd/tandem")
-	build.Dir = repoRoot
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: building tandem:", err)
-		os.Exit(1)
+	// tandem-bench goes next to tandem, where `tandem bench` finds it.
+	for _, prog := range []string{"tandem", "tandem-bench"} {
+		build := exec.Command("go", "build", "-tags", "failpoints", "-o", filepath.Join(dir, prog), "./cmd/"+prog)
+		build.Dir = repoRoot
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: building %s: %v\n", prog, err)
+			os.Exit(1)
+		}
 	}
 	// One admin token file for every coordinator the tests start and every
 	// tandem command they run, as for a cluster whose coordinators share one

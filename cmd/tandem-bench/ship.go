@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/bench"
+	"github.com/tandem-tx/tandem/internal/cli"
 )
 
 func init() {
@@ -62,17 +63,17 @@ func runBenchShip(args []string, stdout, stderr io.Writer) error {
 	connections := fs.String("connections", "1,5", "comma-separated numbers of arch connections")
 	fs.IntVar(&cfg.MaxSend, "max-send", 0, "largest RECORDS frame the shipper sends, in bytes (default 1 MiB)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tandem bench ship: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "%s ship: unexpected argument %q\n", prog, fs.Arg(0))
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	bad := func(flag string, err error) error {
-		fmt.Fprintf(stderr, "tandem bench ship: --%s: %v\n", flag, err)
-		return errUsage
+		fmt.Fprintf(stderr, "%s ship: --%s: %v\n", prog, flag, err)
+		return cli.ErrUsage
 	}
 	var err error
 	if cfg.Backlog, err = parseSize(*backlog); err != nil {

@@ -4,39 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/tandem-tx/tandem/internal/bench"
+	"github.com/tandem-tx/tandem/internal/cli"
 )
 
-// subBenchmark is one `tandem bench NAME`. Add one with registerBench in an
-// init func of its own file; `tandem bench` lists them.
-type subBenchmark struct {
-	name    string
-	summary string
-	usage   string // after "tandem bench <name> "
-	help    string // what it does, for --help
-	run     func(args []string, stdout, stderr io.Writer) error
-}
-
-var benchmarks = map[string]*subBenchmark{}
-
-func registerBench(b *subBenchmark) { benchmarks[b.name] = b }
-
 func init() {
-	register(&command{
-		name:    "bench",
-		summary: "measure Tandem on this machine: transactions against the databases (--workload, --compare), or the decision log's disk (log)",
-		usage:   "[<benchmark>] [flags]",
-		run:     runBench,
-	})
 	registerBench(&subBenchmark{
 		name:    "log",
 		summary: "the decision log on this disk: raw write+fdatasync, then group commit at 1 to 1024 committers, immediate and batch",
@@ -67,56 +46,6 @@ Example: tandem bench log --dir /var/lib/tandem --json > log-bench.json`,
 	})
 }
 
-// runBench dispatches `tandem bench NAME ...`; without NAME (or with
-// --help) it lists the benchmarks.
-func runBench(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		printBenchList(stdout)
-		return nil
-	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		printBenchList(stderr)
-		return flag.ErrHelp
-	}
-	if strings.HasPrefix(args[0], "-") {
-		// tandem bench --workload xa ...: the database benchmark.
-		return benchmarks["db"].run(args, stdout, stderr)
-	}
-	b, ok := benchmarks[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "tandem bench: unknown benchmark %q\n\n", args[0])
-		printBenchList(stderr)
-		return errUsage
-	}
-	return b.run(args[1:], stdout, stderr)
-}
-
-func printBenchList(w io.Writer) {
-	fmt.Fprint(w, "Usage: tandem bench <benchmark> [flags]\n\nBenchmarks:\n")
-	names := make([]string, 0, len(benchmarks))
-	for n := range benchmarks {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, benchmarks[n].summary)
-	}
-	fmt.Fprint(w, "\nRun \"tandem bench <benchmark> --help\" for a benchmark's flags.\n"+
-		"\"tandem bench --workload W\" and \"tandem bench --compare A,B\" are short for \"tandem bench db ...\".\n")
-}
-
-// benchFlags is newFlags for a sub-benchmark: its --help prints
-// "tandem bench <name>", the usage line, the help text and the flags.
-func benchFlags(b *subBenchmark, stderr io.Writer) *flag.FlagSet {
-	fs := newFlags(&command{name: "bench " + b.name, summary: b.summary, usage: b.usage}, stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: tandem bench %s %s\n\nMeasures %s.\n\n%s\n", b.name, b.usage, b.summary, b.help)
-		printFlags(fs, stderr)
-	}
-	return fs
-}
-
 func runBenchLog(args []string, stdout, stderr io.Writer) error {
 	cfg := bench.DefaultLogConfig()
 	fs := benchFlags(benchmarks["log"], stderr)
@@ -127,18 +56,18 @@ func runBenchLog(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.BatchWindow, "batch-window", cfg.BatchWindow, "how long the batch-mode writer gathers records before each fdatasync")
 	committers := fs.String("committers", joinInts(cfg.Committers), "comma-separated numbers of concurrent committers")
 	asJSON := fs.Bool("json", false, "print one JSON object (rows and derived figures) instead of the table")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tandem bench log: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "%s log: unexpected argument %q\n", prog, fs.Arg(0))
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	var err error
 	if cfg.Committers, err = parseInts(*committers); err != nil {
-		fmt.Fprintf(stderr, "tandem bench log: --committers: %v\n", err)
-		return errUsage
+		fmt.Fprintf(stderr, "%s log: --committers: %v\n", prog, err)
+		return cli.ErrUsage
 	}
 	cfg.Progress = stderr
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tandem-tx/tandem/client"
 	"github.com/tandem-tx/tandem/internal/bench"
+	"github.com/tandem-tx/tandem/internal/cli"
 	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/internal/server"
@@ -101,7 +102,7 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Coordinator, "coordinator", "", "an external coordinator's gRPC address (default: start one in this process)")
 	fs.StringVar(&cfg.Admin, "admin", "", "with --coordinator: its admin address, to report its waits; without: serve /waits and /metrics here during the run")
 	fs.StringVar(&cfg.Dir, "dir", ".", "directory under which the in-process coordinator's decision log is made (and removed): put it on the disk to measure")
-	var rms multiFlag
+	var rms cli.MultiFlag
 	fs.Var(&rms, "rm", "a resource manager NAME=DRIVER:DSN; give two (default pg=postgres:$TANDEM_PG_DSN and maria=mysql:$TANDEM_MYSQL_DSN)")
 	fs.StringVar(&cfg.OneRM, "one", "", "the RM of 1pc and plain (default the first)")
 	fs.IntVar(&cfg.CoordConns, "coord-conns", 0, "the in-process coordinator's connections per RM (max_conns; default 16, or threads/4 if larger)")
@@ -143,23 +144,23 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	traceFile := fs.String("trace-file", "-", "where --trace writes (JSON lines, one transaction each); - is stdout, after the report (with --json, the traces are in the report instead)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (clients and in-process coordinator) to this file (go tool pprof)")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tandem bench: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", prog, fs.Arg(0))
+		return cli.ErrUsage
 	}
 	cfg.NoDBCounters = !*dbCounters
 	switch {
 	case *workload != "" && *compare != "":
-		fmt.Fprintln(stderr, "tandem bench: give --workload or --compare, not both")
-		return errUsage
+		fmt.Fprintln(stderr, prog+": give --workload or --compare, not both")
+		return cli.ErrUsage
 	case *compare != "":
 		cfg.Workloads = strings.Split(*compare, ",")
 		if len(cfg.Workloads) != 2 {
-			fmt.Fprintf(stderr, "tandem bench: --compare %q: want two workloads, A,B\n", *compare)
-			return errUsage
+			fmt.Fprintf(stderr, "%s: --compare %q: want two workloads, A,B\n", prog, *compare)
+			return cli.ErrUsage
 		}
 	case *workload != "":
 		cfg.Workloads = []string{*workload}
@@ -168,7 +169,7 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(rms) == 0 {
 		// Expanded by ParseRMFlag, once: a DSN's own text is never expanded again.
-		rms = multiFlag{"pg=postgres:${TANDEM_PG_DSN}", "maria=mysql:${TANDEM_MYSQL_DSN}"}
+		rms = cli.MultiFlag{"pg=postgres:${TANDEM_PG_DSN}", "maria=mysql:${TANDEM_MYSQL_DSN}"}
 		if os.Getenv("TANDEM_PG_DSN") == "" || os.Getenv("TANDEM_MYSQL_DSN") == "" {
 			return errors.New("no databases: set TANDEM_PG_DSN and TANDEM_MYSQL_DSN (scripts/db up; eval \"$(scripts/db env)\") or pass --rm twice")
 		}
