@@ -5,21 +5,12 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tandem-tx/tandem/internal/fileutil"
 )
 
 // fdatasync is what the log's File.Sync does on Linux.
-func fdatasync(f *os.File) error {
-	for {
-		err := unix.Fdatasync(int(f.Fd()))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
-		}
-		return nil
-	}
-}
+func fdatasync(f *os.File) error { return fileutil.Fdatasync(f) }
 
 // createPreallocated creates path and preallocates size bytes the way the
 // log prepares a segment: fallocate (or ftruncate where the file system

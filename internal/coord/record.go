@@ -16,10 +16,9 @@ const (
 	recAbort      wal.Type = 2 // an abort that must be remembered (a late Commit answers ABORTED)
 	recEnd        wal.Type = 3 // phase 2 finished on every branch
 	recCheckpoint wal.Type = 4 // a remembered decision carried forward by a checkpoint
-	// RecStandbyMark is written by a standby (internal/standby) after each
-	// batch it copied from its primary: the primary's position and epoch.
-	// A coordinator replaying the log (a promoted standby) skips it.
-	RecStandbyMark wal.Type = 5
+	// RecStandbyMark is wal.TypeStandbyMark, a standby's MARK record: a
+	// coordinator replaying the log (a promoted standby) skips it.
+	RecStandbyMark = wal.TypeStandbyMark
 )
 
 // recordVersion is the payload format version of COMMIT, ABORT and END

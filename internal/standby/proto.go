@@ -146,6 +146,11 @@ import (
 // in-doubt boundary (UnsynchronizedPromotionFile), which the standby keeps.
 const Version = 5
 
+// DefaultNetTimeout is the standby link's default net timeout
+// (--net-timeout): handshakes, writes, and how long a max-availability
+// primary waits for its standby before going on unprotected.
+const DefaultNetTimeout = 10 * time.Second
+
 // MaxFrame bounds a frame's payload.
 const MaxFrame = 64 << 20
 

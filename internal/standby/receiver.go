@@ -16,9 +16,9 @@ import (
 )
 
 // RecMark is the type of the MARK record a standby writes after each batch
-// it copied: the primary's position and epoch (coord.RecStandbyMark, which
-// a coordinator replaying the log skips).
-const RecMark wal.Type = 5
+// it copied: the primary's position and epoch (wal.TypeStandbyMark, which a
+// coordinator replaying the log skips).
+const RecMark = wal.TypeStandbyMark
 
 // ReceiverConfig configures a standby's Receiver.
 type ReceiverConfig struct {
@@ -103,7 +103,7 @@ type Receiver struct {
 // position, and starts following the primary.
 func OpenReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	if cfg.NetTimeout <= 0 {
-		cfg.NetTimeout = 10 * time.Second
+		cfg.NetTimeout = DefaultNetTimeout
 	}
 	switch {
 	case cfg.LogSize <= 0 && cfg.SegmentSize <= 0:
@@ -112,7 +112,7 @@ func OpenReceiver(cfg ReceiverConfig) (*Receiver, error) {
 		cfg.LogSize = 8 * cfg.SegmentSize
 	}
 	if cfg.SegmentSize <= 0 {
-		cfg.SegmentSize = max(cfg.LogSize/8&^7, 64)
+		cfg.SegmentSize = wal.SegmentSizeFor(cfg.LogSize)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -3,6 +3,7 @@ package standby
 import (
 	"errors"
 	"fmt"
+	"github.com/tandem-tx/tandem/internal/fileutil"
 	"os"
 	"path/filepath"
 	"sort"
@@ -135,14 +136,8 @@ func exists(path string) (bool, error) {
 // syncDirs fsyncs each directory (the entries renamed into and out of it).
 func syncDirs(dirs ...string) error {
 	for _, d := range dirs {
-		f, err := os.Open(d)
-		if err != nil {
+		if err := fileutil.SyncDir(d); err != nil {
 			return err
-		}
-		err = f.Sync()
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("fsync %s: %w", d, err)
 		}
 	}
 	return nil

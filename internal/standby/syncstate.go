@@ -3,6 +3,7 @@ package standby
 import (
 	"errors"
 	"fmt"
+	"github.com/tandem-tx/tandem/internal/fileutil"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -110,29 +111,7 @@ func saveSyncState(dir string, st SyncState) error {
 // writeFileDurably writes name in dir: a temporary file, fsync, rename,
 // directory fsync.
 func writeFileDurably(dir, name, body string) error {
-	tmp := filepath.Join(dir, name+".tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("standby: write %s: %w", name, err)
-	}
-	_, err = f.WriteString(body)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err == nil {
-		var d *os.File
-		if d, err = os.Open(dir); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
-	}
-	if err != nil {
+	if err := fileutil.WriteFileDurably(dir, name, body, 0o600); err != nil {
 		return fmt.Errorf("standby: write %s: %w", name, err)
 	}
 	return nil

@@ -15,6 +15,18 @@ const (
 	typeSegmentHeader Type = 255 // first record of every segment
 )
 
+// TypeStandbyMark is the one caller type defined here, because two packages
+// share it: a standby (internal/standby) writes a MARK record after each
+// batch it copied from its primary (the primary's position and epoch), and
+// a coordinator replaying the log of a promoted standby (internal/coord)
+// skips it. The coordinator's own types are 1 to 4 (internal/coord).
+const TypeStandbyMark Type = 5
+
+// SegmentSizeFor is the segment size of a log of logSize bytes: an eighth
+// of it, rounded down to the record alignment, at least 64 bytes. A
+// coordinator and its standby size their logs with it.
+func SegmentSizeFor(logSize int64) int64 { return max(logSize/8&^(alignment-1), 64) }
+
 const (
 	// MaxPayloadSize is the largest payload a record can carry: its length
 	// is stored in 24 bits.

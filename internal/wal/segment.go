@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/tandem-tx/tandem/internal/fileutil"
 	"os"
 	"path/filepath"
 	"slices"
@@ -267,16 +268,8 @@ func installSegment(dir string, seq uint64, noSync bool) error {
 // syncDir fsyncs a directory so that entries created or renamed in it
 // survive a crash.
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("wal: sync directory: %w", err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("wal: sync directory %s: %w", dir, err)
+	if err := fileutil.SyncDir(dir); err != nil {
+		return fmt.Errorf("wal: %w", err)
 	}
 	return nil
 }

@@ -6,22 +6,13 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tandem-tx/tandem/internal/fileutil"
 )
 
 var errNoFallocate = errors.New("fallocate not supported")
 
-func fdatasync(f *os.File) error {
-	for {
-		err := unix.Fdatasync(int(f.Fd()))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
-		}
-		return nil
-	}
-}
+func fdatasync(f *os.File) error { return fileutil.Fdatasync(f) }
 
 func fallocate(f File, size int64) error {
 	for {
@@ -47,15 +38,9 @@ func lockDir(dir string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: lock log directory: %w", err)
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
+	if err := fileutil.TryLock(f); err != nil {
 		f.Close()
-		if err == unix.EWOULDBLOCK {
+		if errors.Is(err, fileutil.ErrLocked) {
 			return nil, fmt.Errorf("wal: log directory %s is in use by another Log (held by this or another process): %w", dir, ErrLocked)
 		}
 		return nil, fmt.Errorf("wal: lock %s: %w", path, err)

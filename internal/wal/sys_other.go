@@ -5,11 +5,13 @@ package wal
 import (
 	"errors"
 	"os"
+
+	"github.com/tandem-tx/tandem/internal/fileutil"
 )
 
 var errNoFallocate = errors.New("fallocate not supported")
 
-func fdatasync(f *os.File) error { return f.Sync() }
+func fdatasync(f *os.File) error { return fileutil.Fdatasync(f) }
 
 func fallocate(File, int64) error { return errNoFallocate }
 
