@@ -101,11 +101,13 @@ type Config struct {
 // DefaultDecisionTimeout is Config.DecisionTimeout's default.
 const DefaultDecisionTimeout = 30 * time.Second
 
-// Durability and visibility of a commit (see the README's "Commit modes").
-type (
-	Durability = api.Durability
-	Visibility = api.Visibility
-)
+// Durability is whether a commit's reply waits for the decision to be
+// durable (see the README's "Commit modes").
+type Durability = api.Durability
+
+// Visibility is whether a commit's reply waits for every branch to be
+// committed (see the README's "Commit modes").
+type Visibility = api.Visibility
 
 // Commit modes.
 const (

@@ -43,6 +43,8 @@ func (e *AbortedError) Error() string {
 	return s
 }
 func (e *AbortedError) Unwrap() error { return e.Cause }
+
+// Is makes errors.Is(err, ErrAborted) true.
 func (e *AbortedError) Is(target error) bool {
 	return target == ErrAborted
 }
@@ -57,6 +59,8 @@ func (e *OutcomeUnknownError) Error() string {
 	return fmt.Sprintf("client: outcome of transaction %s unknown (ask the coordinator: tandem status %s): %v", e.GTRID, e.GTRID, e.Cause)
 }
 func (e *OutcomeUnknownError) Unwrap() error { return e.Cause }
+
+// Is makes errors.Is(err, ErrOutcomeUnknown) true.
 func (e *OutcomeUnknownError) Is(target error) bool {
 	return target == ErrOutcomeUnknown
 }

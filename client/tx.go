@@ -38,13 +38,13 @@ const (
 type Path uint8
 
 const (
-	// PathLocal: no branch wrote; each committed locally. No coordinator call.
+	// PathLocal means no branch wrote; each committed locally. No coordinator call.
 	PathLocal Path = iota + 1
-	// PathOnePhase: one branch wrote and committed in one phase. No coordinator call.
+	// PathOnePhase means one branch wrote and committed in one phase. No coordinator call.
 	PathOnePhase
-	// PathTwoPhase: two or more branches wrote: prepared, then decided by the coordinator.
+	// PathTwoPhase means two or more branches wrote and were prepared,, then decided by the coordinator.
 	PathTwoPhase
-	// PathCommitPoint: two or more branches wrote: all but one prepared,
+	// PathCommitPoint means two or more branches wrote: all but one prepared,
 	// then decided by that one's local commit (Result.CommitPoint). No
 	// coordinator call.
 	PathCommitPoint

@@ -72,5 +72,8 @@ func ExitCode(err error, prefix string, stderr io.Writer) int {
 // MultiFlag collects a repeatable string flag, in the order given.
 type MultiFlag []string
 
-func (m *MultiFlag) String() string     { return strings.Join(*m, ",") }
+// String joins the values with commas (flag.Value).
+func (m *MultiFlag) String() string { return strings.Join(*m, ",") }
+
+// Set adds one value (flag.Value): the flag may be repeated.
 func (m *MultiFlag) Set(v string) error { *m = append(*m, v); return nil }

@@ -6,11 +6,11 @@ import (
 )
 
 var (
-	// ErrAlreadyCommitted: Abort for a gtrid whose COMMIT was decided first.
+	// ErrAlreadyCommitted answers Abort for a gtrid whose COMMIT was decided first.
 	ErrAlreadyCommitted = errors.New("coord: already committed")
-	// ErrClosed: the coordinator is shutting down.
+	// ErrClosed means the coordinator is shutting down.
 	ErrClosed = errors.New("coord: coordinator is shutting down")
-	// ErrOutcomeUnknown: the decision record could not be written durably.
+	// ErrOutcomeUnknown means the decision record could not be written durably.
 	// It may or may not be on disk; the coordinator takes no more decisions
 	// until it is restarted and replays its log.
 	ErrOutcomeUnknown = errors.New("coord: decision outcome unknown")

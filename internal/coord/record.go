@@ -33,6 +33,7 @@ const checkpointVersion = 1
 // AbortReason says who decided an ABORT.
 type AbortReason uint8
 
+// Why an ABORT was decided.
 const (
 	AbortRequested AbortReason = iota + 1 // the client's Abort call
 	AbortOrphan                           // the in-doubt scan: prepared, undecided, older than the orphan timeout

@@ -9,6 +9,7 @@ import (
 // Outcome is the decision for a global transaction.
 type Outcome uint8
 
+// The outcomes of a global transaction.
 const (
 	Undecided Outcome = iota
 	Committed
@@ -29,12 +30,12 @@ func (o Outcome) String() string {
 type BranchState uint8
 
 const (
-	// BranchPending: not acknowledged yet; the coordinator keeps retrying.
+	// BranchPending means not acknowledged yet; the coordinator keeps retrying.
 	BranchPending BranchState = iota
-	// BranchDone: the resource manager acknowledged (or, after a restart, no
+	// BranchDone means the resource manager acknowledged (or, after a restart, no
 	// longer knew the branch: already done).
 	BranchDone
-	// BranchNotFound: on the first live attempt the resource manager did not
+	// BranchNotFound means that on the first live attempt the resource manager did not
 	// know the branch: it was never prepared there, or someone else settled it.
 	BranchNotFound
 )

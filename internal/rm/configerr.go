@@ -25,7 +25,9 @@ func (e *ConfigError) Error() string {
 		"(user, password, database name) or the database's grants, then restart the coordinator; "+
 		"it is checked again at every in-doubt scan", e.RM, e.Err, e.RM)
 }
-func (e *ConfigError) Unwrap() error        { return e.Err }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrMisconfigured) true.
 func (e *ConfigError) Is(target error) bool { return target == ErrMisconfigured }
 
 // isConfigError reports whether err is the database refusing the login,

@@ -133,6 +133,8 @@ func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.Comm
 	return &api.CommitResponse{Outcome: outcome(r.Outcome), Phase2Pending: r.Phase2Pending, Branches: branches(r), Message: r.Message}, nil
 }
 
+// Abort serves the Abort RPC: the client hands over branches it could not
+// roll back (coord.Coordinator.Abort).
 func (s *Service) Abort(ctx context.Context, req *api.AbortRequest) (*api.AbortResponse, error) {
 	r, err := s.c.Abort(ctx, req.GetGtrid(), branchRefs(req.GetBranches()))
 	if err != nil {
@@ -141,6 +143,8 @@ func (s *Service) Abort(ctx context.Context, req *api.AbortRequest) (*api.AbortR
 	return &api.AbortResponse{Outcome: outcome(r.Outcome), Phase2Pending: r.Phase2Pending, Branches: branches(r), Message: r.Message}, nil
 }
 
+// Status serves the Status RPC: the outcome of a gtrid, or with resolve an
+// abort of an undecided one (coord.Coordinator.Status).
 func (s *Service) Status(ctx context.Context, req *api.StatusRequest) (*api.StatusResponse, error) {
 	r, err := s.c.Status(ctx, req.GetGtrid(), req.GetResolve())
 	if err != nil {
@@ -153,6 +157,8 @@ func (s *Service) Status(ctx context.Context, req *api.StatusRequest) (*api.Stat
 	return resp, nil
 }
 
+// Health serves the Health RPC: whether the coordinator serves, and each
+// resource manager's state.
 func (s *Service) Health(ctx context.Context, _ *api.HealthRequest) (*api.HealthResponse, error) {
 	serving, rms, unfinished := s.c.Health(ctx)
 	resp := &api.HealthResponse{Serving: serving, Version: Version, Unfinished: uint64(unfinished)}
