@@ -191,41 +191,94 @@ type Coordinator struct {
 
 // Open locks the data directory, replays the decision log, and starts phase 2
 // for every decision without END and the periodic in-doubt scan.
-func Open(opts Options) (*Coordinator, error) {
+//
+// A failed Open releases everything it took (the pools, the directory's
+// lock, the log), in one deferred cleanup.
+func Open(opts Options) (_ *Coordinator, perr error) {
 	opts.setDefaults()
-	if len(opts.RMs) == 0 {
-		return nil, errors.New("coord: no resource managers configured: name at least one (driver and DSN)")
-	}
-	if opts.LogSize < MinLogSize {
-		return nil, fmt.Errorf("coord: log size %d bytes is too small: use at least %d (64 KiB)", opts.LogSize, MinLogSize)
-	}
-	if opts.SegmentSize > opts.LogSize/2 {
-		return nil, fmt.Errorf("coord: segment size %d is more than half the log size %d: the log must hold several segments to be reused", opts.SegmentSize, opts.LogSize)
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
 	c := &Coordinator{opts: opts, rms: map[string]*rm.Conn{}, retry: map[string]*retryQueue{}, txns: map[xid.GTRID]*txn{},
 		seen: map[xid.Branch]time.Time{}, cpSeen: map[xid.Branch]time.Time{}, logger: opts.Logger, scanNow: make(chan chan struct{}),
 		sweepNow: make(chan chan SweepStats), tableReady: map[string]bool{}}
 	c.ck.init()
-	for _, cfg := range opts.RMs {
+	var l *wal.Log
+	defer func() {
+		if perr == nil {
+			return
+		}
+		if l != nil {
+			_ = l.Close()
+		}
+		c.unlockDir() // a no-op when not locked
+		c.closeRMs()
+	}()
+	if err := c.openRMs(); err != nil {
+		return nil, err
+	}
+	if err := c.lockDir(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	l, replayed, err := c.replay()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkUnfinishedRMs(); err != nil {
+		return nil, err
+	}
+	c.log = l
+	c.stats.replayed = uint64(replayed)
+	unfinished := c.start()
+	u := l.Usage()
+	c.logger.Info("decision log replayed", "records", replayed, "segments", fmt.Sprintf("%d-%d", u.First, u.Current),
+		"unfinished", unfinished, "remembered", len(c.txns), "took", time.Since(start).Round(time.Millisecond),
+		"log_used", humanBytes(u.Used), "log_size", humanBytes(opts.LogSize))
+	c.pingRMs()
+	c.wg.Add(2)
+	go c.scanLoop()
+	go c.checkpointLoop()
+	return c, nil
+}
+
+// check refuses options Open cannot work with (defaults set).
+func (o *Options) check() error {
+	if len(o.RMs) == 0 {
+		return errors.New("coord: no resource managers configured: name at least one (driver and DSN)")
+	}
+	if o.LogSize < MinLogSize {
+		return fmt.Errorf("coord: log size %d bytes is too small: use at least %d (64 KiB)", o.LogSize, MinLogSize)
+	}
+	if o.SegmentSize > o.LogSize/2 {
+		return fmt.Errorf("coord: segment size %d is more than half the log size %d: the log must hold several segments to be reused", o.SegmentSize, o.LogSize)
+	}
+	return nil
+}
+
+// openRMs opens a pool per configured resource manager (the caller closes
+// them on failure: closeRMs).
+func (c *Coordinator) openRMs() error {
+	for _, cfg := range c.opts.RMs {
 		if _, dup := c.rms[cfg.Name]; dup {
-			c.closeRMs()
-			return nil, fmt.Errorf("coord: resource manager %q is configured twice", cfg.Name)
+			return fmt.Errorf("coord: resource manager %q is configured twice", cfg.Name)
 		}
 		conn, err := rm.Open(cfg)
 		if err != nil {
-			c.closeRMs()
-			return nil, fmt.Errorf("coord: %w", err)
+			return fmt.Errorf("coord: %w", err)
 		}
 		c.rms[cfg.Name] = conn
 		c.retry[cfg.Name] = newRetryQueue(c)
 		c.rmList = append(c.rmList, cfg.Name)
 	}
 	sort.Strings(c.rmList)
-	if err := c.lockDir(); err != nil {
-		c.closeRMs()
-		return nil, err
-	}
-	start := time.Now()
+	return nil
+}
+
+// replay opens the decision log, replaying every record into the decision
+// table (and to the LogHook), and reports how many it replayed.
+func (c *Coordinator) replay() (*wal.Log, int, error) {
+	opts := c.opts
 	var replayed int
 	wopts := wal.Options{Dir: filepath.Join(opts.Dir, "log"), SegmentSize: opts.SegmentSize, MaxSize: opts.LogSize,
 		NoSync: opts.NoSync, BatchWindow: opts.BatchWindow, Waits: waits.Coordinator}
@@ -244,27 +297,33 @@ func Open(opts Options) (*Coordinator, error) {
 			return nil
 		})
 	if err != nil {
-		c.unlockDir()
-		c.closeRMs()
-		return nil, fmt.Errorf("coord: open the decision log in %s: %w", opts.Dir, err)
+		return nil, 0, fmt.Errorf("coord: open the decision log in %s: %w", opts.Dir, err)
 	}
-	// Phase 2 needs a connection for every branch of an unfinished decision.
+	return l, replayed, nil
+}
+
+// checkUnfinishedRMs refuses a replayed decision table whose unfinished
+// decisions name a resource manager that is not configured: phase 2 needs
+// a connection for every branch.
+func (c *Coordinator) checkUnfinishedRMs() error {
 	for g, t := range c.txns {
 		if t.ended {
 			continue
 		}
 		for _, b := range t.branches {
 			if _, ok := c.rms[b.rm]; !ok {
-				_ = l.Close()
-				c.unlockDir()
-				c.closeRMs()
-				return nil, fmt.Errorf("coord: the decision log in %s holds an unfinished %s of gtrid %s with a branch on resource manager %q, which is not configured: configure it again so that phase 2 can finish",
-					opts.Dir, t.outcome, g, b.rm)
+				return fmt.Errorf("coord: the decision log in %s holds an unfinished %s of gtrid %s with a branch on resource manager %q, which is not configured: configure it again so that phase 2 can finish",
+					c.opts.Dir, t.outcome, g, b.rm)
 			}
 		}
 	}
-	c.log = l
-	c.stats.replayed = uint64(replayed)
+	return nil
+}
+
+// start starts the retry queues and phase 2 of every replayed decision
+// without END (forgetting the expired ended ones), and returns how many it
+// started.
+func (c *Coordinator) start() int {
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	for _, q := range c.retry {
 		c.wg.Add(1)
@@ -283,10 +342,13 @@ func Open(opts Options) (*Coordinator, error) {
 		c.startPhase2(t, true)
 	}
 	c.unfinished.Store(int64(unfinished))
-	u := l.Usage()
-	c.logger.Info("decision log replayed", "records", replayed, "segments", fmt.Sprintf("%d-%d", u.First, u.Current),
-		"unfinished", unfinished, "remembered", len(c.txns), "took", time.Since(start).Round(time.Millisecond),
-		"log_used", humanBytes(u.Used), "log_size", humanBytes(opts.LogSize))
+	return unfinished
+}
+
+// pingRMs checks every resource manager once at start, logging the ones
+// that are unreachable or misconfigured, and makes the decision table of
+// each one that answers.
+func (c *Coordinator) pingRMs() {
 	for _, name := range c.rmList {
 		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
 		if err := c.rms[name].Ping(ctx); err != nil {
@@ -300,10 +362,6 @@ func Open(opts Options) (*Coordinator, error) {
 		}
 		cancel()
 	}
-	c.wg.Add(2)
-	go c.scanLoop()
-	go c.checkpointLoop()
-	return c, nil
 }
 
 // apply replays one record into the decision table. A decision may come

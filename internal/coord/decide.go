@@ -334,12 +334,37 @@ func (c *Coordinator) decide(g xid.GTRID, outcome Outcome, reason AbortReason, r
 // it while ctx allows, or refuse it with a *LogFullError: then nothing is
 // written and no decision exists. Meanwhile the gtrid is held as being
 // decided, so that concurrent calls for it wait for the outcome.
+//
+// It runs in four steps, one exit: reserve (find g's decision, or hold g
+// as being decided), admit (admission control), write (the record) and
+// publish (the decision enters the table and its phase 2 starts, or g is
+// let go; either way the calls waiting for g wake up).
 func (c *Coordinator) decideMode(ctx context.Context, g xid.GTRID, outcome Outcome, reason AbortReason, rms []BranchRef, durable bool) (*txn, error) {
+	t, reserved, err := c.reserve(g, outcome, reason, rms)
+	if !reserved {
+		return t, err
+	}
+	// t.deciding is set: publish clears it, whatever happens below.
+	at, err := c.admitDecision(ctx, t, outcome, reason)
+	var pos wal.Position
+	if err == nil {
+		pos, err = c.writeDecision(g, outcome, reason, at, rms, durable)
+	}
+	return c.publish(t, rms, pos, durable, err)
+}
+
+// reserve returns g's decision if one exists (reserved false; a late
+// ABORTED answer also rolls back branches the first decision did not list),
+// waiting while another call is deciding g; otherwise it enters a new
+// transaction for g, held as being decided (t.deciding set), and reports
+// reserved: the caller must then publish it. It fails with ErrClosed once
+// the coordinator is closed or halted.
+func (c *Coordinator) reserve(g xid.GTRID, outcome Outcome, reason AbortReason, rms []BranchRef) (*txn, bool, error) {
 	for {
 		c.mu.Lock()
 		if c.cancel == nil || c.ctx.Err() != nil {
 			c.mu.Unlock()
-			return nil, ErrClosed
+			return nil, false, ErrClosed
 		}
 		t := c.txns[g]
 		if t != nil && t.deciding != nil {
@@ -356,90 +381,104 @@ func (c *Coordinator) decideMode(ctx context.Context, g xid.GTRID, outcome Outco
 				c.startPhase2Locked(t, false)
 			}
 			c.mu.Unlock()
-			return t, nil
+			return t, false, nil
 		}
-		now := time.Now()
-		t = newTxn(g, outcome, reason, now, rms)
+		t = newTxn(g, outcome, reason, time.Now(), rms)
 		t.deciding = make(chan struct{})
 		c.txns[g] = t
 		if outcome == Aborted {
 			t.seg = c.log.Segment() // the record goes here or later
 		}
 		c.mu.Unlock()
+		return t, true, nil
+	}
+}
 
-		if outcome == Committed || reason.admitted() {
-			var err error
-			if outcome == Committed {
-				err = c.admitCommit(ctx, g)
-			} else {
-				err = c.admitAbort(ctx)
-			}
-			c.mu.Lock()
-			if err != nil {
-				ch := t.deciding
-				t.deciding = nil
-				delete(c.txns, g)
-				c.mu.Unlock()
-				close(ch)
-				return nil, err
-			}
-			if outcome == Committed {
-				// Under c.mu: a checkpoint that does not see seg yet read its
-				// segment before this, so this record lands at or after it.
-				t.seg = c.log.Segment()
-				t.decidedAt = time.Now()
-				now = t.decidedAt
-			}
-			c.mu.Unlock()
-		}
+// admitDecision passes a reserved decision through admission control
+// (admit.go) when it needs to: every COMMIT, and an ABORT whose reason is
+// admitted. An admitted COMMIT is stamped then: its decision time and the
+// log segment its record goes to or after. It returns the decision's time.
+func (c *Coordinator) admitDecision(ctx context.Context, t *txn, outcome Outcome, reason AbortReason) (time.Time, error) {
+	at := t.decidedAt // set by reserve, in this goroutine
+	if outcome != Committed && !reason.admitted() {
+		return at, nil
+	}
+	if outcome != Committed {
+		return at, c.admitAbort(ctx)
+	}
+	if err := c.admitCommit(ctx, t.gtrid); err != nil {
+		return at, err
+	}
+	c.mu.Lock()
+	// Under c.mu: a checkpoint that does not see seg yet read its segment
+	// before this, so this record lands at or after it.
+	t.seg = c.log.Segment()
+	t.decidedAt = time.Now()
+	at = t.decidedAt
+	c.mu.Unlock()
+	return at, nil
+}
 
-		typ := recCommit
-		if outcome == Aborted {
-			typ = recAbort
+// writeDecision writes the COMMIT or ABORT record of g: on disk at return
+// when durable (Append), queued for the log writer otherwise (AppendAsync).
+// A failure is logged and returned as ErrOutcomeUnknown.
+func (c *Coordinator) writeDecision(g xid.GTRID, outcome Outcome, reason AbortReason, at time.Time, rms []BranchRef, durable bool) (wal.Position, error) {
+	typ := recCommit
+	if outcome == Aborted {
+		typ = recAbort
+	}
+	d := decision{gtrid: g, decidedAt: at, reason: reason, rms: names(rms)}
+	err := failpoint.Inject("before-commit-record")
+	var pos wal.Position
+	if err == nil {
+		if durable {
+			start := time.Now()
+			pos, err = c.log.Append(typ, d.encode())
+			waits.Coordinator.SinceTx(waits.LogFileSync, start, g, "")
+		} else {
+			pos, err = c.log.AppendAsync(typ, d.encode())
 		}
-		d := decision{gtrid: g, decidedAt: now, reason: reason, rms: names(rms)}
-		err := failpoint.Inject("before-commit-record")
-		var pos wal.Position
-		if err == nil {
-			if durable {
-				start := time.Now()
-				pos, err = c.log.Append(typ, d.encode())
-				waits.Coordinator.SinceTx(waits.LogFileSync, start, g, "")
-			} else {
-				pos, err = c.log.AppendAsync(typ, d.encode())
-			}
-		}
-		if err == nil {
-			_ = failpoint.Inject("after-commit-record") // kill or sleep; the record is durable
-		}
+	}
+	if err != nil {
+		c.logger.Error("decision log write failed; no more decisions until restart", "gtrid", g.String(), "outcome", outcome.String(), "error", err)
+		return pos, fmt.Errorf("%w: writing %s for gtrid %s: %v; restart the coordinator to replay its log, then ask Status", ErrOutcomeUnknown, outcome, g, err)
+	}
+	_ = failpoint.Inject("after-commit-record") // kill or sleep; the record is durable
+	return pos, nil
+}
 
-		c.mu.Lock()
-		ch := t.deciding
-		t.deciding = nil
-		if err != nil {
-			delete(c.txns, g)
-			c.mu.Unlock()
-			close(ch)
-			c.logger.Error("decision log write failed; no more decisions until restart", "gtrid", g.String(), "outcome", outcome.String(), "error", err)
-			return nil, fmt.Errorf("%w: writing %s for gtrid %s: %v; restart the coordinator to replay its log, then ask Status", ErrOutcomeUnknown, outcome, g, err)
-		}
-		if c.halted {
-			delete(c.txns, g)
-			c.mu.Unlock()
-			close(ch)
-			return nil, fmt.Errorf("%w: the coordinator was halted (fenced or stopped) while writing %s for gtrid %s: the coordinator that took over decides it; ask it (Status)", ErrOutcomeUnknown, outcome, g)
-		}
+// publish ends a reservation, decideMode's one exit. After err (refused by
+// admission control, or the record not written), or when the coordinator
+// was halted (fenced or stopped) while the record was written, g is
+// forgotten: no decision of this coordinator exists for it, and a halted
+// one reports ErrOutcomeUnknown. Otherwise the decision is in the table and
+// its phase 2 starts (pos: the record's position, exact for a durable
+// write, a lower bound otherwise). The calls waiting for g wake up either
+// way.
+func (c *Coordinator) publish(t *txn, rms []BranchRef, pos wal.Position, durable bool, err error) (*txn, error) {
+	c.mu.Lock()
+	ch := t.deciding
+	t.deciding = nil
+	if err == nil && c.halted {
+		err = fmt.Errorf("%w: the coordinator was halted (fenced or stopped) while writing %s for gtrid %s: the coordinator that took over decides it; ask it (Status)", ErrOutcomeUnknown, t.outcome, t.gtrid)
+	}
+	if err != nil {
+		delete(c.txns, t.gtrid)
+	} else {
 		for _, r := range rms {
-			delete(c.seen, xid.Branch{GTRID: g, RM: r.RM})
+			delete(c.seen, xid.Branch{GTRID: t.gtrid, RM: r.RM})
 		}
-		t.seg = max(t.seg, pos.Segment) // exact for Append, a lower bound for AppendAsync
+		t.seg = max(t.seg, pos.Segment)
 		c.unfinished.Add(1)
 		t.unsynced = !durable
 		c.startPhase2Locked(t, false)
-		c.mu.Unlock()
-		close(ch)
-		return t, nil
 	}
+	c.mu.Unlock()
+	close(ch)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // finish waits for phase 2 (if asked) and reports.

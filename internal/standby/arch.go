@@ -134,9 +134,7 @@ func (s *Shipper) handleJoin(c net.Conn, r *bufio.Reader, w *bufio.Writer, b []b
 	}
 	sess.conns[c] = struct{}{}
 	s.mu.Unlock()
-	_ = c.SetReadDeadline(time.Time{})
-	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-	if err := writeFrame(w, kindWelcome, s.welcome(sess).encode()); err != nil {
+	if err := s.sendWelcome(c, w, sess); err != nil {
 		s.dropArchConn(sess, c)
 		return err
 	}
@@ -168,10 +166,9 @@ func (s *Shipper) dropArchConn(sess *archSession, c net.Conn) {
 // until c or the session ends.
 func (s *Shipper) serveArch(c net.Conn, r *bufio.Reader, w *bufio.Writer, sess *archSession, ctrl bool) error {
 	defer s.dropArchConn(sess, c)
-	readErr := make(chan error, 1)
 	// The standby applies segments in order: it can acknowledge at most the
 	// last record handed out in the session.
-	go func() { readErr <- s.readAcks(c, r, func() wal.Position { return sess.next }) }()
+	readErr := s.startAcks(c, r, func() wal.Position { return sess.next })
 	var sentNotice uint64
 	var buf []byte
 	for {
@@ -269,23 +266,13 @@ func (s *Shipper) nextSegmentLocked(sess *archSession, c net.Conn) (segSend, []r
 // sendSegment sends x: its SEGMENT frame, then its records in RECORDS
 // frames of up to MaxSend bytes.
 func (s *Shipper) sendSegment(c net.Conn, w *bufio.Writer, x segSend, recs []record, buf []byte) ([]byte, error) {
-	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-	if err := writeFrame(w, kindSegment, segHeader{seg: x.seg, after: x.after, last: x.last, n: uint32(x.n)}.encode()); err != nil {
+	if err := s.send(c, w, kindSegment, segHeader{seg: x.seg, after: x.after, last: x.last, n: uint32(x.n)}.encode()); err != nil {
 		return buf, err
 	}
 	for len(recs) > 0 {
-		j, size := 0, 4
-		for j < len(recs) {
-			n := len(recs[j].payload) + 21
-			if j > 0 && size+n > s.cfg.MaxSend {
-				break
-			}
-			size += n
-			j++
-		}
+		j := frameEnd(recs, 4, s.cfg.MaxSend)
 		buf = encodeRecords(buf[:0], recs[:j])
-		_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-		if err := writeFrame(w, kindRecords, buf); err != nil {
+		if err := s.send(c, w, kindRecords, buf); err != nil {
 			return buf, err
 		}
 		recs = recs[j:]
@@ -378,8 +365,7 @@ func (r *Receiver) followArch(ctx context.Context, c net.Conn, br *bufio.Reader,
 				return err
 			}
 			applied = p.last
-			_ = c.SetWriteDeadline(time.Now().Add(r.cfg.NetTimeout))
-			if err := writeFrame(bw, kindAck, encodePos(applied)); err != nil {
+			if err := r.ack(c, bw, applied); err != nil {
 				return err
 			}
 		}
@@ -456,29 +442,13 @@ func (r *Receiver) archReceive(ctx context.Context, br *bufio.Reader, items chan
 // dials, JOINs and receives, again after a failure, until the session
 // ends.
 func (r *Receiver) archConnection(ctx context.Context, w welcome, items chan<- archItem) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		start := time.Now()
-		err := r.archJoin(ctx, w, items)
-		if ctx.Err() != nil {
-			return
-		}
+	redial(ctx, func(ctx context.Context) error { return r.archJoin(ctx, w, items) }, func(err error) {
 		r.cfg.Logger.Warn("standby: an arch connection to the primary failed; dialling again (what it was receiving is sent again)", "primary", r.cfg.Primary, "error", err)
-		if time.Since(start) > 5*time.Second {
-			backoff = 100 * time.Millisecond
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 2*time.Second)
-	}
+	})
 }
 
 func (r *Receiver) archJoin(ctx context.Context, w welcome, items chan<- archItem) error {
-	d := net.Dialer{Timeout: r.cfg.NetTimeout, KeepAlive: r.cfg.NetTimeout, Control: socketControl(r.cfg.SendBuffer, r.cfg.ReceiveBuffer)}
-	c, err := d.DialContext(ctx, "tcp", r.cfg.Primary)
+	c, err := r.dial(ctx)
 	if err != nil {
 		return err
 	}

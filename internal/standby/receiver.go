@@ -206,13 +206,7 @@ func (r *Receiver) Close() error {
 
 func (r *Receiver) run(ctx context.Context) {
 	defer close(r.done)
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		start := time.Now()
-		err := r.session(ctx)
-		if ctx.Err() != nil {
-			return
-		}
+	redial(ctx, r.session, func(err error) {
 		r.mu.Lock()
 		r.connected, r.lastErr = false, err
 		r.mu.Unlock()
@@ -221,16 +215,55 @@ func (r *Receiver) run(ctx context.Context) {
 		} else {
 			r.cfg.Logger.Warn("standby: not connected to the primary; retrying", "primary", r.cfg.Primary, "error", err)
 		}
-		if time.Since(start) > 5*time.Second {
-			backoff = 100 * time.Millisecond
+	})
+}
+
+// Reconnection backoff (redial): the first wait, the longest, and how long
+// an attempt must have lasted for the next wait to start again from the
+// first.
+const (
+	redialFirst = 100 * time.Millisecond
+	redialMax   = 2 * time.Second
+	redialReset = 5 * time.Second
+)
+
+// redial runs attempt until ctx ends, handing each of its errors to failed
+// (not after ctx ended) and waiting between attempts: redialFirst, doubling
+// up to redialMax, from redialFirst again after an attempt that lasted over
+// redialReset (a connection that worked for a while).
+func redial(ctx context.Context, attempt func(context.Context) error, failed func(error)) {
+	backoff := redialFirst
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := attempt(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		failed(err)
+		if time.Since(start) > redialReset {
+			backoff = redialFirst
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 2*time.Second)
+		backoff = min(backoff*2, redialMax)
 	}
+}
+
+// ack tells the primary, on c, that this standby has every record up to
+// pos on disk.
+func (r *Receiver) ack(c net.Conn, bw *bufio.Writer, pos wal.Position) error {
+	_ = c.SetWriteDeadline(time.Now().Add(r.cfg.NetTimeout))
+	return writeFrame(bw, kindAck, encodePos(pos))
+}
+
+// dial opens a connection to the primary, with the standby link's socket
+// options (the handshake comes next).
+func (r *Receiver) dial(ctx context.Context) (net.Conn, error) {
+	d := net.Dialer{Timeout: r.cfg.NetTimeout, KeepAlive: r.cfg.NetTimeout, Control: socketControl(r.cfg.SendBuffer, r.cfg.ReceiveBuffer)}
+	return d.DialContext(ctx, "tcp", r.cfg.Primary)
 }
 
 // errRejected is wrapped by the standby's own refusals of a primary.
@@ -238,8 +271,7 @@ var errRejected = errors.New("standby: primary rejected")
 
 // session is one connection to the primary.
 func (r *Receiver) session(ctx context.Context) error {
-	d := net.Dialer{Timeout: r.cfg.NetTimeout, KeepAlive: r.cfg.NetTimeout, Control: socketControl(r.cfg.SendBuffer, r.cfg.ReceiveBuffer)}
-	c, err := d.DialContext(ctx, "tcp", r.cfg.Primary)
+	c, err := r.dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -344,8 +376,7 @@ func (r *Receiver) session(ctx context.Context) error {
 		if err := r.write(recs, hello{cluster: w.cluster, epoch: w.epoch, pos: last}); err != nil {
 			return err
 		}
-		_ = c.SetWriteDeadline(time.Now().Add(r.cfg.NetTimeout))
-		if err := writeFrame(bw, kindAck, encodePos(last)); err != nil {
+		if err := r.ack(c, bw, last); err != nil {
 			return err
 		}
 	}

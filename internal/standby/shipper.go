@@ -531,8 +531,7 @@ func (s *Shipper) Close() error {
 }
 
 func (s *Shipper) refuse(c net.Conn, w *bufio.Writer, msg string) error {
-	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-	_ = writeFrame(w, kindRefuse, []byte(truncate(msg, maxRefuse)))
+	_ = s.send(c, w, kindRefuse, []byte(truncate(msg, maxRefuse)))
 	return errors.New("refused the standby: " + msg)
 }
 
@@ -557,25 +556,52 @@ func (s *Shipper) fenced(err error) {
 }
 
 // handle serves one authenticated standby connection, from its opening
-// frame (HELLO, JOIN or PROBE).
+// frame (HELLO, JOIN or PROBE): the handshake (checkHello), then, for a
+// HELLO, register and the send loop (sendLoop, or serveArch under the arch
+// transport).
 func (s *Shipper) handle(o opening) error {
-	c, r, kind, b := o.c, o.r, o.kind, o.payload
+	c, r := o.c, o.r
 	s.cfg.NetOptions.tune(c)
 	w := bufio.NewWriterSize(c, 256<<10)
-	if kind == kindJoin {
-		return s.handleJoin(c, r, w, b)
+	switch o.kind {
+	case kindJoin:
+		return s.handleJoin(c, r, w, o.payload)
+	case kindHello, kindProbe:
+	default:
+		return s.refuse(c, w, fmt.Sprintf("expected HELLO, got a kind %d frame", o.kind))
 	}
-	probe := kind == kindProbe
-	if kind != kindHello && !probe {
-		return s.refuse(c, w, fmt.Sprintf("expected HELLO, got a kind %d frame", kind))
+	probe := o.kind == kindProbe
+	h, last, err := s.checkHello(c, w, o.payload, probe)
+	if err != nil {
+		return err
 	}
+	if probe {
+		return s.send(c, w, kindWelcome, s.welcome(nil).encode())
+	}
+	sess, ok, err := s.register(c, w, h, last)
+	if !ok {
+		return err
+	}
+	defer s.unregister(c, sess)
+	if sess != nil {
+		return s.serveArch(c, r, w, sess, true)
+	}
+	return s.sendLoop(c, r, w, h.pos)
+}
+
+// checkHello decodes a HELLO (or PROBE) and refuses a peer this primary
+// must not serve: one of another cluster, or of a newer epoch (this
+// primary is then fenced: OnFenced), and, unless probe, one whose log is
+// of an older primary or reaches past this primary's last durable record
+// (last, which it returns).
+func (s *Shipper) checkHello(c net.Conn, w *bufio.Writer, b []byte, probe bool) (hello, wal.Position, error) {
 	h, err := decodeHello(b)
 	if err != nil {
-		return s.refuse(c, w, err.Error())
+		return h, wal.Position{}, s.refuse(c, w, err.Error())
 	}
 	id := s.cfg.Identity
 	if !h.cluster.IsZero() && h.cluster != id.Cluster {
-		return s.refuse(c, w, fmt.Sprintf("the standby belongs to cluster %s, this primary (%s) to cluster %s: to follow this primary it must be re-seeded (stop it, run %q on its data directory, start it again with --standby-of %s)",
+		return h, wal.Position{}, s.refuse(c, w, fmt.Sprintf("the standby belongs to cluster %s, this primary (%s) to cluster %s: to follow this primary it must be re-seeded (stop it, run %q on its data directory, start it again with --standby-of %s)",
 			h.cluster, s.Addr(), id.Cluster, ReseedCommand(""), s.Addr()))
 	}
 	if h.epoch > id.Epoch {
@@ -585,39 +611,43 @@ func (s *Shipper) handle(o opening) error {
 			s.fenced(fmt.Errorf("%w: a coordinator of cluster %s at epoch %d (connected from %s) was promoted since this primary took epoch %d: this coordinator must not decide or settle anything; re-seed it as a standby of the new primary (tandem reseed, then tandem serve --standby-of)",
 				ErrFenced, id.Cluster, h.epoch, c.RemoteAddr(), id.Epoch))
 		}
-		return s.refuse(c, w, fmt.Sprintf("the standby is at epoch %d, this primary at epoch %d: it follows a newer primary", h.epoch, id.Epoch))
+		return h, wal.Position{}, s.refuse(c, w, fmt.Sprintf("the standby is at epoch %d, this primary at epoch %d: it follows a newer primary", h.epoch, id.Epoch))
 	}
 	if probe {
-		_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-		return writeFrame(w, kindWelcome, s.welcome(nil).encode())
+		return h, wal.Position{}, nil
 	}
 	if h.epoch < id.Epoch && h.pos != (wal.Position{}) {
 		// Its position is one of an older primary's log, unrelated to this
 		// one's (a promoted coordinator's positions are its own).
-		return s.refuse(c, w, fmt.Sprintf("the standby is at epoch %d and its log holds records up to %s of an older primary's log; this primary (%s) is at epoch %d and its positions are unrelated: to follow it, the standby must be re-seeded (stop it, run %q on its data directory, start it again with --standby-of %s)",
+		return h, wal.Position{}, s.refuse(c, w, fmt.Sprintf("the standby is at epoch %d and its log holds records up to %s of an older primary's log; this primary (%s) is at epoch %d and its positions are unrelated: to follow it, the standby must be re-seeded (stop it, run %q on its data directory, start it again with --standby-of %s)",
 			h.epoch, h.pos, s.Addr(), id.Epoch, ReseedCommand(""), s.Addr()))
 	}
 	s.mu.Lock()
 	last := s.last
 	s.mu.Unlock()
 	if last.Less(h.pos) {
-		return s.refuse(c, w, fmt.Sprintf("the standby's log reaches %s, past this primary's last durable record %s: it holds records this primary does not (it diverged): it must be re-seeded (stop it, run %q on its data directory, start it again with --standby-of %s)",
+		return h, last, s.refuse(c, w, fmt.Sprintf("the standby's log reaches %s, past this primary's last durable record %s: it holds records this primary does not (it diverged): it must be re-seeded (stop it, run %q on its data directory, start it again with --standby-of %s)",
 			h.pos, last, ReseedCommand(""), s.Addr()))
 	}
-	var sess *archSession
+	return h, last, nil
+}
+
+// register welcomes the standby that sent h and makes c the standby's
+// connection (and its arch session, returned, the one being served; nil
+// under sync and async), replacing a previous one. ok false: c is not
+// registered (the WELCOME failed: err; or the shipper is closed: nil).
+// After ok, the caller must unregister.
+func (s *Shipper) register(c net.Conn, w *bufio.Writer, h hello, last wal.Position) (sess *archSession, ok bool, err error) {
 	if s.cfg.Transport == Arch {
 		sess = newArchSession(c, h.pos, s.cfg.MaxConnections)
 	}
-	_ = c.SetReadDeadline(time.Time{})
-	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-	if err := writeFrame(w, kindWelcome, s.welcome(sess).encode()); err != nil {
-		return err
+	if err := s.sendWelcome(c, w, sess); err != nil {
+		return nil, false, err
 	}
-
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil
+		return nil, false, nil
 	}
 	if s.conn != nil {
 		s.conn.Close() // a standby reconnecting: the old connection is dead
@@ -638,101 +668,157 @@ func (s *Shipper) handle(o opening) error {
 	s.mu.Unlock()
 	s.log.Info("standby connected", "standby", c.RemoteAddr().String(), "standby_at", h.pos.String(), "primary_at", last.String(),
 		"transport", s.cfg.Transport, "protection", s.cfg.Protection)
-	defer func() {
-		s.mu.Lock()
-		if s.conn == c {
-			s.conn = nil
-			s.notifyLocked()
-		}
-		if sess != nil {
-			sess.closeLocked()
-			if s.arch == sess {
-				s.arch = nil
-			}
-		}
-		s.mu.Unlock()
-	}()
-	if sess != nil {
-		return s.serveArch(c, r, w, sess, true)
-	}
+	return sess, true, nil
+}
 
-	readErr := make(chan error, 1)
-	// sent: the last record handed to this connection, under s.mu (the
-	// acknowledgement reader refuses anything past it).
-	sent := h.pos
-	go func() { readErr <- s.readAcks(c, r, func() wal.Position { return sent }) }()
-	var sentNotice uint64 // the last RELEASE notice sent: its before
-	sentState := -1       // the last STATE sent
-	var buf []byte
-	for {
-		s.mu.Lock()
-		var batch []record
-		var notice release
-		state := -1
-		for {
-			if s.closed || s.conn != c {
-				s.mu.Unlock()
-				return nil
-			}
-			if st := s.stateLocked(); st >= 0 && st != sentState {
-				state = st
-				break
-			}
-			if n := s.notice; n.before > sentNotice && !sent.Less(n.at) {
-				notice = n
-				break
-			}
-			i := sort.Search(s.synced, func(i int) bool { return sent.Less(s.recs[i].pos) })
-			if i < s.synced {
-				j, size := i, 0
-				for j < s.synced {
-					n := len(s.recs[j].payload) + 21
-					if j > i && size+n > s.cfg.MaxSend {
-						break
-					}
-					size += n
-					j++
-				}
-				batch = append(batch[:0], s.recs[i:j]...) // payloads are never modified
-				// Counted as sent before it is written: the standby's ACK
-				// may come back before this goroutine runs again.
-				sent = batch[len(batch)-1].pos
-				break
-			}
-			if err := s.waitChangeLocked(readErr); err != nil {
-				s.mu.Unlock()
-				return err
-			}
+// unregister ends what register began: c is no longer the standby's
+// connection (unless another replaced it), and sess is closed.
+func (s *Shipper) unregister(c net.Conn, sess *archSession) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == c {
+		s.conn = nil
+		s.notifyLocked()
+	}
+	if sess != nil {
+		sess.closeLocked()
+		if s.arch == sess {
+			s.arch = nil
 		}
-		s.mu.Unlock()
-		if state >= 0 {
-			_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-			if err := writeFrame(w, kindState, []byte{byte(state)}); err != nil {
+	}
+}
+
+// streamOut is what sendLoop has sent on one sync or async connection.
+type streamOut struct {
+	// sent: the last record handed to the connection, under s.mu (the
+	// acknowledgement reader refuses anything past it).
+	sent       wal.Position
+	sentNotice uint64 // the last RELEASE notice sent: its before
+	sentState  int    // the last STATE sent (-1: none)
+}
+
+// nextOut is what sendLoop sends next: a STATE (state >= 0), a RELEASE
+// notice (notice.before != 0) or a batch of records.
+type nextOut struct {
+	state  int
+	notice release
+	batch  []record
+}
+
+// sendLoop streams the log to the registered sync or async standby on c,
+// from position from, until c or the shipper ends.
+func (s *Shipper) sendLoop(c net.Conn, r *bufio.Reader, w *bufio.Writer, from wal.Position) error {
+	out := &streamOut{sent: from, sentState: -1}
+	readErr := s.startAcks(c, r, func() wal.Position { return out.sent })
+	var buf []byte
+	var batch []record
+	for {
+		next, done, err := s.nextOut(c, out, batch[:0], readErr)
+		if done || err != nil {
+			return err
+		}
+		switch {
+		case next.state >= 0:
+			if err := s.send(c, w, kindState, []byte{byte(next.state)}); err != nil {
 				return fmt.Errorf("sending STATE: %w", err)
 			}
-			sentState = state
-			if state&stateFinal != 0 {
+			out.sentState = next.state
+			if next.state&stateFinal != 0 {
 				s.mu.Lock()
 				s.finalSent = true
 				s.notifyLocked()
 				s.mu.Unlock()
 			}
-			continue
-		}
-		if notice.before != 0 {
-			if err := s.sendRelease(c, w, notice); err != nil {
+		case next.notice.before != 0:
+			if err := s.sendRelease(c, w, next.notice); err != nil {
 				return err
 			}
-			sentNotice = notice.before
-			continue
-		}
-		buf = encodeRecords(buf[:0], batch)
-		_ = failpoint.Inject("standby-before-ship") // kill or sleep: records durable here, not yet sent
-		_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-		if err := writeFrame(w, kindRecords, buf); err != nil {
-			return fmt.Errorf("sending records: %w", err)
+			out.sentNotice = next.notice.before
+		default:
+			batch = next.batch
+			buf = encodeRecords(buf[:0], batch)
+			_ = failpoint.Inject("standby-before-ship") // kill or sleep: records durable here, not yet sent
+			if err := s.send(c, w, kindRecords, buf); err != nil {
+				return fmt.Errorf("sending records: %w", err)
+			}
 		}
 	}
+}
+
+// nextOut waits for what c's standby needs next, in this order: a changed
+// STATE, a RELEASE notice it has the records for, and the durable records
+// it has not been sent (up to MaxSend bytes, appended to batch; counted as
+// sent here). done: c is no longer the standby's connection or the shipper
+// is closed; err: the acknowledgement reader failed.
+func (s *Shipper) nextOut(c net.Conn, out *streamOut, batch []record, readErr <-chan error) (next nextOut, done bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next.state = -1
+	for {
+		if s.closed || s.conn != c {
+			return next, true, nil
+		}
+		if st := s.stateLocked(); st >= 0 && st != out.sentState {
+			next.state = st
+			return next, false, nil
+		}
+		if n := s.notice; n.before > out.sentNotice && !out.sent.Less(n.at) {
+			next.notice = n
+			return next, false, nil
+		}
+		i := sort.Search(s.synced, func(i int) bool { return out.sent.Less(s.recs[i].pos) })
+		if i < s.synced {
+			j := i + frameEnd(s.recs[i:s.synced], 0, s.cfg.MaxSend)
+			next.batch = append(batch, s.recs[i:j]...) // payloads are never modified
+			// Counted as sent before it is written: the standby's ACK may
+			// come back before this goroutine runs again.
+			out.sent = next.batch[len(next.batch)-1].pos
+			return next, false, nil
+		}
+		if err := s.waitChangeLocked(readErr); err != nil {
+			return next, false, err
+		}
+	}
+}
+
+// frameEnd is how many of recs (at least one) the next RECORDS frame
+// carries: as many as fit in max bytes, counting from size.
+func frameEnd(recs []record, size, max int) int {
+	j := 0
+	for j < len(recs) {
+		n := len(recs[j].payload) + recordHeader
+		if j > 0 && size+n > max {
+			break
+		}
+		size += n
+		j++
+	}
+	return j
+}
+
+// recordHeader is a record's size in a RECORDS frame besides its payload:
+// position (16 bytes), type (1) and length (4).
+const recordHeader = 21
+
+// startAcks reads c's acknowledgements (readAcks) in a goroutine of its
+// own, whose error the returned channel delivers once it ends.
+func (s *Shipper) startAcks(c net.Conn, r *bufio.Reader, sent func() wal.Position) <-chan error {
+	readErr := make(chan error, 1)
+	go func() { readErr <- s.readAcks(c, r, sent) }()
+	return readErr
+}
+
+// send writes one frame to c within the net timeout.
+func (s *Shipper) send(c net.Conn, w *bufio.Writer, kind byte, payload []byte) error {
+	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
+	return writeFrame(w, kind, payload)
+}
+
+// sendWelcome answers a standby's HELLO or JOIN: no read deadline from here
+// on (the standby may be idle), and the WELCOME of sess (nil: none).
+func (s *Shipper) sendWelcome(c net.Conn, w *bufio.Writer, sess *archSession) error {
+	_ = c.SetReadDeadline(time.Time{})
+	return s.send(c, w, kindWelcome, s.welcome(sess).encode())
 }
 
 // readAcks takes the standby's acknowledgements on c until it fails. An
@@ -882,8 +968,7 @@ func (s *Shipper) waitChangeLocked(readErr <-chan error) error {
 
 // sendRelease sends a RELEASE notice to the standby.
 func (s *Shipper) sendRelease(c net.Conn, w *bufio.Writer, n release) error {
-	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.NetTimeout))
-	if err := writeFrame(w, kindRelease, n.encode()); err != nil {
+	if err := s.send(c, w, kindRelease, n.encode()); err != nil {
 		return fmt.Errorf("sending a RELEASE notice: %w", err)
 	}
 	return nil
