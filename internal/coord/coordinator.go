@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tandem-tx/tandem/internal/fileutil"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,8 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/internal/waits"
@@ -143,7 +142,7 @@ func (o *Options) setDefaults() {
 
 // SegmentSizeFor returns the segment size for a log of logSize bytes: an
 // eighth of it, rounded down to a multiple of 8 bytes (at least 64).
-func SegmentSizeFor(logSize int64) int64 { return max(logSize/8&^7, 64) }
+func SegmentSizeFor(logSize int64) int64 { return wal.SegmentSizeFor(logSize) }
 
 // Coordinator decides global transactions. It is safe for concurrent use.
 type Coordinator struct {
@@ -472,7 +471,7 @@ func (c *Coordinator) lockDir() error {
 	if err != nil {
 		return fmt.Errorf("coord: data directory %s is not writable: %w", c.opts.Dir, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := fileutil.TryLock(f); err != nil {
 		owner, _ := os.ReadFile(path)
 		_ = f.Close()
 		return fmt.Errorf("coord: data directory %s is in use by another coordinator (%s); stop it or choose another --data-dir",

@@ -199,7 +199,7 @@ type Shipper struct {
 // NewShipper checks cfg and listens; call Serve to accept standbys.
 func NewShipper(cfg ShipperConfig) (*Shipper, error) {
 	if cfg.NetTimeout <= 0 {
-		cfg.NetTimeout = 10 * time.Second
+		cfg.NetTimeout = DefaultNetTimeout
 	}
 	if cfg.ArchLag <= 0 {
 		cfg.ArchLag = time.Second
