@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -295,14 +296,14 @@ func (f *freezer) pipe(dst, src net.Conn) {
 	}
 }
 
-// While a Demote waits for its standby's acknowledgement, the role can be
-// read (Role, Coordinator, the standby address, Health, the status of GET
-// /standby): the wait holds no lock others need. Cancelling the Demote's
-// context ends the wait: the switchover is abandoned and the coordinator
-// serves as the primary again.
-func TestRoleReadableWhileDemoteWaits(t *testing.T) {
-	pListen := freeAddr(t)
-	p := startRole(t, StandbyOptions{Listen: pListen, NetTimeout: 2 * time.Second})
+// demoteFrozen starts a primary (async) whose standby is connected through a
+// frozen proxy, writes a record the standby cannot acknowledge, and starts
+// a Demote; it returns once the Demote refuses new calls (it then waits
+// for the standby). demoted delivers the Demote's error.
+func demoteFrozen(t *testing.T) (p *Server, pListen string, ctx context.Context, cancel context.CancelFunc, demoted chan error) {
+	t.Helper()
+	pListen = freeAddr(t)
+	p = startRole(t, StandbyOptions{Listen: pListen, NetTimeout: 2 * time.Second})
 	f := newFreezer(t, pListen)
 	startRole(t, StandbyOptions{Of: f.lis.Addr().String()})
 	waitSynchronized(t, p)
@@ -312,10 +313,8 @@ func TestRoleReadableWhileDemoteWaits(t *testing.T) {
 	if err := p.Coordinator().SwitchLogSegment(); err != nil {
 		t.Fatal(err)
 	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	demoted := make(chan error, 1)
+	ctx, cancel = context.WithCancel(context.Background())
+	demoted = make(chan error, 1)
 	go func() { _, err := p.Demote(ctx); demoted <- err }()
 	waitUntil(t, "new calls to be refused (the demote began)", func() bool {
 		select {
@@ -326,6 +325,17 @@ func TestRoleReadableWhileDemoteWaits(t *testing.T) {
 		_, err := p.svc.Commit(context.Background(), &api.CommitRequest{})
 		return err != nil && strings.Contains(err.Error(), "switchover in progress")
 	})
+	return p, pListen, ctx, cancel, demoted
+}
+
+// While a Demote waits for its standby's acknowledgement, the role can be
+// read (Role, Coordinator, the standby address, Health, the status of GET
+// /standby): the wait holds no lock others need. Cancelling the Demote's
+// context ends the wait: the switchover is abandoned and the coordinator
+// serves as the primary again.
+func TestRoleReadableWhileDemoteWaits(t *testing.T) {
+	p, _, _, cancel, demoted := demoteFrozen(t)
+	defer cancel()
 	read := make(chan string, 1)
 	go func() {
 		r := p.Role()
@@ -349,5 +359,96 @@ func TestRoleReadableWhileDemoteWaits(t *testing.T) {
 	if p.Role() != RolePrimary || p.Coordinator() == nil {
 		t.Fatalf("after an abandoned demote: role %s", p.Role())
 	}
-	f.set(false)
+}
+
+// Stop during a Demote that waits for its standby: the Demote gives up and
+// does not reopen the primary (its --standby-listen address is free once
+// Stop returned), and no goroutine of the controller is left.
+func TestStopDuringDemote(t *testing.T) {
+	p, pListen, _, cancel, demoted := demoteFrozen(t)
+	defer cancel()
+	start := time.Now()
+	if err := p.Stop(time.Second); err != nil {
+		t.Logf("stop: %v", err)
+	}
+	t.Logf("Stop returned after %v", time.Since(start))
+	select {
+	case err := <-demoted:
+		if err == nil || !strings.Contains(err.Error(), "stopping") {
+			t.Fatalf("the demote stopped by Stop: %v; want it abandoned for the stop", err)
+		}
+	default:
+		t.Fatalf("Stop returned while the Demote still ran")
+	}
+	if r := p.Role(); r != RoleStopped {
+		t.Fatalf("role after Stop: %s", r)
+	}
+	if n := p.runningGoroutines(); n != 0 {
+		t.Fatalf("%d goroutines of the controller still run after Stop", n)
+	}
+	l, err := net.Listen("tcp", pListen)
+	if err != nil {
+		t.Fatalf("the primary's --standby-listen address is held after Stop (reopened?): %v", err)
+	}
+	l.Close()
+	if _, err := p.Demote(context.Background()); !errors.Is(err, errStopped) {
+		t.Fatalf("a role change after Stop: %v; want errStopped", err)
+	}
+	if _, ok := p.StandbyStatus(); ok {
+		t.Fatalf("a stopped server reports a standby status")
+	}
+}
+
+// Stop returns only after every goroutine the controller started ended:
+// the --peer check of a primary, and a promoted standby's attempts to tell
+// its (stopped, unreachable) old primary of the new epoch, which would
+// otherwise go on for 30 s.
+func TestStopEndsTheControllersGoroutines(t *testing.T) {
+	pListen, sListen := freeAddr(t), freeAddr(t)
+	p := startRole(t, StandbyOptions{Listen: pListen, Peer: sListen, Protection: "max-protection"})
+	sb := startRole(t, StandbyOptions{Of: pListen, Listen: sListen, Peer: pListen, Protection: "max-protection"})
+	waitSynchronized(t, p)
+	waitUntil(t, "the standby to be synchronized", func() bool { st, _ := sb.StandbyStatus(); return st.Synchronized })
+	if n := p.runningGoroutines(); n != 1 {
+		t.Fatalf("a primary with --peer runs %d goroutines of the controller; want 1 (the peer check)", n)
+	}
+	if err := p.Stop(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.runningGoroutines(); n != 0 {
+		t.Fatalf("%d goroutines of the controller still run after Stop", n)
+	}
+	if _, err := sb.Promote(standby.PromoteOptions{}); err != nil {
+		t.Fatalf("promote after the primary stopped: %v", err)
+	}
+	if n := sb.runningGoroutines(); n != 2 {
+		t.Fatalf("the promoted standby runs %d goroutines of the controller; want 2 (the peer check, telling the old primary)", n)
+	}
+	start := time.Now()
+	if err := sb.Stop(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Stop returned after %v", time.Since(start))
+	if n := sb.runningGoroutines(); n != 0 {
+		t.Fatalf("%d goroutines of the controller still run after Stop", n)
+	}
+}
+
+// Roles are an enum with the names GET /standby, Health and the /role/*
+// bodies have always used.
+func TestRoleNames(t *testing.T) {
+	for _, r := range []Role{RolePrimary, RoleStandby, RoleDemoted, RoleFenced, RoleStopped} {
+		if got, ok := ParseRole(r.String()); !ok || got != r {
+			t.Errorf("ParseRole(%q) = %v, %v", r.String(), got, ok)
+		}
+		b, err := json.Marshal(map[string]any{"role": r})
+		if want := `{"role":"` + r.String() + `"}`; err != nil || string(b) != want {
+			t.Errorf("JSON of %s: %s, %v; want %s", r, b, err, want)
+		}
+	}
+	for _, name := range []string{"", "none", "PRIMARY", "leader"} {
+		if r, ok := ParseRole(name); ok {
+			t.Errorf("ParseRole(%q) = %s; want no role", name, r)
+		}
+	}
 }
