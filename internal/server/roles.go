@@ -146,6 +146,8 @@ func (s *Server) startRoles() error {
 		s.roles.tasks.stop()
 		return err
 	}
+	s.roles.change.Lock() // a fencing claim may already be handled
+	defer s.roles.change.Unlock()
 	s.install(r)
 	return nil
 }
