@@ -7,10 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/config"
@@ -25,10 +29,15 @@ import (
 // on so.Listen, or with so.Of a standby.
 func startRole(t *testing.T, so StandbyOptions) *Server {
 	t.Helper()
+	return startRoleIn(t, t.TempDir(), so)
+}
+
+func startRoleIn(t *testing.T, dir string, so StandbyOptions) *Server {
+	t.Helper()
 	if so.NetTimeout == 0 {
 		so.NetTimeout = 2 * time.Second
 	}
-	s, err := Start(config.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), RMs: unreachableRMs()},
+	s, err := Start(config.Config{Listen: "127.0.0.1:0", DataDir: dir, RMs: unreachableRMs()},
 		Options{Logger: quietLog, NoSync: true, Standby: so})
 	if err != nil {
 		t.Fatal(err)
@@ -218,6 +227,48 @@ func TestFailedPromotionFollowsAgain(t *testing.T) {
 	}
 	if st, ok := sb.StandbyStatus(); !ok || st.Standby != nowhere {
 		t.Fatalf("after a failed promotion the standby follows %q (%v); want %s", st.Standby, ok, nowhere)
+	}
+}
+
+// A promotion that took the new epoch but could not open the coordinator
+// (another process holds the data directory's LOCK) leaves the server
+// demoted, saying why and how to restart; it does not resume (its log is
+// the new epoch's), and it can follow a primary.
+func TestPromotionWhoseCoordinatorDoesNotOpen(t *testing.T) {
+	pListen, dir := freeAddr(t), t.TempDir()
+	p := startRole(t, StandbyOptions{Listen: pListen, Protection: "max-protection"})
+	sb := startRoleIn(t, dir, StandbyOptions{Of: pListen, Listen: freeAddr(t), Protection: "max-protection"})
+	waitSynchronized(t, p)
+	waitUntil(t, "the standby to be synchronized", func() bool { st, _ := sb.StandbyStatus(); return st.Synchronized })
+	lock, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	id, err := sb.Promote(standby.PromoteOptions{})
+	if err == nil || !strings.Contains(err.Error(), "taken, but the coordinator did not open") {
+		t.Fatalf("promote with the data directory locked: %v; want the coordinator not opened", err)
+	}
+	if sb.Role() != RoleDemoted || sb.Coordinator() != nil {
+		t.Fatalf("after the failed promotion: role %s", sb.Role())
+	}
+	if st, _ := sb.StandbyStatus(); st.Epoch != id.Epoch || st.Role != "demoted" {
+		t.Fatalf("status after the failed promotion: %+v; want demoted at epoch %d", st, id.Epoch)
+	}
+	if hr := healthOf(t, sb); hr.Serving || !strings.Contains(hr.Message, "could not open the coordinator") || !strings.Contains(hr.Message, dir) {
+		t.Fatalf("Health after the failed promotion: %+v", hr)
+	}
+	if err := sb.Resume(); !errors.Is(err, ErrRole) {
+		t.Fatalf("resume after a failed promotion: %v; want ErrRole", err)
+	}
+	if err := sb.Follow(pListen); err != nil {
+		t.Fatalf("follow after a failed promotion: %v", err)
+	}
+	if sb.Role() != RoleStandby {
+		t.Fatalf("after follow: %s", sb.Role())
 	}
 }
 
