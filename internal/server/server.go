@@ -285,7 +285,10 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 func (s *Server) Done() <-chan error { return s.done }
 
 // Stop stops accepting calls, lets calls in flight finish (up to grace), and
-// closes the coordinator. Unfinished phase 2 resumes at the next start.
+// closes the coordinator. Unfinished phase 2 resumes at the next start. A
+// role change in progress is cancelled (a switchover waiting for its standby
+// does not reopen the primary); Stop returns once every goroutine of the
+// role controller has ended, and the server is RoleStopped.
 func (s *Server) Stop(grace time.Duration) error {
 	stopped := make(chan struct{})
 	go func() {
