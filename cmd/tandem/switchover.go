@@ -70,9 +70,9 @@ func runSwitchover(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	switch {
-	case ps.Role != string(server.RolePrimary):
+	case ps.Role != server.RolePrimary.String():
 		return fmt.Errorf("%s is a %s, not a primary", *primary, ps.Role)
-	case ss.Role != string(server.RoleStandby):
+	case ss.Role != server.RoleStandby.String():
 		return fmt.Errorf("%s is a %s, not a standby", *stby, ss.Role)
 	case ps.Cluster != ss.Cluster:
 		return fmt.Errorf("the primary is of cluster %s, the standby of cluster %s: not a pair", ps.Cluster, ss.Cluster)
@@ -102,7 +102,7 @@ func runSwitchover(args []string, stdout, stderr io.Writer) error {
 		// Resume the old primary only if the standby certainly did not
 		// take the new epoch: otherwise two coordinators could decide.
 		var now server.RoleStatus
-		if serr := sc.call(rctx, http.MethodGet, *stby, "/standby", &now); serr != nil || now.Role != string(server.RoleStandby) || now.Epoch != h.Epoch {
+		if serr := sc.call(rctx, http.MethodGet, *stby, "/standby", &now); serr != nil || now.Role != server.RoleStandby.String() || now.Epoch != h.Epoch {
 			return fmt.Errorf("step 2, promote the standby: %w; the standby's state is uncertain (role %q, epoch %d, %v), so the old primary stays demoted: if the standby is the primary now (epoch %d), run tandem follow --admin %s --primary %s; if not, POST /role/resume on %s",
 				err, now.Role, now.Epoch, serr, h.Epoch+1, *primary, to, *primary)
 		}
@@ -117,7 +117,7 @@ func runSwitchover(args []string, stdout, stderr io.Writer) error {
 	}
 	for {
 		var st server.RoleStatus
-		if err := pc.call(ctx, http.MethodGet, *primary, "/standby", &st); err == nil && st.Role == string(server.RoleStandby) && st.Connected {
+		if err := pc.call(ctx, http.MethodGet, *primary, "/standby", &st); err == nil && st.Role == server.RoleStandby.String() && st.Connected {
 			fmt.Fprintf(stdout, "3. %s follows the new primary at %s as its standby\n", *primary, to)
 			break
 		}

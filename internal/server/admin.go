@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/metrics"
 	"github.com/tandem-tx/tandem/internal/waits"
 )
@@ -149,21 +150,21 @@ type logSpaceReporter interface {
 	LogSpace() (used, limit int64)
 }
 
-// registerGauges wires the coordinator's gauges; the returned function
-// removes them.
-func (s *Server) registerGauges() func() {
+// registerGauges wires the gauges of c (nil: none, a role without a
+// coordinator); the returned function removes them.
+func (s *Server) registerGauges(c *coord.Coordinator) func() {
 	var undo []func()
 	backlog := func() float64 { return math.NaN() }
-	if s.coord == nil { // a standby: no coordinator of its own yet
+	if c == nil { // a standby: no coordinator of its own yet
 		return func() {}
 	}
-	if b, ok := any(s.coord).(phase2Backlogger); ok {
+	if b, ok := any(c).(phase2Backlogger); ok {
 		backlog = func() float64 { return float64(b.Phase2Backlog()) }
 	}
 	undo = append(undo, metrics.Gauge(MetricPhase2Backlog,
 		"Decided transactions whose phase 2 has not finished on every branch (NaN: not reported by this coordinator).", backlog))
 	used, limit := func() float64 { return math.NaN() }, func() float64 { return math.NaN() }
-	if l, ok := any(s.coord).(logSpaceReporter); ok {
+	if l, ok := any(c).(logSpaceReporter); ok {
 		used = func() float64 { u, _ := l.LogSpace(); return float64(u) }
 		limit = func() float64 { _, m := l.LogSpace(); return float64(m) }
 	}
@@ -171,7 +172,6 @@ func (s *Server) registerGauges() func() {
 		"Bytes of the decision log in use: records not yet recyclable (NaN: not reported by this coordinator).", used))
 	undo = append(undo, metrics.Gauge(MetricLogSpaceLimit,
 		"Configured size of the decision log, bytes; 0 is unbounded (NaN: not reported by this coordinator).", limit))
-	c := s.coord
 	undo = append(undo, metrics.Gauge(MetricInDoubtBranches,
 		"Prepared branches of gtrids from before a promotion with --accept-data-loss that have no decision here: never presumed aborted, an operator settles them (tandem resolve).",
 		func() float64 { return float64(c.InDoubtBranches()) }))

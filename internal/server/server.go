@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,18 +40,8 @@ type Server struct {
 	cfg  config.Config
 	opts Options
 
-	mu         sync.Mutex // role changes, and the fields below
-	role       Role
-	coord      *coord.Coordinator // the primary's; nil in every other role
-	shipper    *standby.Shipper   // a primary with --standby-listen
-	receiver   *standby.Receiver  // a standby (--standby-of)
-	following  string             // the primary a standby follows
-	fenced     error              // why a fenced primary stopped deciding
-	unregister func()             // the current role's gauges
-	stopPeer   chan struct{}      // closes the fencing check of --peer
-	closed     bool
-	resumable  bool // a demoted primary that may serve again (Resume)
-	statusOf   atomic.Pointer[statusSource]
+	roles    roleState // the role controller (roles.go)
+	statusOf atomic.Pointer[statusSource]
 }
 
 // Options beyond the configuration file.
@@ -146,13 +135,8 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if (so.Listen != "" || so.Of != "") && !so.Auth.Enabled() && o.Logger != nil {
 		o.Logger.Warn("the standby link is not authenticated (allowed on loopback only): any local process can connect to it; set --standby-secret-file (make one with tandem secret --out FILE)")
 	}
-	s := &Server{lis: lis, done: make(chan error, 1), cfg: cfg, opts: o, unregister: func() {}, svc: &roleService{}}
-	if so.Of != "" {
-		err = s.becomeStandby(so.Of, false)
-	} else {
-		err = s.becomePrimary()
-	}
-	if err != nil {
+	s := &Server{lis: lis, done: make(chan error, 1), cfg: cfg, opts: o}
+	if err := s.startRoles(); err != nil {
 		_ = lis.Close()
 		return nil, err
 	}
@@ -161,7 +145,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		if adminLis, err = net.Listen("tcp", o.Admin); err != nil {
 			if !o.AdminBestEffort {
 				_ = lis.Close()
-				s.closeRole()
+				_ = s.stopRoles()
 				return nil, fmt.Errorf("server: admin listener on %s: %w (choose another address, or none)", o.Admin, err)
 			}
 			if o.Logger != nil {
@@ -301,7 +285,10 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 func (s *Server) Done() <-chan error { return s.done }
 
 // Stop stops accepting calls, lets calls in flight finish (up to grace), and
-// closes the coordinator. Unfinished phase 2 resumes at the next start.
+// closes the coordinator. Unfinished phase 2 resumes at the next start. A
+// role change in progress is cancelled (a switchover waiting for its standby
+// does not reopen the primary); Stop returns once every goroutine of the
+// role controller has ended, and the server is RoleStopped.
 func (s *Server) Stop(grace time.Duration) error {
 	stopped := make(chan struct{})
 	go func() {
@@ -318,8 +305,5 @@ func (s *Server) Stop(grace time.Duration) error {
 		_ = s.admin.Shutdown(ctx)
 		cancel()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	return s.closeRoleLocked()
+	return s.stopRoles()
 }

@@ -90,8 +90,8 @@ type RoleStatus struct {
 
 // describe is the one line Health and `tandem status` show.
 func describe(st standby.Status) string {
-	switch st.Role {
-	case "standby":
+	switch r, _ := ParseRole(st.Role); r {
+	case RoleStandby:
 		state := "following"
 		if !st.Connected {
 			state = "NOT CONNECTED"
@@ -101,7 +101,7 @@ func describe(st standby.Status) string {
 			sync = "synchronized=NO (promote needs --accept-data-loss)"
 		}
 		return fmt.Sprintf("role=standby of %s (%s) %s cluster=%s epoch=%d at=%s", st.Standby, state, sync, st.Cluster, st.Epoch, st.StandbyAt)
-	case string(RoleDemoted), string(RoleFenced):
+	case RoleDemoted, RoleFenced:
 		return fmt.Sprintf("role=%s cluster=%s epoch=%d", strings.ToUpper(st.Role), st.Cluster, st.Epoch)
 	}
 	prot := "protected"
@@ -248,16 +248,4 @@ func (s *Server) registerStandbyGauges() func() {
 			u()
 		}
 	}
-}
-
-// StandbyListenAddr is the address the primary's shipper listens on (useful
-// with --standby-listen 127.0.0.1:0), "" when this coordinator ships to no
-// standby now.
-func (s *Server) StandbyListenAddr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.shipper == nil {
-		return ""
-	}
-	return s.shipper.Addr()
 }

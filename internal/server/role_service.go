@@ -1,0 +1,145 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/service"
+)
+
+// roleService is the gRPC face of the server: it hands every call to the
+// current role's service. Calls of the primary's service pass a gate, so
+// that a switchover can stop new decisions and wait for those in flight.
+type roleService struct {
+	api.UnimplementedCoordinatorServer
+	cur atomic.Pointer[roleImpl]
+}
+
+type roleImpl struct {
+	srv  api.CoordinatorServer
+	gate *gate // nil: the role decides nothing, no need to drain
+}
+
+func (r *roleService) set(srv api.CoordinatorServer, g *gate) {
+	r.cur.Store(&roleImpl{srv: srv, gate: g})
+}
+
+func (r *roleService) enter() (*roleImpl, error) {
+	h := r.cur.Load()
+	if h.gate != nil {
+		if err := h.gate.enter(); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+func (h *roleImpl) leave() {
+	if h.gate != nil {
+		h.gate.leave()
+	}
+}
+
+func (r *roleService) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
+	h, err := r.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer h.leave()
+	return h.srv.Commit(ctx, req)
+}
+
+func (r *roleService) Abort(ctx context.Context, req *api.AbortRequest) (*api.AbortResponse, error) {
+	h, err := r.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer h.leave()
+	return h.srv.Abort(ctx, req)
+}
+
+func (r *roleService) Status(ctx context.Context, req *api.StatusRequest) (*api.StatusResponse, error) {
+	h, err := r.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer h.leave()
+	return h.srv.Status(ctx, req)
+}
+
+func (r *roleService) Health(ctx context.Context, req *api.HealthRequest) (*api.HealthResponse, error) {
+	return r.cur.Load().srv.Health(ctx, req)
+}
+
+// gate counts the calls in a primary's service and, once closed, refuses
+// new ones.
+type gate struct {
+	mu     sync.Mutex
+	refuse error
+	n      int
+	idle   chan struct{}
+}
+
+func (g *gate) enter() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.refuse != nil {
+		return g.refuse
+	}
+	g.n++
+	return nil
+}
+
+func (g *gate) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n--
+	if g.n == 0 && g.idle != nil {
+		close(g.idle)
+		g.idle = nil
+	}
+}
+
+// close refuses new calls with err; the channel is closed once no call is
+// in flight.
+func (g *gate) close(err error) <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refuse = err
+	ch := make(chan struct{})
+	if g.n == 0 {
+		close(ch)
+	} else {
+		g.idle = ch
+	}
+	return ch
+}
+
+// reopen lets calls in again (a switchover that did not happen).
+func (g *gate) reopen() {
+	g.mu.Lock()
+	g.refuse = nil
+	g.mu.Unlock()
+}
+
+// refusingService is the API of a role that decides nothing.
+type refusingService struct {
+	api.UnimplementedCoordinatorServer
+	refusal func() error
+	health  func() string
+}
+
+func (s *refusingService) Commit(context.Context, *api.CommitRequest) (*api.CommitResponse, error) {
+	return nil, s.refusal()
+}
+func (s *refusingService) Abort(context.Context, *api.AbortRequest) (*api.AbortResponse, error) {
+	return nil, s.refusal()
+}
+func (s *refusingService) Status(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
+	return nil, s.refusal()
+}
+func (s *refusingService) Health(context.Context, *api.HealthRequest) (*api.HealthResponse, error) {
+	return &api.HealthResponse{Serving: false, Version: service.Version, Message: s.health()}, nil
+}
