@@ -204,7 +204,7 @@ func (s *Server) Demote(ctx context.Context) (Handover, error) {
 	p.tasks.stop() // the --peer check: the handover decides now
 	netTimeout := s.opts.Standby.NetTimeout
 	if netTimeout <= 0 {
-		netTimeout = 10 * time.Second // the shipper's default
+		netTimeout = standby.DefaultNetTimeout
 	}
 	released := s.closeCoordinatorShipping(ctx, p, 2*netTimeout)
 	st, acked := waitAcknowledged(ctx, sh, released, 2*netTimeout)
