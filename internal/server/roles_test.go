@@ -122,6 +122,12 @@ func TestSwitchoverTransitions(t *testing.T) {
 		t.Fatalf("after follow: role %s", p.Role())
 	}
 	waitSynchronized(t, sb)
+	// The primary's word that the standby holds everything (a STATE frame)
+	// arrives after the last ACK: promoting before it would be refused.
+	waitUntil(t, "the standby to be told it is synchronized", func() bool {
+		st, _ := p.StandbyStatus()
+		return st.Synchronized
+	})
 	st, _ := p.StandbyStatus()
 	if st.Epoch != id.Epoch {
 		t.Fatalf("the old primary follows at epoch %d; the new primary is at %d", st.Epoch, id.Epoch)
