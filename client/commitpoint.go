@@ -321,13 +321,13 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 		// age check's origin) comes before any recoverer could see a
 		// prepared branch of it.
 		if err := cp.execSteps(ctx, waits.RMRoundtrip, []string{"BEGIN"}); err != nil {
-			t.rollbackAll(ctx, all)
+			t.abortAll(ctx, all)
 			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "could not begin the commit point " + cp.rm.name, Cause: err}
 		}
 		cp.state = branchActive
 	}
 	if err := t.prepareAll(ctx, prepared, commitReaders); err != nil {
-		t.rollbackAll(ctx, all)
+		t.abortAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "phase 1 failed", Cause: err}
 	}
 	_ = failpoint.Inject("before-commit-point") // kill: every other branch prepared, no decision anywhere
@@ -349,7 +349,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 		if why, ok := decision.Refused(err); ok {
 			reason = "the commit point " + cp.rm.name + " refused the decision: " + why
 		}
-		t.rollbackAll(ctx, all)
+		t.abortAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: reason, Cause: err}
 	default:
 		// The call broke, or MySQL/MariaDB answered an error other than a

@@ -60,7 +60,7 @@ func TestCommitPointOnMariaDB(t *testing.T) {
 		if i == 0 {
 			checks = []string{"SELECT @@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.sync_binlog, @@GLOBAL.log_bin", tableCheck}
 		}
-		want := append(checks, decision.BeginStatements(rm.MySQL)...)
+		want := append(checks, decision.BeginStatements(rm.MySQL)...) //nolint:gocritic // checks is not used again
 		want = append(want, "UPDATE b SET v = 2")
 		want = append(want, decision.CommitStatements(rm.MySQL, g, time.Hour, nil)...)
 		wantLog(t, "maria", maria, want...)

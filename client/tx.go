@@ -202,7 +202,7 @@ func (t *Tx) begun() []*Branch {
 func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, error) {
 	for _, b := range t.branches { // enlisted, begun or not: a failed begin leaves one idle
 		if b.lastErr != nil {
-			t.rollbackAll(ctx, branches)
+			t.abortAll(ctx, branches)
 			return Result{}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("branch on %q failed earlier", b.rm.name), Cause: b.lastErr}
 		}
 	}
@@ -221,7 +221,7 @@ func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, e
 		return nil
 	})
 	if err != nil {
-		t.rollbackAll(ctx, branches)
+		t.abortAll(ctx, branches)
 		return Result{}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "could not classify branches", Cause: err}
 	}
 	var writers, readers []*Branch
@@ -252,13 +252,13 @@ func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, e
 	switch len(writers) {
 	case 0:
 		if err := commitReaders(); err != nil {
-			t.rollbackAll(ctx, branches)
+			t.abortAll(ctx, branches)
 			return Result{Path: PathLocal}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "local commit failed", Cause: err}
 		}
 		return Result{Path: PathLocal}, txCommitted, nil
 	case 1:
 		if err := commitReaders(); err != nil {
-			t.rollbackAll(ctx, branches)
+			t.abortAll(ctx, branches)
 			return Result{Path: PathOnePhase}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "local commit of a read-only branch failed", Cause: err}
 		}
 		return t.commitOnePhase(ctx, writers[0])
@@ -277,7 +277,7 @@ func (t *Tx) commitOnePhase(ctx context.Context, w *Branch) (Result, txState, er
 		return res, txCommitted, nil
 	}
 	if serverSaidNo(err) {
-		t.rollbackAll(ctx, []*Branch{w})
+		t.abortAll(ctx, []*Branch{w})
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("one-phase commit on %q failed", w.rm.name), Cause: err}
 	}
 	// The commit may or may not have reached the database.
@@ -287,13 +287,13 @@ func (t *Tx) commitOnePhase(ctx context.Context, w *Branch) (Result, txState, er
 func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitReaders func() error) (Result, txState, error) {
 	res := Result{Path: PathTwoPhase}
 	if t.c.coord == nil {
-		t.rollbackAll(ctx, all)
+		t.abortAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("%d branches wrote", len(writers)), Cause: ErrNoCoordinator}
 	}
 	// Phase 1: prepare every writer in parallel; read-only branches commit meanwhile.
 	prepErr := t.prepareAll(ctx, writers, commitReaders)
 	if prepErr != nil {
-		t.rollbackAll(ctx, all)
+		t.abortAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "phase 1 failed", Cause: prepErr}
 	}
 	// The decision: one RPC.
@@ -345,11 +345,11 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	case isRejection(err):
 		// Every attempt was answered, and this one refused the request as a
 		// whole: no decision was written anywhere, so rolling back is safe.
-		t.rollbackAll(ctx, all)
+		t.abortAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator refused the commit", Cause: err}
 	case errors.As(err, new(*logFullError)):
 		// Refused on every try until ctx ended: no decision was written.
-		t.rollbackAll(ctx, all)
+		t.abortAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Cause: err,
 			Reason: fmt.Sprintf("the coordinator's decision log stayed full until the context ended (%d tries); nothing was decided and the branches were rolled back", calls)}
 	}
@@ -563,6 +563,14 @@ func (t *Tx) Rollback(ctx context.Context) error {
 	t.state = txAborted
 	t.mu.Unlock()
 	return err
+}
+
+// abortAll rolls back branches after the transaction was decided (or
+// found) aborted: the outcome is abort whatever the rollback does — a
+// branch it cannot roll back is handed to the coordinator, or left to its
+// scan.
+func (t *Tx) abortAll(ctx context.Context, branches []*Branch) {
+	_ = t.rollbackAll(ctx, branches)
 }
 
 // rollbackAll rolls back branches on their own connections, in parallel, on

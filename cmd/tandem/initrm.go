@@ -89,7 +89,7 @@ func initRM(rc rm.Config, timeout time.Duration) (table, point string, err error
 	if err != nil {
 		return "", "", err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // read-only use: nothing to lose
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	d := conn.Dialect().Driver()

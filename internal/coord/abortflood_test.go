@@ -31,11 +31,12 @@ func TestAbortFloodCannotGrowTheLogPastItsSize(t *testing.T) {
 		if i%10 == 9 {
 			g = xid.NewAt(0, time.Now().Add(-2*opts.MaxTxnAge-time.Hour)).String() // too old: Commit writes ABORT
 			_, err := c.Commit(context.Background(), g, []BranchRef{{RM: rmLong.Name}}, CommitMode{})
-			if errors.Is(err, ErrLogFull) {
+			switch {
+			case errors.Is(err, ErrLogFull):
 				refused++
-			} else if err != nil {
+			case err != nil:
 				t.Fatalf("Commit of a too-old gtrid: %v", err)
-			} else {
+			default:
 				written++
 			}
 			continue

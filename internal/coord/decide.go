@@ -26,6 +26,7 @@ type CommitMode struct {
 // Durability of one COMMIT decision.
 type Durability uint8
 
+// The durability modes of a Commit (README, "Commit modes").
 const (
 	DurabilityDefault Durability = iota
 	DurabilityWait               // reply once the COMMIT record is on disk

@@ -64,7 +64,7 @@ func TestResolveNeverAbortsACommitForgottenEarly(t *testing.T) {
 	if c.Stats().ForgotEarly == 0 {
 		t.Fatalf("no COMMIT was forgotten early (stats %+v): the test cannot show anything", c.Stats())
 	}
-	r := mustStatus(t, c, first, false, Undecided) // forgotten: no record
+	mustStatus(t, c, first, false, Undecided) // forgotten: no record
 	r, err := c.Status(context.Background(), first, true)
 	if err != nil {
 		t.Fatalf("Status --resolve: %v", err)

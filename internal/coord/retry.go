@@ -78,13 +78,6 @@ func (q *retryQueue) answered() {
 	}
 }
 
-// backlog is the number of parked branches.
-func (q *retryQueue) backlog() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.items)
-}
-
 // run retries parked branches until the coordinator closes.
 func (q *retryQueue) run() {
 	defer q.c.wg.Done()

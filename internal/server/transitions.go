@@ -87,11 +87,12 @@ func (s *Server) Promote(o standby.PromoteOptions) (standby.Identity, error) {
 	if err == nil {
 		err = sb.receiver.TrustedWhileFollowing()
 	}
-	if err == nil {
+	switch {
+	case err == nil:
 		o.CheckedWhileFollowing = true
-	} else if !o.AcceptDataLoss {
+	case !o.AcceptDataLoss:
 		return standby.Identity{}, fmt.Errorf("%w: promote refused: %w", ErrRole, err)
-	} else if !o.OldPrimaryStopped {
+	case !o.OldPrimaryStopped:
 		// The old primary may run on, cut off: go ahead only if it is
 		// reached now (the new epoch then fences it).
 		id, _, lerr := standby.LoadIdentity(s.cfg.DataDir)

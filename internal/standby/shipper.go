@@ -21,11 +21,11 @@ import (
 type Transport string
 
 const (
-	// Sync: every flush is shipped as it happens and the primary's Appends
+	// Sync ships every flush as it happens and the primary's Appends
 	// return only once the standby has it on disk (AFFIRM): one standby
 	// round trip per group commit.
 	Sync Transport = "sync"
-	// Async: the stream runs behind the writer and never delays a commit.
+	// Async runs the stream behind the writer and never delays a commit.
 	Async Transport = "async"
 	// Arch ships only completed segments: the records of a segment go once
 	// the primary's log has a durable record in a later segment (or has
@@ -44,13 +44,13 @@ const (
 type Protection string
 
 const (
-	// MaxPerformance: async transport; commits never wait for the standby.
+	// MaxPerformance is the async transport: commits never wait for the standby.
 	MaxPerformance Protection = "max-performance"
-	// MaxAvailability: sync, but after NetTimeout without the standby's
+	// MaxAvailability is sync, but after NetTimeout without the standby's
 	// acknowledgement commits carry on unprotected (loudly), and the
 	// shipper returns to sync by itself once the standby has caught up.
 	MaxAvailability Protection = "max-availability"
-	// MaxProtection: sync, and commits stall rather than be acknowledged
+	// MaxProtection is sync, and commits stall rather than be acknowledged
 	// before the standby has them.
 	MaxProtection Protection = "max-protection"
 )
@@ -314,7 +314,7 @@ func (s *Shipper) Written(recs []wal.Written, synced bool) {
 	waits.Coordinator.Since(waits.StandbySyncAck, start)
 }
 
-// ErrShipperClosed: the shipper was closed while a decision waited for the
+// ErrShipperClosed means the shipper was closed while a decision waited for the
 // standby; the decision must not be acted on by this primary.
 var ErrShipperClosed = errors.New("standby: the shipper is closed")
 
@@ -769,7 +769,7 @@ func (s *Shipper) nextOut(c net.Conn, out *streamOut, batch []record, readErr <-
 		i := sort.Search(s.synced, func(i int) bool { return out.sent.Less(s.recs[i].pos) })
 		if i < s.synced {
 			j := i + frameEnd(s.recs[i:s.synced], 0, s.cfg.MaxSend)
-			next.batch = append(batch, s.recs[i:j]...) // payloads are never modified
+			next.batch = append(batch, s.recs[i:j]...) //nolint:gocritic // batch is next.batch emptied: its array reused; payloads are never modified
 			// Counted as sent before it is written: the standby's ACK may
 			// come back before this goroutine runs again.
 			out.sent = next.batch[len(next.batch)-1].pos

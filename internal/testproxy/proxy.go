@@ -597,7 +597,7 @@ func (d *dir) write() {
 func (d *dir) finish(err error) {
 	if err == nil || errors.Is(err, io.EOF) {
 		if cw, ok := d.dst.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
+			_ = cw.CloseWrite() // the peer then sees end of stream; a failure leaves the close below
 			return
 		}
 	}

@@ -101,7 +101,7 @@ func checkCrashReplay(t *testing.T, opts Options, acked int, releasedBefore uint
 		}
 	}
 	typ, p := crashRecord(last + 1)
-	want := append(got, mustAppend(t, l, typ, p))
+	want := append(got, mustAppend(t, l, typ, p)) //nolint:gocritic // got is replaced below
 	l, got = reopen(t, l, opts)
 	sameRecords(t, got, want)
 	if err := l.Close(); err != nil {

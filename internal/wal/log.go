@@ -328,7 +328,7 @@ func (l *Log) writeDirect(r *request) bool {
 	if l.pending.Load() != 0 {
 		return false // queued before us: the writer must write them first
 	}
-	batch := append(l.batch[:0], r)
+	batch := append(l.batch[:0], r) //nolint:gocritic // reuses l.batch's array; l.commit takes it
 	l.commit(batch)
 	clear(batch)
 	l.batch = batch[:0]

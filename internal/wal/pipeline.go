@@ -62,7 +62,7 @@ func (p *pipeline) run(seq uint64) {
 					// Keep the file for the next Open to reuse. Its new
 					// header is harmless: a released file's content is
 					// never read.
-					os.Rename(tmp, filepath.Join(p.dir, freeName(r.from)))
+					_ = os.Rename(tmp, filepath.Join(p.dir, freeName(r.from))) // best effort: a leftover temporary file is removed at Open
 				} else {
 					os.Remove(tmp)
 				}

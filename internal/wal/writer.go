@@ -99,8 +99,8 @@ func (l *Log) run() {
 		if !ok {
 			return
 		}
-		l.wmu.Lock() // wait for a direct write (Append's writeDirect) to finish
-		batch := append(l.batch[:0], r)
+		l.wmu.Lock()                    // wait for a direct write (Append's writeDirect) to finish
+		batch := append(l.batch[:0], r) //nolint:gocritic // reuses l.batch's array
 		bytes := reqSize(r)
 		batch, bytes, ok = l.drain(batch, bytes)
 		if ok && timer != nil {
@@ -247,7 +247,7 @@ func (l *Log) flush(buf []byte, reqs []*request) bool {
 		}
 		out := buf
 		if l.recycled && l.off+int64(len(buf))+headerSize <= l.size {
-			out = append(buf, zeroHeader[:]...)
+			out = append(buf, zeroHeader[:]...) //nolint:gocritic // buf's array, with the end marker after it
 		}
 		start := time.Now()
 		_, err := l.f.WriteAt(out, l.off)
