@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // tracingCoordinator answers a traced Commit with one coordinator-side wait

@@ -16,7 +16,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/server"
 	"github.com/tandem-tx/tandem/internal/standby"
 	"github.com/tandem-tx/tandem/internal/testproxy"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // StandbyConfig configures the coordinator pair of the xa-standby workload:

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 

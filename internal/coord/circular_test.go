@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/rm"
-	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 

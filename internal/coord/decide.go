@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/failpoint"
-	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 

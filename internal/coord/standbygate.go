@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/metrics"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // The admin listener (HTTP on loopback, HTTPS with --tls-cert) serves:

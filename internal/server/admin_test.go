@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/tandem-tx/tandem/internal/config"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // A coordinator whose databases are unreachable still starts and serves its

@@ -26,7 +26,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/metrics"
 	"github.com/tandem-tx/tandem/internal/rm"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 

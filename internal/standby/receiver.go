@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // RecMark is the type of the MARK record a standby writes after each batch

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/failpoint"
-	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // Transport says how the primary ships its log.
