@@ -434,7 +434,7 @@ func (c *Coordinator) writeDecision(g xid.GTRID, outcome Outcome, reason AbortRe
 		if durable {
 			start := time.Now()
 			pos, err = c.log.Append(typ, d.encode())
-			waits.Coordinator.SinceTx(waits.LogFileSync, start, g, "")
+			c.opts.Waits.SinceTx(waits.LogFileSync, start, g, "")
 		} else {
 			pos, err = c.log.AppendAsync(typ, d.encode())
 		}

@@ -43,7 +43,7 @@ func (c *Coordinator) waitStandby(ctx context.Context, g xid.GTRID) error {
 	}
 	start := time.Now()
 	err := w.WaitStandby(ctx)
-	waits.Coordinator.SinceTx(standbyDecisionAck, start, g, "")
+	c.opts.Waits.SinceTx(standbyDecisionAck, start, g, "")
 	return err
 }
 

@@ -98,7 +98,7 @@ func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.Comm
 	if len(md.Get(waitwire.RequestKey)) > 0 {
 		if parsed, err := xid.Parse(req.GetGtrid()); err == nil {
 			g = parsed
-			tr = waits.Coordinator.StartTrace(g)
+			tr = s.c.Waits().StartTrace(g)
 		}
 	}
 	early := len(md.Get(api.MetadataEarlyDecision)) > 0
@@ -109,9 +109,9 @@ func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.Comm
 	} else {
 		r, err = s.c.Commit(ctx, req.GetGtrid(), branchRefs(req.GetBranches()), s.mode(req.GetOptions()))
 	}
-	d := waits.Coordinator.Since(waits.CoordinatorCommit, start)
+	d := s.c.Waits().Since(waits.CoordinatorCommit, start)
 	if tr != nil {
-		waits.Coordinator.EndTrace(g)
+		s.c.Waits().EndTrace(g)
 		tr.Add(waits.SideCoordinator, waits.CoordinatorCommit, "", start, d)
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(waitwire.TrailerKey, string(waitwire.Encode(tr.Spans()))))
 	}
