@@ -443,7 +443,7 @@ func hasSessionBound(bs []*Branch) bool {
 // COMMITTED with phase 2 pending, not as an unknown outcome.
 func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *waits.Trace, traceCoord bool, onCommitted func()) (*api.CommitResponse, int, error) {
 	if traceCoord {
-		ctx = metadata.AppendToOutgoingContext(ctx, waitwire.RequestKey, "1")
+		ctx = metadata.AppendToOutgoingContext(ctx, api.MetadataTrace, "1")
 	}
 	if onCommitted != nil {
 		ctx = metadata.AppendToOutgoingContext(ctx, api.MetadataEarlyDecision, "1")
@@ -480,7 +480,7 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 		d := c.waits.Since(waits.CoordinatorCommit, start)
 		tr.Add(waits.SideClient, waits.CoordinatorCommit, "", start, d)
 		if traceCoord {
-			for _, v := range trailer.Get(waitwire.TrailerKey) {
+			for _, v := range trailer.Get(api.MetadataTraceTrailer) {
 				if spans, perr := waitwire.Decode([]byte(v)); perr == nil {
 					tr.Merge(spans)
 				}

@@ -26,10 +26,10 @@ type tracingCoordinator struct {
 
 func (f *tracingCoordinator) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if len(md.Get(waitwire.RequestKey)) > 0 {
+	if len(md.Get(api.MetadataTrace)) > 0 {
 		f.asked = true
 		span := waits.Span{Side: waits.SideCoordinator, Event: waits.RMCommitPrepared, Detail: "pg", Start: time.Now(), Dur: time.Millisecond}
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(waitwire.TrailerKey, string(waitwire.Encode([]waits.Span{span}))))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(api.MetadataTraceTrailer, string(waitwire.Encode([]waits.Span{span}))))
 	}
 	return f.fakeCoordinator.Commit(ctx, req)
 }

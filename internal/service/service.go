@@ -86,8 +86,8 @@ const (
 )
 
 // Commit decides. Its handling is a "coordinator commit" wait on the
-// coordinator's side. A request carrying waitwire.RequestKey gets the
-// coordinator's waits for its gtrid back in the trailer (waitwire.TrailerKey).
+// coordinator's side. A request carrying api.MetadataTrace gets the
+// coordinator's waits for its gtrid back in the trailer (api.MetadataTraceTrailer).
 // A request with api.MetadataEarlyDecision and a client-settled branch gets
 // the durable decision in the response headers before phase 2 (commitEarly).
 func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
@@ -95,7 +95,7 @@ func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.Comm
 	var tr *waits.Trace
 	var g xid.GTRID
 	md, _ := metadata.FromIncomingContext(ctx)
-	if len(md.Get(waitwire.RequestKey)) > 0 {
+	if len(md.Get(api.MetadataTrace)) > 0 {
 		if parsed, err := xid.Parse(req.GetGtrid()); err == nil {
 			g = parsed
 			tr = s.c.Waits().StartTrace(g)
@@ -113,7 +113,7 @@ func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.Comm
 	if tr != nil {
 		s.c.Waits().EndTrace(g)
 		tr.Add(waits.SideCoordinator, waits.CoordinatorCommit, "", start, d)
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(waitwire.TrailerKey, string(waitwire.Encode(tr.Spans()))))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(api.MetadataTraceTrailer, string(waitwire.Encode(tr.Spans()))))
 	}
 	if err != nil {
 		if status.Code(toStatus(err)) == codes.Internal {

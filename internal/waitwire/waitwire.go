@@ -3,9 +3,9 @@
 // spans. It is a detail of the protocol between the SDK and the coordinator,
 // kept out of the public waits package.
 //
-// The client sends RequestKey ("1") with a Commit; the coordinator answers
-// with its waits for that gtrid, Encode'd, in the trailer under TrailerKey
-// (binary metadata: "-bin"). Times travel as nanoseconds since the Unix
+// The client sends api.MetadataTrace ("1") with a Commit; the coordinator
+// answers with its waits for that gtrid, Encode'd, in the trailer
+// api.MetadataTraceTrailer. Times travel as nanoseconds since the Unix
 // epoch, so that they line up with the client's clock on one machine; across
 // machines, clock skew shifts them.
 package waitwire
@@ -16,12 +16,6 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/waits"
-)
-
-// gRPC metadata keys of a traced Commit.
-const (
-	RequestKey = "tandem-trace"
-	TrailerKey = "tandem-trace-bin"
 )
 
 type wireSpan struct {
