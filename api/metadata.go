@@ -15,4 +15,12 @@ const (
 	// decision: "COMMITTED" or "ABORTED". It is sent only once the decision
 	// record is durable.
 	MetadataDecision = "tandem-decision"
+	// MetadataTrace, sent by the client with value "1" on a Commit, asks
+	// the coordinator for its waits of that gtrid (a trace).
+	MetadataTrace = "tandem-trace"
+	// MetadataTraceTrailer is the trailer that answers MetadataTrace: the
+	// coordinator's waits as JSON, a list of {"s": side, "e": event name,
+	// "d": RM (optional), "t": start in Unix nanoseconds, "n": duration in
+	// nanoseconds} (binary metadata: "-bin").
+	MetadataTraceTrailer = "tandem-trace-bin"
 )

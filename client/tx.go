@@ -20,7 +20,8 @@ import (
 	"github.com/tandem-tx/tandem/internal/addrhint"
 	"github.com/tandem-tx/tandem/internal/failpoint"
 	"github.com/tandem-tx/tandem/internal/rm"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/internal/waitwire"
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -442,7 +443,7 @@ func hasSessionBound(bs []*Branch) bool {
 // COMMITTED with phase 2 pending, not as an unknown outcome.
 func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *waits.Trace, traceCoord bool, onCommitted func()) (*api.CommitResponse, int, error) {
 	if traceCoord {
-		ctx = metadata.AppendToOutgoingContext(ctx, waits.TraceRequestKey, "1")
+		ctx = metadata.AppendToOutgoingContext(ctx, api.MetadataTrace, "1")
 	}
 	if onCommitted != nil {
 		ctx = metadata.AppendToOutgoingContext(ctx, api.MetadataEarlyDecision, "1")
@@ -479,8 +480,8 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 		d := c.waits.Since(waits.CoordinatorCommit, start)
 		tr.Add(waits.SideClient, waits.CoordinatorCommit, "", start, d)
 		if traceCoord {
-			for _, v := range trailer.Get(waits.TraceTrailerKey) {
-				if spans, perr := waits.ParseWireSpans([]byte(v)); perr == nil {
+			for _, v := range trailer.Get(api.MetadataTraceTrailer) {
+				if spans, perr := waitwire.Decode([]byte(v)); perr == nil {
 					tr.Merge(spans)
 				}
 			}

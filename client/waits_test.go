@@ -13,7 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/internal/waitwire"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // tracingCoordinator answers a traced Commit with one coordinator-side wait
@@ -25,10 +26,10 @@ type tracingCoordinator struct {
 
 func (f *tracingCoordinator) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if len(md.Get(waits.TraceRequestKey)) > 0 {
+	if len(md.Get(api.MetadataTrace)) > 0 {
 		f.asked = true
 		span := waits.Span{Side: waits.SideCoordinator, Event: waits.RMCommitPrepared, Detail: "pg", Start: time.Now(), Dur: time.Millisecond}
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(waits.TraceTrailerKey, string(waits.WireSpans([]waits.Span{span}))))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(api.MetadataTraceTrailer, string(waitwire.Encode([]waits.Span{span}))))
 	}
 	return f.fakeCoordinator.Commit(ctx, req)
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/server"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 func init() {

@@ -25,7 +25,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/internal/server"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // DBRM is one resource manager the database benchmark uses.
@@ -627,11 +627,19 @@ func (e *env) newState(ctx context.Context, name string) (*wlState, error) {
 	return st, nil
 }
 
-// coordWaits reads the coordinator's wait totals: in-process directly, or
-// from an external coordinator's admin listener (ok false without one).
-func (e *env) coordWaits(ctx context.Context) (waits.Snapshot, bool) {
+// coordWaits reads the wait totals of workload's coordinator: in-process,
+// the registry of the coordinator its client commits through (for
+// xa-standby, the standby pair's primary and standby together); otherwise
+// from the external coordinator's admin listener (ok false without one).
+func (e *env) coordWaits(ctx context.Context, workload string) (waits.Snapshot, bool) {
 	if e.inProc {
-		return waits.Coordinator.Snapshot(), true
+		if e.sb != nil && (workload == WorkloadXAStandby || e.srv == nil) {
+			return e.sb.primary.Waits().Snapshot().Add(e.sb.standby.Waits().Snapshot()), true
+		}
+		if e.srv != nil {
+			return e.srv.Waits().Snapshot(), true
+		}
+		return waits.Snapshot{}, false
 	}
 	if e.cfg.Admin == "" || e.coordAt == "" {
 		return waits.Snapshot{}, false
@@ -721,7 +729,7 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 				stopAt = time.Now().Add(min(left, slice))
 			}
 			active++
-			c0, haveCoord := e.coordWaits(ctx)
+			c0, haveCoord := e.coordWaits(ctx, st.name)
 			sampling := e.sb != nil && st.name == WorkloadXAStandby
 			if sampling {
 				e.sb.startSampling(lagSampleInterval)
@@ -747,7 +755,7 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 					lastCoordEnd = time.Now()
 				}
 			}
-			if c1, ok := e.coordWaits(ctx); ok && haveCoord {
+			if c1, ok := e.coordWaits(ctx, st.name); ok && haveCoord {
 				st.coord = st.coord.Add(c1.Sub(c0))
 			}
 			if cfg.Progress != nil && time.Since(lastProgress) >= 2*time.Second {

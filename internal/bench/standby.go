@@ -16,7 +16,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/server"
 	"github.com/tandem-tx/tandem/internal/standby"
 	"github.com/tandem-tx/tandem/internal/testproxy"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // StandbyConfig configures the coordinator pair of the xa-standby workload:
@@ -414,7 +414,8 @@ type StandbyWaitStats struct {
 // a commit meets them.
 var standbyEvents = []waits.Event{waits.LogFileSync, waits.LogFileParallelWrite, waits.LogFileFdatasync, waits.StandbySyncAck, waits.StandbyLogWrite, waits.CoordinatorCommit}
 
-const standbyWaitsNote = "Both coordinators record into one process-wide registry; each workload's coordinator waits are the deltas over its own slices, " +
+const standbyWaitsNote = "Each workload's coordinator waits are the deltas, over its own slices, of the registries of the coordinators it commits through " +
+	"(xa: the in-process coordinator; xa-standby: the pair's primary and standby), " +
 	"and between slices the run waits (unmeasured) until the idle coordinator owes no phase 2 and the standby has every record. " +
 	"'standby sync ack' and 'standby log write' come only from the standby pair. On the primary, 'log file sync' (a COMMIT record's Append) " +
 	"includes 'standby sync ack': under sync the log writer hands the batch to the standby after its fdatasync and returns only on the acknowledgement, " +

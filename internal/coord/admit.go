@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -139,7 +139,7 @@ func (c *Coordinator) admitCommit(ctx context.Context, g xid.GTRID) error {
 	}
 	start := time.Now()
 	c.stats.throttled.Add(1)
-	defer waits.Coordinator.SinceTx(waits.LogSpaceThrottle, start, g, "")
+	defer c.opts.Waits.SinceTx(waits.LogSpaceThrottle, start, g, "")
 	// How long this Commit may wait: until shortly before the caller's
 	// deadline, so that the reply still reaches it.
 	budget := checkpointWaitMax + throttleMax

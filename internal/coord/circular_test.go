@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/rm"
-	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -182,7 +182,7 @@ func TestLogFullRefusesAndRecovers(t *testing.T) {
 	const logSize = 256 << 10
 	opts := circularOptions(t, logSize, sw)
 	c := open(t, opts)
-	throttleWaits := waits.Coordinator.Snapshot().Get(waits.LogSpaceThrottle).Count
+	throttleWaits := c.Waits().Snapshot().Get(waits.LogSpaceThrottle).Count
 
 	var (
 		mu       sync.Mutex
@@ -225,7 +225,7 @@ func TestLogFullRefusesAndRecovers(t *testing.T) {
 	}
 	st := c.Stats()
 	t.Logf("%d commits accepted, %d refused; log %s of %s in use; throttled %d", len(acked), refused.Load(), humanBytes(st.Log.Used), humanBytes(logSize), st.Throttled)
-	if st.Throttled == 0 || waits.Coordinator.Snapshot().Get(waits.LogSpaceThrottle).Count == throttleWaits {
+	if st.Throttled == 0 || c.Waits().Snapshot().Get(waits.LogSpaceThrottle).Count == throttleWaits {
 		t.Errorf("no commit was throttled (no %q wait) before the log filled", "log space throttle")
 	}
 	if st.Log.Used > logSize {

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/rm"
-	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -70,6 +70,11 @@ type Options struct {
 	// NoSync skips fdatasync: tests only, never in production.
 	NoSync bool
 	Logger *slog.Logger
+	// Waits receives this coordinator's wait events: its decision log
+	// (wal.Options.Waits), its resource managers' connections (rm.Config.Waits),
+	// the throttle, phase 2, recovery scans and the standby's
+	// acknowledgements. Nil: a new registry of its own (Coordinator.Waits).
+	Waits *waits.Registry
 
 	// InDoubtBefore, when set, is the time of a promotion with
 	// --accept-data-loss: this coordinator's log may lack decisions the old
@@ -137,6 +142,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if o.Waits == nil {
+		o.Waits = waits.NewRegistry(waits.SideCoordinator)
 	}
 }
 
@@ -262,6 +270,7 @@ func (c *Coordinator) openRMs() error {
 		if _, dup := c.rms[cfg.Name]; dup {
 			return fmt.Errorf("coord: resource manager %q is configured twice", cfg.Name)
 		}
+		cfg.Waits = c.opts.Waits
 		conn, err := rm.Open(cfg)
 		if err != nil {
 			return fmt.Errorf("coord: %w", err)
@@ -280,7 +289,7 @@ func (c *Coordinator) replay() (*wal.Log, int, error) {
 	opts := c.opts
 	var replayed int
 	wopts := wal.Options{Dir: filepath.Join(opts.Dir, "log"), SegmentSize: opts.SegmentSize, MaxSize: opts.LogSize,
-		NoSync: opts.NoSync, BatchWindow: opts.BatchWindow, Waits: waits.Coordinator}
+		NoSync: opts.NoSync, BatchWindow: opts.BatchWindow, Waits: opts.Waits}
 	if opts.LogHook != nil {
 		wopts.OnWrite = opts.LogHook.Written
 	}
@@ -519,6 +528,11 @@ func (c *Coordinator) Misconfigured() map[string]error {
 
 // RMNames lists the configured resource managers.
 func (c *Coordinator) RMNames() []string { return append([]string(nil), c.rmList...) }
+
+// Waits returns the registry this coordinator records its wait events in
+// (Options.Waits, or the one it made for itself): the admin endpoint's
+// /waits and a traced Commit's trailer read it.
+func (c *Coordinator) Waits() *waits.Registry { return c.opts.Waits }
 
 // RMHealth is one resource manager's reachability.
 type RMHealth struct {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/failpoint"
-	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -435,7 +435,7 @@ func (c *Coordinator) writeDecision(g xid.GTRID, outcome Outcome, reason AbortRe
 		if durable {
 			start := time.Now()
 			pos, err = c.log.Append(typ, d.encode())
-			waits.Coordinator.SinceTx(waits.LogFileSync, start, g, "")
+			c.opts.Waits.SinceTx(waits.LogFileSync, start, g, "")
 		} else {
 			pos, err = c.log.AppendAsync(typ, d.encode())
 		}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -43,7 +43,7 @@ func (c *Coordinator) waitStandby(ctx context.Context, g xid.GTRID) error {
 	}
 	start := time.Now()
 	err := w.WaitStandby(ctx)
-	waits.Coordinator.SinceTx(standbyDecisionAck, start, g, "")
+	c.opts.Waits.SinceTx(standbyDecisionAck, start, g, "")
 	return err
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers database/sql driver "pgx"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -24,6 +24,9 @@ type Config struct {
 	DSN    string
 	// MaxConns caps the coordinator's pool to this database (default 16).
 	MaxConns int
+	// Waits receives the connection's wait events (phase 2 settles, recover
+	// scans): the coordinator passes its own registry. Nil: a new one.
+	Waits *waits.Registry
 }
 
 // Conn is the coordinator's pooled connection to one resource manager. It is
@@ -35,6 +38,7 @@ type Conn struct {
 	secret  string // the DSN's password, scrubbed from every error
 	scans   preparedScans
 	cfgErr  atomic.Pointer[ConfigError] // the last configuration refusal, until a call succeeds
+	waits   *waits.Registry
 }
 
 // Open checks the configuration and prepares a pool. It does not connect:
@@ -63,7 +67,11 @@ func Open(cfg Config) (*Conn, error) {
 	db.SetMaxOpenConns(n)
 	db.SetMaxIdleConns(n)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	return &Conn{name: cfg.Name, dialect: d, db: db, secret: secret}, nil
+	reg := cfg.Waits
+	if reg == nil {
+		reg = waits.NewRegistry(waits.SideCoordinator)
+	}
+	return &Conn{name: cfg.Name, dialect: d, db: db, secret: secret, waits: reg}, nil
 }
 
 // checkDSN parses a DSN with its driver's own parser and returns its password.
@@ -132,7 +140,7 @@ func (c *Conn) Ping(ctx context.Context) error {
 // CommitPrepared commits a prepared branch. ErrBranchNotFound means the
 // database does not know it: never prepared, or already settled. The call,
 // waiting for a pooled connection included, is a "rm commit prepared" wait
-// in waits.Coordinator.
+// in the Config's Waits registry.
 func (c *Conn) CommitPrepared(ctx context.Context, b xid.Branch) error {
 	return c.settle(ctx, waits.RMCommitPrepared, b, c.dialect.CommitPrepared(b))
 }
@@ -146,7 +154,7 @@ func (c *Conn) RollbackPrepared(ctx context.Context, b xid.Branch) error {
 func (c *Conn) settle(ctx context.Context, ev waits.Event, b xid.Branch, stmt string) error {
 	start := time.Now()
 	_, err := c.db.ExecContext(ctx, stmt)
-	waits.Coordinator.SinceTx(ev, start, b.GTRID, c.name)
+	c.waits.SinceTx(ev, start, b.GTRID, c.name)
 	if err != nil && c.dialect.IsNotFound(err) {
 		return ErrBranchNotFound
 	}
@@ -156,11 +164,11 @@ func (c *Conn) settle(ctx context.Context, ev waits.Event, b xid.Branch, stmt st
 // Recover lists this database's prepared branches in Tandem's format whose
 // bqual is this resource manager's name. (Two names configured for one
 // database each see only their own branches.) The scan is a "rm recover
-// scan" wait in waits.Coordinator.
+// scan" wait in the Config's Waits registry.
 func (c *Conn) Recover(ctx context.Context) ([]InDoubt, error) {
 	start := time.Now()
 	all, err := c.dialect.Recover(ctx, c.db)
-	waits.Coordinator.Since(waits.RMRecoverScan, start)
+	c.waits.Since(waits.RMRecoverScan, start)
 	if err != nil {
 		return nil, c.wrap("recover scan", err)
 	}

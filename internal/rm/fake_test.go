@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -109,7 +110,7 @@ func fakeConnFor(t *testing.T, name string, d Dialect, db *fakeDB) *Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pool.Close() })
-	return &Conn{name: name, dialect: d, db: pool}
+	return &Conn{name: name, dialect: d, db: pool, waits: waits.NewRegistry(waits.SideCoordinator)}
 }
 
 func xaRow(formatID int64, gtrid, bqual string) []driver.Value {

@@ -8,10 +8,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -235,5 +237,37 @@ func TestIsNotFound(t *testing.T) {
 				t.Errorf("%s IsNotFound(%s: %v) = %v, want %v", drv, name, err, got, yes[name])
 			}
 		}
+	}
+}
+
+// A connection records its waits in the registry its Config names (the
+// coordinator's), and in one of its own without one.
+func TestConnRecordsIntoTheConfiguredRegistry(t *testing.T) {
+	reg := waits.NewRegistry(waits.SideCoordinator)
+	mine, err := Open(Config{Name: "pg", Driver: Postgres, DSN: "postgres://u:p@127.0.0.1:1/db", Waits: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Close()
+	other, err := Open(Config{Name: "pg", Driver: Postgres, DSN: "postgres://u:p@127.0.0.1:1/db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Port 1: nothing listens, each call fails, and still counts as a wait.
+	_, _ = mine.Recover(ctx)
+	_ = mine.CommitPrepared(ctx, xid.Branch{GTRID: xid.New(), RM: "pg"})
+	_, _ = other.Recover(ctx)
+	s := reg.Snapshot()
+	if n := s.Get(waits.RMRecoverScan).Count; n != 1 {
+		t.Errorf("configured registry: %d %q waits, want 1 (other's must not land here)", n, waits.RMRecoverScan)
+	}
+	if n := s.Get(waits.RMCommitPrepared).Count; n != 1 {
+		t.Errorf("configured registry: %d %q waits, want 1", n, waits.RMCommitPrepared)
+	}
+	if n := other.waits.Snapshot().Get(waits.RMRecoverScan).Count; n != 1 {
+		t.Errorf("default registry: %d %q waits, want 1", n, waits.RMRecoverScan)
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/metrics"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // The admin listener (HTTP on loopback, HTTPS with --tls-cert) serves:
@@ -45,14 +45,15 @@ type WaitsResponse struct {
 	Client      waits.JSONSnapshot `json:"client"`
 }
 
-// AdminHandler serves the admin endpoints of this process.
-func AdminHandler() http.Handler {
+// AdminHandler serves the admin endpoints of one coordinator, whose waits
+// are coordWaits; the client side is the process's SDK (waits.Client).
+func AdminHandler(coordWaits *waits.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /waits", func(w http.ResponseWriter, r *http.Request) {
 		buckets := truthy(r.URL.Query().Get("buckets"))
 		all := truthy(r.URL.Query().Get("all"))
 		resp := WaitsResponse{
-			Coordinator: waits.Coordinator.Snapshot().JSON(buckets, all),
+			Coordinator: coordWaits.Snapshot().JSON(buckets, all),
 			Client:      waits.Client.Snapshot().JSON(buckets, all),
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -62,7 +63,7 @@ func AdminHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		_ = metrics.WritePrometheus(w, waits.Coordinator, waits.Client)
+		_ = metrics.WritePrometheus(w, coordWaits, waits.Client)
 	})
 	return mux
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/tandem-tx/tandem/internal/config"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // A coordinator whose databases are unreachable still starts and serves its
@@ -28,7 +28,7 @@ func TestAdminListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Stop(time.Second)
-	waits.Coordinator.Record(waits.RMCommitPrepared, 2*time.Millisecond)
+	s.Waits().Record(waits.RMCommitPrepared, 2*time.Millisecond)
 
 	get := func(path string) string {
 		resp, err := http.Get("http://" + s.AdminAddr() + path)

@@ -124,7 +124,8 @@ func (s *Server) newStandby(primary string, reseed bool) (*standbyRole, error) {
 	so := s.opts.Standby
 	r, err := standby.OpenReceiver(standby.ReceiverConfig{Primary: primary, Dir: s.cfg.DataDir,
 		SegmentSize: coord.SegmentSizeFor(int64(s.cfg.LogSize)), LogSize: int64(s.cfg.LogSize), NoSync: s.opts.NoSync,
-		NetTimeout: so.NetTimeout, Logger: s.opts.Logger, NetOptions: so.net(), Auth: so.Auth, Listen: so.Listen})
+		NetTimeout: so.NetTimeout, Logger: s.opts.Logger, NetOptions: so.net(), Auth: so.Auth, Listen: so.Listen,
+		Waits: s.waits})
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/standby"
 	"github.com/tandem-tx/tandem/internal/tlsconf"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // Server is a running coordinator and its gRPC listener. Its role (primary,
@@ -42,6 +43,12 @@ type Server struct {
 
 	roles    roleState // the role controller (roles.go)
 	statusOf atomic.Pointer[statusSource]
+
+	// waits is this coordinator's wait-event registry, one for the life of
+	// the Server whatever its role: each primary's coord.Coordinator and
+	// shipper and each standby's receiver record into it, and the admin
+	// listener's /waits and /metrics serve it.
+	waits *waits.Registry
 }
 
 // Options beyond the configuration file.
@@ -135,7 +142,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if (so.Listen != "" || so.Of != "") && !so.Auth.Enabled() && o.Logger != nil {
 		o.Logger.Warn("the standby link is not authenticated (allowed on loopback only): any local process can connect to it; set --standby-secret-file (make one with tandem secret --out FILE)")
 	}
-	s := &Server{lis: lis, done: make(chan error, 1), cfg: cfg, opts: o}
+	s := &Server{lis: lis, done: make(chan error, 1), cfg: cfg, opts: o, waits: waits.NewRegistry(waits.SideCoordinator)}
 	if err := s.startRoles(); err != nil {
 		_ = lis.Close()
 		return nil, err
@@ -180,6 +187,7 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 		Dir: cfg.DataDir, RMs: rms, OrphanTimeout: cfg.OrphanTimeout, ScanInterval: cfg.ScanInterval,
 		Phase2Wait: cfg.Phase2Wait, MaxTxnAge: cfg.MaxTxnAge, MaxClockSkew: cfg.MaxClockSkew, NoSync: o.NoSync, Logger: o.Logger,
 		NoWait: cfg.Durability == "nowait", BatchWindow: cfg.LogBatchWindow(), LogSize: int64(cfg.LogSize),
+		Waits: s.waits,
 	}
 	if at, ok, err := standby.UnsynchronizedPromotion(cfg.DataDir); err != nil {
 		return nil, nil, err
@@ -201,7 +209,7 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 		sh, err = standby.NewShipper(standby.ShipperConfig{Listen: so.Listen, Transport: tr, Protection: prot,
 			NetTimeout: so.NetTimeout, Identity: id, MaxRetained: int64(cfg.LogSize), Logger: o.Logger,
 			MaxSend: so.MaxSend, MaxConnections: so.MaxConnections, NetOptions: so.net(), Auth: so.Auth, ArchLag: so.ArchLag,
-			InDoubtBefore: copts.InDoubtBefore,
+			InDoubtBefore: copts.InDoubtBefore, Waits: s.waits,
 			// Synchronous: the shipper runs it in a goroutine of its own and
 			// drops further claims until it returns (coalesced).
 			OnFenced: s.fence})
@@ -252,7 +260,7 @@ func (s *Server) serve(adminLis net.Listener, adminToken string, o Options) {
 		return
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/", AdminHandler())
+	mux.Handle("/", AdminHandler(s.waits))
 	s.standbyHandler(mux)
 	guard := newAdminGuard(mux, adminToken, o.AdminTokenFile, o.AuthToken, o.Admin, tlsconf.MutualTLS(o.TLS), o.TLS != nil)
 	s.admin = adminLimits.server(guard, o.TLS, o.Logger)
@@ -269,6 +277,10 @@ func (s *Server) serve(adminLis net.Listener, adminToken string, o Options) {
 		}
 	}()
 }
+
+// Waits returns this coordinator's wait-event registry, the one /waits
+// serves: it stays the same across promotions and demotions.
+func (s *Server) Waits() *waits.Registry { return s.waits }
 
 // AdminAddr is the admin listener's address, "" without one.
 func (s *Server) AdminAddr() string {

@@ -26,7 +26,8 @@ import (
 	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/metrics"
 	"github.com/tandem-tx/tandem/internal/rm"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/internal/waitwire"
+	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -85,8 +86,8 @@ const (
 )
 
 // Commit decides. Its handling is a "coordinator commit" wait on the
-// coordinator's side. A request carrying waits.TraceRequestKey gets the
-// coordinator's waits for its gtrid back in the trailer (waits.TraceTrailerKey).
+// coordinator's side. A request carrying api.MetadataTrace gets the
+// coordinator's waits for its gtrid back in the trailer (api.MetadataTraceTrailer).
 // A request with api.MetadataEarlyDecision and a client-settled branch gets
 // the durable decision in the response headers before phase 2 (commitEarly).
 func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
@@ -94,10 +95,10 @@ func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.Comm
 	var tr *waits.Trace
 	var g xid.GTRID
 	md, _ := metadata.FromIncomingContext(ctx)
-	if len(md.Get(waits.TraceRequestKey)) > 0 {
+	if len(md.Get(api.MetadataTrace)) > 0 {
 		if parsed, err := xid.Parse(req.GetGtrid()); err == nil {
 			g = parsed
-			tr = waits.Coordinator.StartTrace(g)
+			tr = s.c.Waits().StartTrace(g)
 		}
 	}
 	early := len(md.Get(api.MetadataEarlyDecision)) > 0
@@ -108,11 +109,11 @@ func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.Comm
 	} else {
 		r, err = s.c.Commit(ctx, req.GetGtrid(), branchRefs(req.GetBranches()), s.mode(req.GetOptions()))
 	}
-	d := waits.Coordinator.Since(waits.CoordinatorCommit, start)
+	d := s.c.Waits().Since(waits.CoordinatorCommit, start)
 	if tr != nil {
-		waits.Coordinator.EndTrace(g)
+		s.c.Waits().EndTrace(g)
 		tr.Add(waits.SideCoordinator, waits.CoordinatorCommit, "", start, d)
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(waits.TraceTrailerKey, string(waits.WireSpans(tr.Spans()))))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(api.MetadataTraceTrailer, string(waitwire.Encode(tr.Spans()))))
 	}
 	if err != nil {
 		if status.Code(toStatus(err)) == codes.Internal {

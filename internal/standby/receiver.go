@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // RecMark is the type of the MARK record a standby writes after each batch
@@ -53,6 +53,10 @@ type ReceiverConfig struct {
 	// disprove a forged claim of a newer epoch. It answers nothing else.
 	Listen string
 	Logger *slog.Logger
+	// Waits receives the standby's "standby log write" waits (the
+	// standby coordinator's registry, so that its /waits shows them).
+	// Nil: a new one.
+	Waits *waits.Registry
 }
 
 // Receiver is the standby's side: it follows one primary, writes what it
@@ -116,6 +120,9 @@ func OpenReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Waits == nil {
+		cfg.Waits = waits.NewRegistry(waits.SideCoordinator)
 	}
 	if err := cfg.NetOptions.check("receiver"); err != nil {
 		return nil, err
@@ -456,7 +463,7 @@ func (r *Receiver) write(recs []record, mark hello) error {
 	if _, err := r.log.Append(RecMark, mark.encode()); err != nil {
 		return fmt.Errorf("standby: write the log: %w", err)
 	}
-	waits.Coordinator.Since(waits.StandbyLogWrite, start)
+	r.cfg.Waits.Since(waits.StandbyLogWrite, start)
 	r.mu.Lock()
 	r.pos, r.lastAt, r.primaryAt = mark.pos, time.Now(), mark.pos
 	r.records += n + 1

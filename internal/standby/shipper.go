@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/failpoint"
-	"github.com/tandem-tx/tandem/internal/waits"
 	"github.com/tandem-tx/tandem/internal/wal"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // Transport says how the primary ships its log.
@@ -140,6 +140,9 @@ type ShipperConfig struct {
 	// package doc); nil or empty is allowed on a loopback Listen only.
 	Auth   *Auth
 	Logger *slog.Logger
+	// Waits receives the shipper's "standby sync ack" waits: the primary
+	// coordinator's registry (coord.Coordinator.Waits). Nil: a new one.
+	Waits *waits.Registry
 	// OnFenced, when set, is called when a peer of this cluster that
 	// authenticated reports a newer epoch: another coordinator may have
 	// been promoted, and this primary must check (--peer) and stop deciding
@@ -209,6 +212,9 @@ func NewShipper(cfg ShipperConfig) (*Shipper, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Waits == nil {
+		cfg.Waits = waits.NewRegistry(waits.SideCoordinator)
 	}
 	if cfg.Identity.Cluster.IsZero() || cfg.Identity.Epoch == 0 {
 		return nil, errors.New("standby: the shipper needs the primary's cluster identity")
@@ -311,7 +317,7 @@ func (s *Shipper) Written(recs []wal.Written, synced bool) {
 	s.mu.Unlock()
 	start := time.Now()
 	_ = s.waitAck(context.Background(), target) // closed: Halt already stopped the coordinator
-	waits.Coordinator.Since(waits.StandbySyncAck, start)
+	s.cfg.Waits.Since(waits.StandbySyncAck, start)
 }
 
 // ErrShipperClosed means the shipper was closed while a decision waited for the

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/failpoint"
-	"github.com/tandem-tx/tandem/internal/waits"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 const (

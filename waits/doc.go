@@ -4,6 +4,12 @@
 // (docs/architecture.md, "Wait events"; docs/field-reports.md: every field
 // report found its problem by reading named waits).
 //
+// It is public so that SDK users can hand a client its own Registry
+// (client.Config.Waits), trace a transaction (client.Tx.SetTrace) and read
+// the JSON that a coordinator's /waits and `tandem bench --json` write
+// (JSONSnapshot, JSONTrace). How the coordinator sends a traced Commit's
+// waits back to the client is a protocol detail kept in internal/waitwire.
+//
 // # Events
 //
 // An Event is a small integer naming one kind of wait. The built-in ones:
@@ -27,29 +33,31 @@
 //	coordinator abort         client       one Abort RPC (handing prepared branches over)
 //	coordinator status        client       one Status RPC
 //
-// The SDK and internal/rm record theirs already. The coordinator's log and
-// standby events are defined here and recorded by internal/wal, internal/coord
-// and internal/standby; Define adds an event of a new name at init time.
+// The built-in events are defined here; the coordinator records its own, the
+// SDK (package client) its own. Define adds an event of a new name at init
+// time.
 //
 // # Registries and sides
 //
-// A Registry holds one side's totals. Two are process-wide: Coordinator
-// (internal/rm's pooled connections, the decision log, phase 2, recovery) and
-// Client (the SDK), so that a coordinator embedded in an application, or
-// started in-process by `tandem bench`, keeps its table apart from the
-// client's. A client.Config can point at a registry of its own.
+// A Registry holds one side's totals. Each coordinator has its own, passed
+// to its decision log, resource-manager connections and standby link in
+// their options and served at its admin listener's /waits, so that two
+// coordinators in one process (a primary and its standby started by
+// `tandem bench`, say) keep their tables apart. The SDK records into Client,
+// the one process-wide registry, unless a client.Config names another.
 //
 // Recording one wait costs four uncontended atomic adds and no allocation
 // (BenchmarkRecord):
 //
+//	reg := waits.NewRegistry(waits.SideCoordinator)
 //	start := time.Now()
 //	err := f.Sync()
-//	waits.Coordinator.Since(waits.LogFileSync, start)
+//	reg.Since(waits.LogFileSync, start)
 //
 // or, where the wait belongs to one global transaction and should also go
 // into that transaction's trace when one is open:
 //
-//	waits.Coordinator.SinceTx(waits.RMCommitPrepared, start, gtrid, "pg")
+//	reg.SinceTx(waits.RMCommitPrepared, start, gtrid, "pg")
 //
 // # Histograms
 //

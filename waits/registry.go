@@ -37,14 +37,10 @@ const (
 	SideCoordinator = "coordinator"
 )
 
-// The process-wide registries.
-var (
-	// Coordinator holds the coordinator's waits: decision log, phase 2,
-	// recovery, and internal/rm's pooled connections.
-	Coordinator = NewRegistry(SideCoordinator)
-	// Client holds the SDK's waits, unless a client.Config names another.
-	Client = NewRegistry(SideClient)
-)
+// Client is the process-wide registry of the SDK's waits, the default of
+// every client.Config that names no registry of its own. Coordinators have
+// no process-wide registry: each records into the one its options name.
+var Client = NewRegistry(SideClient)
 
 // eventStats is one event's totals. Every field is updated atomically.
 type eventStats struct {

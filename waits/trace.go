@@ -1,7 +1,6 @@
 package waits
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -190,48 +189,6 @@ func (t *Trace) JSON() JSONTrace {
 	return jt
 }
 
-// WireSpans encodes spans for the coordinator's reply to a traced Commit
-// (times in nanoseconds since the Unix epoch, so that they line up with the
-// client's clock on one machine; across machines, clock skew shifts them).
-func WireSpans(spans []Span) []byte {
-	type wire struct {
-		Side   string `json:"s"`
-		Event  string `json:"e"`
-		Detail string `json:"d,omitempty"`
-		Start  int64  `json:"t"`
-		Dur    int64  `json:"n"`
-	}
-	w := make([]wire, len(spans))
-	for i, s := range spans {
-		w[i] = wire{s.Side, s.Event.String(), s.Detail, s.Start.UnixNano(), int64(s.Dur)}
-	}
-	b, _ := json.Marshal(w)
-	return b
-}
-
-// ParseWireSpans decodes WireSpans. Unknown event names are defined.
-func ParseWireSpans(b []byte) ([]Span, error) {
-	var w []struct {
-		Side   string `json:"s"`
-		Event  string `json:"e"`
-		Detail string `json:"d"`
-		Start  int64  `json:"t"`
-		Dur    int64  `json:"n"`
-	}
-	if err := json.Unmarshal(b, &w); err != nil {
-		return nil, fmt.Errorf("waits: bad trace from the coordinator: %w", err)
-	}
-	out := make([]Span, 0, len(w))
-	for _, s := range w {
-		e, ok := Lookup(s.Event)
-		if !ok {
-			continue // an event this client does not know: skip rather than grow the table
-		}
-		out = append(out, Span{Side: s.Side, Event: e, Detail: s.Detail, Start: time.Unix(0, s.Start), Dur: time.Duration(s.Dur)})
-	}
-	return out, nil
-}
-
 // WriteText writes t as a session trace, one wait per line.
 func (t *Trace) WriteText(w io.Writer) error {
 	jt := t.JSON()
@@ -251,11 +208,3 @@ func (t *Trace) WriteText(w io.Writer) error {
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
-// gRPC metadata of a traced Commit: the client sends TraceRequestKey ("1")
-// and the coordinator answers with its waits for that gtrid, WireSpans
-// encoded, in the trailer under TraceTrailerKey (binary metadata: "-bin").
-const (
-	TraceRequestKey = "tandem-trace"
-	TraceTrailerKey = "tandem-trace-bin"
-)
