@@ -218,9 +218,15 @@ func (f *serveFlags) override(cfg *config.Config) error {
 	}
 	set(&cfg.Listen, f.listen)
 	set(&cfg.DataDir, f.dataDir)
-	set(&cfg.Durability, f.durability)
-	set(&cfg.Write, f.write)
-	set(&cfg.Visibility, f.visibility)
+	if f.durability != "" {
+		cfg.Durability = config.Durability(f.durability)
+	}
+	if f.write != "" {
+		cfg.Write = config.WriteMode(f.write)
+	}
+	if f.visibility != "" {
+		cfg.Visibility = config.Visibility(f.visibility)
+	}
 	setD := func(dst *time.Duration, v time.Duration) {
 		if v != 0 {
 			*dst = v

@@ -80,10 +80,10 @@ type Config struct {
 	LogSize ByteSize `yaml:"log_size"`
 	// Commit modes (README, "Commit modes"): defaults for every Commit that
 	// does not choose its own.
-	Durability  string        `yaml:"durability"`   // wait (default) or nowait
-	Write       string        `yaml:"write"`        // immediate (default) or batch
+	Durability  Durability    `yaml:"durability"`   // wait (default) or nowait
+	Write       WriteMode     `yaml:"write"`        // immediate (default) or batch
 	BatchWindow time.Duration `yaml:"batch_window"` // with write: batch (default 2ms)
-	Visibility  string        `yaml:"visibility"`   // sync (default) or async
+	Visibility  Visibility    `yaml:"visibility"`   // sync (default) or async
 	RMs         map[string]RM `yaml:"rms"`
 }
 
@@ -298,25 +298,58 @@ func (c *Config) SetDefaults() {
 		c.DataDir = DefaultDataDir
 	}
 	if c.Durability == "" {
-		c.Durability = "wait"
+		c.Durability = DurabilityWait
 	}
 	if c.Write == "" {
-		c.Write = "immediate"
+		c.Write = WriteImmediate
 	}
-	if c.Write == "batch" && c.BatchWindow == 0 {
+	if c.Write == WriteBatch && c.BatchWindow == 0 {
 		c.BatchWindow = 2 * time.Millisecond
 	}
 	if c.Visibility == "" {
-		c.Visibility = "sync"
+		c.Visibility = VisibilitySync
 	}
 	if c.LogSize == 0 {
 		c.LogSize = DefaultLogSize
 	}
 }
 
+// Durability is the default durability of COMMIT decisions (durability:).
+type Durability string
+
+// The durability modes.
+const (
+	DurabilityWait   Durability = "wait"   // the reply waits for the decision's fdatasync
+	DurabilityNoWait Durability = "nowait" // the reply may come before it
+)
+
+// WriteMode is how the decision log writes (write:).
+type WriteMode string
+
+// The write modes.
+const (
+	WriteImmediate WriteMode = "immediate" // group commit of whatever waits
+	WriteBatch     WriteMode = "batch"     // gather for batch_window first
+)
+
+// Visibility is the default visibility of commits (visibility:).
+type Visibility string
+
+// The visibility modes.
+const (
+	VisibilitySync  Visibility = "sync"  // the reply waits for phase 2
+	VisibilityAsync Visibility = "async" // the reply comes once the decision is durable
+)
+
+// NoWait reports whether COMMIT decisions default to durability nowait.
+func (c *Config) NoWait() bool { return c.Durability == DurabilityNoWait }
+
+// AsyncVisibility reports whether commits default to visibility async.
+func (c *Config) AsyncVisibility() bool { return c.Visibility == VisibilityAsync }
+
 // LogBatchWindow is the decision log's batch window: 0 in immediate mode.
 func (c *Config) LogBatchWindow() time.Duration {
-	if c.Write == "batch" {
+	if c.Write == WriteBatch {
 		return c.BatchWindow
 	}
 	return 0
@@ -340,7 +373,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	for _, e := range []struct{ key, val, a, b string }{
-		{"durability", c.Durability, "wait", "nowait"}, {"write", c.Write, "immediate", "batch"}, {"visibility", c.Visibility, "sync", "async"},
+		{"durability", string(c.Durability), string(DurabilityWait), string(DurabilityNoWait)},
+		{"write", string(c.Write), string(WriteImmediate), string(WriteBatch)},
+		{"visibility", string(c.Visibility), string(VisibilitySync), string(VisibilityAsync)},
 	} {
 		if e.val != "" && e.val != e.a && e.val != e.b {
 			return fmt.Errorf("config: %s %q: use %q or %q", e.key, e.val, e.a, e.b)

@@ -39,7 +39,7 @@ func (s *Server) newPrimary() (*primaryRole, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := service.Defaults{AsyncVisibility: s.cfg.Visibility == "async"}
+	d := service.Defaults{AsyncVisibility: s.cfg.AsyncVisibility()}
 	if sh != nil {
 		d.HealthNote = func() string { return describe(sh.Status()) }
 	}

@@ -186,7 +186,7 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 	copts := coord.Options{
 		Dir: cfg.DataDir, RMs: rms, OrphanTimeout: cfg.OrphanTimeout, ScanInterval: cfg.ScanInterval,
 		Phase2Wait: cfg.Phase2Wait, MaxTxnAge: cfg.MaxTxnAge, MaxClockSkew: cfg.MaxClockSkew, NoSync: o.NoSync, Logger: o.Logger,
-		NoWait: cfg.Durability == "nowait", BatchWindow: cfg.LogBatchWindow(), LogSize: int64(cfg.LogSize),
+		NoWait: cfg.NoWait(), BatchWindow: cfg.LogBatchWindow(), LogSize: int64(cfg.LogSize),
 		Waits: s.waits,
 	}
 	if at, ok, err := standby.UnsynchronizedPromotion(cfg.DataDir); err != nil {
