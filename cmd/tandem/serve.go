@@ -114,6 +114,7 @@ type serveFlags struct {
 	logLevel                                     string
 	// adminSet: --admin was given (else its default is best effort).
 	adminSet bool
+	set      map[string]bool // the flags given on the command line
 }
 
 // define registers the flags on fs.
@@ -174,7 +175,9 @@ func serveConfig(args []string, stderr io.Writer) (config.Config, server.Options
 		fmt.Fprintf(stderr, "tandem serve: unexpected argument %q\n", fs.Arg(0))
 		return config.Config{}, server.Options{}, errUsage
 	}
-	fs.Visit(func(fl *flag.Flag) { f.adminSet = f.adminSet || fl.Name == "admin" })
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	f.adminSet = f.set["admin"]
 	return f.build(stderr)
 }
 
@@ -200,7 +203,7 @@ func (f *serveFlags) build(stderr io.Writer) (config.Config, server.Options, err
 		}
 		fileperm.Warn(logger, f.tokenFile, "auth token file")
 	}
-	if o.Standby, err = f.standbyOptions(logger); err != nil {
+	if o.Standby, err = f.standbyOptions(cfg.Standby, logger); err != nil {
 		return cfg, o, err
 	}
 	if o.TLS, err = tlsconf.Server(tlsconf.Files{Cert: f.tlsCert, Key: f.tlsKey, CA: f.tlsClientCA}); err != nil {
@@ -249,11 +252,29 @@ func (f *serveFlags) override(cfg *config.Config) error {
 }
 
 // standbyOptions are the standby link's options from the flags.
-func (f *serveFlags) standbyOptions(logger *slog.Logger) (server.StandbyOptions, error) {
-	so := server.StandbyOptions{Listen: f.standbyListen, Of: f.standbyOf, Transport: f.transport, Protection: f.protection, NetTimeout: f.netTimeout, Peer: f.peer, ArchLag: f.archLag,
-		MaxConnections: f.maxConns, DisableNoDelay: f.noDelayOff}
+func (f *serveFlags) standbyOptions(file config.Standby, logger *slog.Logger) (server.StandbyOptions, error) {
+	str := func(flagVal, fileVal string) string {
+		if flagVal != "" {
+			return flagVal
+		}
+		return fileVal
+	}
+	dur := func(name string, flagVal, fileVal time.Duration) time.Duration {
+		if !f.set[name] && fileVal != 0 {
+			return fileVal
+		}
+		return flagVal
+	}
+	so := server.StandbyOptions{Listen: str(f.standbyListen, file.Listen), Of: str(f.standbyOf, file.Of),
+		Transport: str(f.transport, file.Transport), Protection: str(f.protection, file.Protection),
+		NetTimeout: dur("net-timeout", f.netTimeout, file.NetTimeout), Peer: str(f.peer, file.Peer),
+		ArchLag: dur("arch-lag", f.archLag, file.ArchLag), MaxConnections: f.maxConns, DisableNoDelay: f.noDelayOff}
+	if so.MaxConnections == 0 {
+		so.MaxConnections = file.MaxConnections
+	}
 	var err error
-	if so.Auth, err = standbyAuth(f.secretFile, f.standbyTLSCert, f.standbyTLSKey, f.standbyTLSCA, logger); err != nil {
+	if so.Auth, err = standbyAuth(str(f.secretFile, file.SecretFile), str(f.standbyTLSCert, file.TLSCert), str(f.standbyTLSKey, file.TLSKey),
+		str(f.standbyTLSCA, file.TLSCA), logger); err != nil {
 		return so, err
 	}
 	if so.Auth != nil {

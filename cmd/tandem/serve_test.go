@@ -168,3 +168,31 @@ func TestServeConfigStandbyDefaults(t *testing.T) {
 		t.Errorf("standby options %+v", so)
 	}
 }
+
+// TestServeConfigStandbyFromFile: the config file's standby: section sets
+// the link (a coordinator configured from one file); a flag still wins.
+func TestServeConfigStandbyFromFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tandem.yaml")
+	yaml := "rms:\n  maria: {driver: mysql, dsn: \"u@tcp(127.0.0.1:1)/db\"}\n" +
+		"standby:\n  listen: 127.0.0.1:7082\n  peer: 127.0.0.1:7072\n  protection: max-protection\n  net_timeout: 3s\n  arch_lag: 400ms\n  max_connections: 2\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, o, err := serveConfig([]string{"--config", file}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	so := o.Standby
+	if so.Listen != "127.0.0.1:7082" || so.Peer != "127.0.0.1:7072" || so.Protection != "max-protection" || so.NetTimeout != 3*time.Second ||
+		so.ArchLag != 400*time.Millisecond || so.MaxConnections != 2 {
+		t.Errorf("standby options from the file: %+v", so)
+	}
+	_, o, err = serveConfig([]string{"--config", file, "--net-timeout", "10s", "--protection", "max-availability"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if so := o.Standby; so.NetTimeout != 10*time.Second || so.Protection != "max-availability" || so.Listen != "127.0.0.1:7082" {
+		t.Errorf("a flag equal to its default must still win over the file: %+v", so)
+	}
+}

@@ -85,6 +85,28 @@ type Config struct {
 	BatchWindow time.Duration `yaml:"batch_window"` // with write: batch (default 2ms)
 	Visibility  Visibility    `yaml:"visibility"`   // sync (default) or async
 	RMs         map[string]RM `yaml:"rms"`
+	// Standby is the standby link (README, "Standby"), so that a
+	// coordinator can be configured from one file; each field's flag
+	// (--standby-listen, --standby-of, --transport, …) overrides it.
+	Standby Standby `yaml:"standby"`
+}
+
+// Standby configures the standby link: as a primary, where standbys
+// connect and how decisions are shipped; as a standby, the primary to
+// follow. Values are checked where they are used (the flags' checks).
+type Standby struct {
+	Listen         string        `yaml:"listen"`          // --standby-listen
+	Of             string        `yaml:"of"`              // --standby-of
+	Transport      string        `yaml:"transport"`       // --transport: sync, async or arch
+	Protection     string        `yaml:"protection"`      // --protection
+	NetTimeout     time.Duration `yaml:"net_timeout"`     // --net-timeout (default 10s)
+	Peer           string        `yaml:"peer"`            // --peer
+	ArchLag        time.Duration `yaml:"arch_lag"`        // --arch-lag (default 1s)
+	MaxConnections int           `yaml:"max_connections"` // --max-connections
+	SecretFile     string        `yaml:"secret_file"`     // --standby-secret-file
+	TLSCert        string        `yaml:"tls_cert"`        // --standby-tls-cert
+	TLSKey         string        `yaml:"tls_key"`         // --standby-tls-key
+	TLSCA          string        `yaml:"tls_ca"`          // --standby-tls-ca
 }
 
 // Defaults and limits.
