@@ -382,8 +382,6 @@ func (c *Client) decisionContext(ctx context.Context) (context.Context, context.
 // settle has its connection closed, which hands the branch to the
 // coordinator. It reports whether every one was settled here.
 func (t *Tx) settleOwn(ctx context.Context, writers []*Branch, commit bool) bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
 	var own []*Branch
 	for _, b := range writers {
 		if b.rm.dialect.SessionBound() {
@@ -392,24 +390,7 @@ func (t *Tx) settleOwn(ctx context.Context, writers []*Branch, commit bool) bool
 			b.state = branchHandedOver
 		}
 	}
-	err := parallel(len(own), func(i int) error {
-		b := own[i]
-		stmt, ev := b.rm.dialect.RollbackPrepared(b.id), waits.RMRollbackPrepared
-		if commit {
-			stmt, ev = b.rm.dialect.CommitPrepared(b.id), waits.RMCommitPrepared
-		}
-		if err := b.execSteps(ctx, ev, []string{stmt}); err != nil && !b.rm.dialect.IsNotFound(err) {
-			b.releaseSession()
-			return err
-		}
-		if commit {
-			b.state = branchCommitted
-		} else {
-			b.state = branchRolledBack
-		}
-		return nil
-	})
-	return err == nil
+	return t.settlePrepared(ctx, own, commit)
 }
 
 // releaseOwn closes the sessions holding session-bound prepared branches.
