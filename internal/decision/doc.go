@@ -33,7 +33,13 @@
 // (Refused says "too old"). The age check is what lets 'A' rows be deleted at
 // all: a late committer that began before an 'A' row was written can no
 // longer commit once the row is older than maxAge, so SweepAborts may delete
-// 'A' rows older than maxAge plus a margin.
+// 'A' rows older than maxAge plus a margin. This holds because a recoverer
+// acts only on a prepared branch, and the commit point's transaction began
+// before any other branch was prepared (the application wrote through it
+// first): an 'A' row is always younger than the transaction it refuses.
+// On MySQL/MariaDB, begin every commit point with BeginStatements: a
+// transaction begun otherwise on a session that still holds an earlier
+// @tandem_began would be aged from that earlier time.
 //
 // # Recovering
 //
