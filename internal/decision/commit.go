@@ -11,12 +11,15 @@ import (
 // BeginStatements begins a commit-point branch on the application's
 // connection, noting the database's own clock for the age check of
 // CommitStatements: on MySQL/MariaDB "START TRANSACTION" and the session
-// variable @tandem_began (UTC); on PostgreSQL "BEGIN", whose now() is the
+// variables @tandem_began (UTC) and @tandem_began_s (the server's real
+// clock, which a session's SET timestamp does not freeze); on PostgreSQL "BEGIN", whose now() is the
 // transaction's start. They may be joined with "; " where the connection
 // allows several statements in one round trip.
 func BeginStatements(d rm.Driver) []string {
 	if d == rm.MySQL {
-		return []string{"START TRANSACTION", "SET @tandem_began = UTC_TIMESTAMP(6)"}
+		// @tandem_began_s is the server's real clock: SYSDATE ignores a
+		// session's SET timestamp, which freezes UTC_TIMESTAMP.
+		return []string{"START TRANSACTION", "SET @tandem_began = UTC_TIMESTAMP(6), @tandem_began_s = UNIX_TIMESTAMP(SYSDATE(6))"}
 	}
 	return []string{"BEGIN"}
 }
@@ -53,7 +56,8 @@ func (t table) commitStatements(d rm.Driver, g xid.GTRID, maxAge time.Duration, 
 		// checked (a decision a crash could lose).
 		out = []string{"INSERT INTO " + t.name + " (gtrid, outcome, began_at) VALUES (" + literal(g) + ", 'C', " +
 			"IF(@@in_transaction = 1 AND @@GLOBAL.innodb_flush_log_at_trx_commit = 1 AND (@@GLOBAL.log_bin = 0 OR @@GLOBAL.sync_binlog = 1) AND " +
-			"TIMESTAMPDIFF(MICROSECOND, @tandem_began, UTC_TIMESTAMP(6)) < " + us + ", @tandem_began, NULL))"}
+			"TIMESTAMPDIFF(MICROSECOND, @tandem_began, UTC_TIMESTAMP(6)) < " + us + " AND " +
+			"(UNIX_TIMESTAMP(SYSDATE(6)) - @tandem_began_s) * 1000000 < " + us + ", @tandem_began, NULL))"}
 	} else {
 		out = []string{"SET LOCAL synchronous_commit = on",
 			"INSERT INTO " + t.name + " (gtrid, outcome, began_at) VALUES (" + literal(g) + ", 'C', " +

@@ -2,6 +2,7 @@ package decision
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -284,6 +285,38 @@ func TestAgeCheckRefusesAnOldCommitPoint(t *testing.T) {
 				t.Fatalf("a transaction not begun by BeginStatements: refused %v %q, want too old", ok, why)
 			}
 			n.exec(t, ctx, "ROLLBACK")
+		}
+	})
+}
+
+// A session that freezes its clock (MariaDB's SET timestamp, which any
+// user may run) must not defeat the age check: the commit point measures
+// its age on the server's real clock (SYSDATE), not the session's.
+func TestAgeCheckIgnoresAFrozenSessionClock(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *dbEnv) {
+		if e.d != rm.MySQL {
+			t.Skip("MySQL/MariaDB: PostgreSQL's clock_timestamp() cannot be frozen by a session")
+		}
+		ctx := testCtx(t)
+		conn, err := e.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		c := &cp{e: e, conn: conn, g: xid.New()}
+		c.row = "frozen-" + c.g.String()
+		c.exec(t, ctx, "SET timestamp = UNIX_TIMESTAMP()")
+		defer func() { _, _ = conn.ExecContext(ctx, "SET timestamp = DEFAULT") }()
+		c.exec(t, ctx, strings.Join(BeginStatements(e.d), "; "))
+		c.exec(t, ctx, "INSERT INTO "+e.scratch+" (id) VALUES ('"+c.row+"')")
+		time.Sleep(1200 * time.Millisecond)
+		err = c.commit(ctx, time.Second, nil)
+		if why, ok := Refused(err); !ok || why != RefusedTooOld {
+			t.Fatalf("commit 1.2 s after begin, max age 1 s, session clock frozen: %v, want refused as too old", err)
+		}
+		c.exec(t, ctx, "ROLLBACK")
+		if e.rowVisible(t, c.row) {
+			t.Fatal("the refused commit point committed its write")
 		}
 	})
 }
