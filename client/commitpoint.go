@@ -348,6 +348,9 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 		reason := "the commit point " + cp.rm.name + " could not record the decision"
 		if why, ok := decision.Refused(err); ok {
 			reason = "the commit point " + cp.rm.name + " refused the decision: " + why
+			if why == decision.RefusedDuplicate {
+				reason += t.c.checkForeignCommit(ctx, cp.rm, t.gtrid)
+			}
 		}
 		t.abortAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: reason, Cause: err}
@@ -488,6 +491,32 @@ func (t *Tx) settlePrepared(ctx context.Context, bs []*Branch, commit bool) bool
 		return nil
 	})
 	return err == nil
+}
+
+// checkForeignCommit looks at the row that refused a commit point's
+// decision as a duplicate. Only this client writes 'C' for its gtrid, and it
+// did not commit, so the row should be a recoverer's 'A'. A 'C' means
+// someone else wrote the decision table: an integrity alarm (logged, and
+// returned to be added to the error). This transaction still rolls back
+// everywhere — its commit point did not commit — so nothing of it is
+// committed; the coordinator's scan finds no prepared branch to settle by
+// the foreign row.
+func (c *Client) checkForeignCommit(ctx context.Context, info *rmInfo, g xid.GTRID) string {
+	if info.db == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	o, found, err := decision.Lookup(ctx, info.db, g)
+	if err != nil || !found || o != decision.Commit {
+		return ""
+	}
+	msg := "INTEGRITY: the decision table of " + info.name + " holds COMMIT for " + g.String() +
+		", which no commit point of this client recorded: someone else writes that table (restrict its grants to the application and the coordinator)"
+	if c.cfg.Logger != nil {
+		c.cfg.Logger.Error(msg, "rm", info.name, "gtrid", g.String())
+	}
+	return "; " + msg
 }
 
 // commitDecision sends the commit point's statements in one round trip:

@@ -423,3 +423,32 @@ func TestCommitPointRefusesAPoolOnAnotherTable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Someone else wrote COMMIT into the decision table for a gtrid whose commit
+// point has not committed (a hostile or careless user of the database): the
+// commit point's insert meets it, its transaction does not commit, and the
+// SDK rolls everything back and raises an integrity alarm instead of taking
+// the row for a recoverer's abort silently. Nothing of the transaction is
+// committed anywhere.
+func TestCommitPointForeignCommitRowIsAnAlarm(t *testing.T) {
+	d := openDBs(t)
+	d.table(t, "e2e_cp_foreign")
+	cli := cpClient(t, d)
+	ctx := context.Background()
+	pgConn, myConn := conns(t, d)
+	tx := cli.Begin()
+	writeBoth(t, ctx, tx, "e2e_cp_foreign", 1, pgConn, myConn)
+	if _, err := d.my.ExecContext(ctx, "INSERT INTO tandem_decision (gtrid, outcome, began_at) VALUES (?, 'C', UTC_TIMESTAMP(6))", tx.GTRID().String()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tx.Commit(ctx)
+	if !errors.Is(err, client.ErrAborted) || !strings.Contains(err.Error(), "INTEGRITY") {
+		t.Fatalf("Commit over a foreign COMMIT row = %v, want ErrAborted with an integrity alarm", err)
+	}
+	if d.count(t, d.pg, "e2e_cp_foreign", 1) != 0 || d.count(t, d.my, "e2e_cp_foreign", 1) != 0 {
+		t.Fatal("a row of the aborted transaction is visible")
+	}
+	if left := d.preparedFor(t, tx.GTRID().String()); len(left) != 0 {
+		t.Errorf("left prepared: %v", left)
+	}
+}
