@@ -108,6 +108,13 @@ func initRM(rc rm.Config, timeout time.Duration) (table, point string, err error
 	if why := decision.CheckDurable(ctx, conn.DB(), d); why != nil {
 		point = "commit point: NO: " + oneLine(conn.Redact(why.Error()))
 	}
+	// Whoever may write the table can decide transactions.
+	if others, err := decision.OtherWriters(ctx, conn.DB(), d); err != nil {
+		point += "\tWARNING: could not read who may write the table: " + oneLine(conn.Redact(err.Error()))
+	} else if len(others) > 0 {
+		point += "\tWARNING: also writable by " + strings.Join(others, ", ") +
+			" — anyone who can write it can decide transactions: keep it to the application's user and the coordinator's (REVOKE the rest)"
+	}
 	return table, point, nil
 }
 

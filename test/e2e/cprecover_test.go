@@ -285,6 +285,14 @@ func TestInitRM(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
+	out0 := func(t *testing.T, run func(...string) (string, error)) string {
+		t.Helper()
+		out, err := run("--rm", "pg=postgres:${PGFRESH}", "--rm", "maria=mysql:${MYFRESH}")
+		if err != nil {
+			t.Fatalf("init-rm: %v\n%s", err, out)
+		}
+		return out
+	}
 	want := map[string]string{}
 	for _, r := range []struct {
 		name string
@@ -319,6 +327,17 @@ func TestInitRM(t *testing.T) {
 	}
 	if err := d.my.QueryRowContext(ctx, "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = 'tandem_decision'", name).Scan(&n); err != nil || n != 1 {
 		t.Errorf("MariaDB database %s: %d decision tables (%v), want 1", name, n, err)
+	}
+	// Anyone who may write the table can decide transactions: init-rm says
+	// who else may (here PUBLIC, on PostgreSQL).
+	if strings.Contains(out0(t, run), "WARNING: also writable") {
+		t.Errorf("a fresh table reported as writable by others")
+	}
+	if _, err := d.pg.ExecContext(ctx, "GRANT INSERT ON "+name+".tandem_decision TO PUBLIC"); err != nil {
+		t.Fatal(err)
+	}
+	if got := out0(t, run); !strings.Contains(got, "WARNING: also writable by PUBLIC") {
+		t.Errorf("init-rm after GRANT INSERT TO PUBLIC does not warn:\n%s", got)
 	}
 	out, err := run()
 	if err == nil || !strings.Contains(out, "no resource managers") {
