@@ -62,11 +62,11 @@ const defaultAdmin = "127.0.0.1:7071"
 func runServe(args []string, stdout, stderr io.Writer) error {
 	cfg, opts, err := serveConfig(args, stderr)
 	if err != nil {
-		return err
+		return explain(err)
 	}
 	s, err := server.Start(cfg, opts)
 	if err != nil {
-		return err
+		return explain(err)
 	}
 	logger := opts.Logger
 	cfg.SetDefaults()

@@ -33,13 +33,13 @@ var serveFlagErrors = []struct {
 	{"max send", withRM("--max-send", "x"), `--max-send: size "x": write a number of bytes, or one with a unit like 512KiB, 64MiB or 1GiB`, ""},
 	{"send buffer", withRM("--socket-send-buffer", "-1"), `--socket-send-buffer: size "-1": write a number of bytes, or one with a unit like 512KiB, 64MiB or 1GiB`, ""},
 	{"receive buffer", withRM("--socket-receive-buffer", "1QB"), `--socket-receive-buffer: size "1QB": write a number of bytes, or one with a unit like 512KiB, 64MiB or 1GiB`, ""},
-	{"tls cert without key", withRM("--tls-cert", "/nonexistent/c.pem"), "--tls-cert, --tls-key, --tls-client-ca: tls: a server needs both a certificate and its key (--tls-cert and --tls-key)", ""},
-	{"tls key without cert", withRM("--tls-key", "/nonexistent/k.pem"), "--tls-cert, --tls-key, --tls-client-ca: tls: a server needs both a certificate and its key (--tls-cert and --tls-key)", ""},
+	{"tls cert without key", withRM("--tls-cert", "/nonexistent/c.pem"), "--tls-cert, --tls-key, --tls-client-ca: tls: a server needs both a certificate and its key", ""},
+	{"tls key without cert", withRM("--tls-key", "/nonexistent/k.pem"), "--tls-cert, --tls-key, --tls-client-ca: tls: a server needs both a certificate and its key", ""},
 	{"auth token file", withRM("--auth-token-file", "/nonexistent/tandem-test/token"), "token file: open /nonexistent/tandem-test/token: no such file or directory", ""},
-	{"standby secret file", withRM("--standby-secret-file", "/nonexistent/tandem-test/secret"), "standby secret file: open /nonexistent/tandem-test/secret: no such file or directory (make one with: tandem secret --out /nonexistent/tandem-test/secret)", ""},
-	{"standby tls partial", withRM("--standby-tls-cert", "/nonexistent/c.pem"), "standby TLS needs all three of --standby-tls-cert, --standby-tls-key and --standby-tls-ca", ""},
+	{"standby secret file", withRM("--standby-secret-file", "/nonexistent/tandem-test/secret"), "--standby-secret-file /nonexistent/tandem-test/secret (standby.secret_file in the config file): standby secret file unreadable: open /nonexistent/tandem-test/secret: no such file or directory. To fix: make one with: tandem secret --out /nonexistent/tandem-test/secret", ""},
+	{"standby tls partial", withRM("--standby-tls-cert", "/nonexistent/c.pem"), "--standby-tls-cert/--standby-tls-key/--standby-tls-ca (standby.tls_cert/tls_key/tls_ca in the config file): standby TLS needs all three: this coordinator's certificate, its key and the CA. To fix: give all three of --standby-tls-cert, --standby-tls-key and --standby-tls-ca, or none", ""},
 	{"log size before token file", withRM("--log-size", "x", "--auth-token-file", "/nonexistent/t"), `--log-size: size "x": write a number of bytes, or one with a unit like 512KiB, 64MiB or 1GiB`, ""},
-	{"standby auth before sizes and tls", withRM("--max-send", "x", "--tls-cert", "/nonexistent/c.pem", "--standby-secret-file", "/nonexistent/s"), "standby secret file: open /nonexistent/s: no such file or directory (make one with: tandem secret --out /nonexistent/s)", ""},
+	{"standby auth before sizes and tls", withRM("--max-send", "x", "--tls-cert", "/nonexistent/c.pem", "--standby-secret-file", "/nonexistent/s"), "--standby-secret-file /nonexistent/s (standby.secret_file in the config file): standby secret file unreadable: open /nonexistent/s: no such file or directory. To fix: make one with: tandem secret --out /nonexistent/s", ""},
 	{"sizes before tls", withRM("--max-send", "x", "--tls-cert", "/nonexistent/c.pem"), `--max-send: size "x": write a number of bytes, or one with a unit like 512KiB, 64MiB or 1GiB`, ""},
 }
 
@@ -72,13 +72,13 @@ func TestServeBadFlagsRefusedBeforeStart(t *testing.T) {
 }
 
 // TestServeConfigRefusesBadFlags: the flags-to-config builder gives the
-// same errors as tandem serve itself.
+// same errors as tandem serve itself, once explained for the command line.
 func TestServeConfigRefusesBadFlags(t *testing.T) {
 	for _, tc := range serveFlagErrors {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
 			_, _, err := serveConfig(tc.args, &stderr)
-			checkServeFlagError(t, err, stderr.String(), tc.err, tc.stderr)
+			checkServeFlagError(t, explain(err), stderr.String(), tc.err, tc.stderr)
 		})
 	}
 }

@@ -483,7 +483,7 @@ func (c *Coordinator) lockDir() error {
 	if err := fileutil.TryLock(f); err != nil {
 		owner, _ := os.ReadFile(path)
 		_ = f.Close()
-		return fmt.Errorf("coord: data directory %s is in use by another coordinator (%s); stop it or choose another --data-dir",
+		return fmt.Errorf("coord: data directory %s is in use by another coordinator (%s); stop it or choose another data directory",
 			c.opts.Dir, strings.TrimSpace(string(owner)))
 	}
 	_ = f.Truncate(0)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/tandem-tx/tandem/internal/setting"
 	"github.com/tandem-tx/tandem/internal/tlsconf"
 )
 
@@ -111,22 +112,30 @@ func checkExposure(listen string, o Options) error {
 	var errs []error
 	if !isLoopback(listen) {
 		if o.AuthToken == "" && !tlsconf.MutualTLS(o.TLS) && !o.InsecureNoAuth {
-			errs = append(errs, fmt.Errorf("server: refusing to serve the coordinator API on %s without authentication: anyone who reaches it could decide transactions. "+
-				"Set --auth-token-file (clients send the token) or --tls-client-ca (clients present a certificate), listen on 127.0.0.1, or pass --insecure-no-auth if the network itself is trusted", listen))
+			errs = append(errs, setting.Refuse(setting.Listen, listen, ErrNotAuthenticated))
 		}
 		if o.TLS == nil && !o.InsecureNoTLS {
-			errs = append(errs, plaintextErr("the coordinator API", listen, "transactions and the auth token"))
+			errs = append(errs, plaintextErr(setting.Listen, listen, "transactions and the auth token"))
 		}
 	}
 	if o.Admin != "" && !isLoopback(o.Admin) && o.TLS == nil && !o.InsecureNoTLS {
-		errs = append(errs, plaintextErr("the admin listener", o.Admin, "the admin token (which allows role changes)"))
+		errs = append(errs, plaintextErr(setting.Admin, o.Admin, "the admin token (which allows role changes)"))
 	}
 	return errors.Join(errs...)
 }
 
-func plaintextErr(what, addr, exposed string) error {
-	return fmt.Errorf("server: refusing to serve %s in plaintext on %s: anyone on the path could read and alter its traffic, %s included. "+
-		"Set --tls-cert and --tls-key (and --tls-client-ca for mutual TLS), listen on 127.0.0.1, or pass --insecure-no-tls if the network itself is trusted", what, addr, exposed)
+// Refusals of a listener off loopback (checkExposure), each wrapped in a
+// *setting.Error naming the listen address's setting.
+var (
+	// ErrNotAuthenticated: the coordinator API with neither a token nor
+	// mutual TLS (and no InsecureNoAuth).
+	ErrNotAuthenticated = errors.New("server: refused off loopback without authentication: anyone who reaches the coordinator API could decide transactions")
+	// ErrPlaintext: a listener without TLS (and no InsecureNoTLS).
+	ErrPlaintext = errors.New("server: refused off loopback in plaintext: anyone on the path could read and alter its traffic")
+)
+
+func plaintextErr(s setting.Name, addr, exposed string) error {
+	return setting.Refuse(s, addr, fmt.Errorf("%w, %s included", ErrPlaintext, exposed))
 }
 
 // tokenInterceptor rejects calls that do not carry the shared token.

@@ -20,6 +20,7 @@ import (
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/coord"
+	"github.com/tandem-tx/tandem/internal/setting"
 	"github.com/tandem-tx/tandem/internal/standby"
 	"github.com/tandem-tx/tandem/internal/tlsconf"
 	"github.com/tandem-tx/tandem/waits"
@@ -50,6 +51,10 @@ type Server struct {
 	// listener's /waits and /metrics serve it.
 	waits *waits.Registry
 }
+
+// ErrStandbyListenNeeded: a standby transport, protection or peer is set
+// but not the address standbys connect to.
+var ErrStandbyListenNeeded = errors.New("standby.transport, standby.protection and standby.peer need it (the address standbys connect to)")
 
 // Options beyond the configuration file.
 type Options struct {
@@ -127,7 +132,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	so := o.Standby
 	if so.Listen == "" && (so.Transport != "" || so.Protection != "" || so.Peer != "") {
 		_ = lis.Close()
-		return nil, errors.New("server: --transport, --protection and --peer need --standby-listen (the address standbys connect to)")
+		return nil, setting.Refuse(setting.StandbyListen, "", ErrStandbyListenNeeded)
 	}
 	if so.Listen != "" {
 		if _, _, err := standby.ParseMode(so.Transport, so.Protection); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/metrics"
+	"github.com/tandem-tx/tandem/internal/setting"
 	"github.com/tandem-tx/tandem/internal/standby"
 )
 
@@ -57,8 +58,11 @@ type StandbyOptions struct {
 // checkExposure refuses standby addresses off loopback without
 // authentication.
 func (so StandbyOptions) checkExposure() error {
-	for _, a := range []struct{ flag, addr string }{{"--standby-listen", so.Listen}, {"--standby-of", so.Of}, {"--peer", so.Peer}} {
-		if err := standby.CheckExposure(a.flag, a.addr, so.Auth); err != nil {
+	for _, a := range []struct {
+		name setting.Name
+		addr string
+	}{{setting.StandbyListen, so.Listen}, {setting.StandbyOf, so.Of}, {setting.StandbyPeer, so.Peer}} {
+		if err := standby.CheckExposure(a.name, a.addr, so.Auth); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"net"
 	"os"
 	"strings"
+
+	"github.com/tandem-tx/tandem/internal/setting"
 )
 
 // Auth is how the two ends of a standby link prove to each other that they
@@ -69,18 +71,27 @@ func NewSecret() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
+// Refusals of a secret file (LoadSecretFile).
+var (
+	ErrSecretUnreadable = errors.New("standby secret file unreadable")
+	ErrSecretTooShort   = errors.New("standby secret too short")
+)
+
 // LoadSecretFile reads the cluster secret from path (surrounding
 // whitespace trimmed; at least MinSecret characters, as "tandem secret"
 // writes). warning is non-empty when the file is readable or writable by
 // its group or others: the caller logs it.
+//
+// Its errors are *setting.Error for standby.secret_file, wrapping
+// ErrSecretUnreadable or ErrSecretTooShort.
 func LoadSecretFile(path string) (secret []byte, warning string, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, "", fmt.Errorf("standby secret file: %w (make one with: tandem secret --out %s)", err, path)
+		return nil, "", setting.Refuse(setting.StandbySecretFile, path, fmt.Errorf("%w: %w", ErrSecretUnreadable, err))
 	}
 	s := strings.TrimSpace(string(b))
 	if len(s) < MinSecret {
-		return nil, "", fmt.Errorf("standby secret file %s: the secret has %d characters; use at least %d (make one with: tandem secret --out FILE)", path, len(s), MinSecret)
+		return nil, "", setting.Refuse(setting.StandbySecretFile, path, fmt.Errorf("%w: it has %d characters, at least %d are needed", ErrSecretTooShort, len(s), MinSecret))
 	}
 	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
 		warning = fmt.Sprintf("the standby secret file %s has mode %v: others on this host can read it (anyone holding it can impersonate a coordinator of the cluster); chmod 600 it", path, fi.Mode().Perm())
@@ -103,19 +114,29 @@ func IsLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// Refusals of a standby address off loopback (CheckExposure).
+var (
+	// ErrLinkNotAuthenticated: a standby address off loopback with no
+	// cluster secret.
+	ErrLinkNotAuthenticated = errors.New("standby: refused off loopback without authentication: anyone who reaches it could read every decision, pose as the standby and acknowledge what no standby holds, feed a standby forged decisions, or fence the primary")
+	// ErrLinkNotEncrypted: a standby address off loopback with the secret
+	// but without TLS (and no InsecureNoTLS).
+	ErrLinkNotEncrypted = errors.New("standby: refused off loopback without TLS: the secret authenticates each connection when it starts, not the frames after it, so anyone on the network path could read every decision and forge the standby's ACKs (a max-protection primary would then answer commits no standby holds)")
+)
+
 // CheckExposure refuses a standby link off loopback without
-// authentication: flag names the option that set addr, for the error.
-func CheckExposure(flag, addr string, a *Auth) error {
+// authentication (ErrLinkNotAuthenticated) or, unless a.InsecureNoTLS,
+// without TLS (ErrLinkNotEncrypted), as a *setting.Error naming s, the
+// setting that gave addr.
+func CheckExposure(s setting.Name, addr string, a *Auth) error {
 	if addr == "" || IsLoopback(addr) {
 		return nil
 	}
 	if !a.Enabled() {
-		return fmt.Errorf("standby: refusing %s %s without authentication: anyone who reaches it could read every decision, pose as the standby and acknowledge what no standby holds, feed a standby forged decisions, or fence the primary. "+
-			"Make a secret (tandem secret --out FILE), copy it to both coordinators and start both with --standby-secret-file FILE and --standby-tls-cert/--standby-tls-key/--standby-tls-ca (an encrypted link), or use a loopback address", flag, addr)
+		return setting.Refuse(s, addr, ErrLinkNotAuthenticated)
 	}
 	if (a.ServerTLS == nil || a.ClientTLS == nil) && !a.InsecureNoTLS {
-		return fmt.Errorf("standby: refusing %s %s without TLS: the standby secret authenticates each connection when it starts, not the frames after it, so anyone on the network path could read every decision and forge the standby's ACKs (a max-protection primary would then answer commits no standby holds). "+
-			"Give both coordinators --standby-tls-cert, --standby-tls-key and --standby-tls-ca (mutual TLS), or pass --insecure-no-tls if this network is trusted", flag, addr)
+		return setting.Refuse(s, addr, ErrLinkNotEncrypted)
 	}
 	return nil
 }

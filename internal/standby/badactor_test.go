@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-tx/tandem/internal/setting"
 	"github.com/tandem-tx/tandem/internal/wal"
 )
 
@@ -574,15 +575,17 @@ func TestSegmentHeaderRecordCountIsBounded(t *testing.T) {
 }
 
 // Off loopback, a shipper or a standby without authentication is refused
-// with an error that says how to fix it.
+// with an error that names the setting at fault (the command line adds how
+// to fix it: cmd/tandem's remedy table).
 func TestExposureWithoutAuthIsRefused(t *testing.T) {
 	_, err := NewShipper(ShipperConfig{Listen: "0.0.0.0:0", Identity: testID(), Transport: Async, Protection: MaxPerformance, Logger: quiet})
-	if err == nil || !strings.Contains(err.Error(), "--standby-secret-file") {
-		t.Errorf("a shipper on 0.0.0.0 without a secret: %v", err)
+	var se *setting.Error
+	if !errors.Is(err, ErrLinkNotAuthenticated) || !errors.As(err, &se) || se.Setting != setting.StandbyListen {
+		t.Errorf("a shipper on 0.0.0.0 without a secret: %v, want ErrLinkNotAuthenticated naming standby.listen", err)
 	}
 	_, err = OpenReceiver(ReceiverConfig{Primary: "192.0.2.1:7072", Dir: t.TempDir(), NoSync: true, Logger: quiet})
-	if err == nil || !strings.Contains(err.Error(), "--standby-secret-file") {
-		t.Errorf("a standby of 192.0.2.1 without a secret: %v", err)
+	if !errors.Is(err, ErrLinkNotAuthenticated) || !errors.As(err, &se) || se.Setting != setting.StandbyOf {
+		t.Errorf("a standby of 192.0.2.1 without a secret: %v, want ErrLinkNotAuthenticated naming standby.of", err)
 	}
 	for _, tc := range []struct {
 		addr string
@@ -600,7 +603,7 @@ func TestExposureWithoutAuthIsRefused(t *testing.T) {
 		{"10.0.0.1:7072", &Auth{ServerTLS: &tls.Config{}, ClientTLS: &tls.Config{}}, true},
 		{"127.0.0.1:7072", testAuth, true},
 	} {
-		if err := CheckExposure("--standby-listen", tc.addr, tc.auth); (err == nil) != tc.ok {
+		if err := CheckExposure(setting.StandbyListen, tc.addr, tc.auth); (err == nil) != tc.ok {
 			t.Errorf("CheckExposure(%s, %v) = %v", tc.addr, tc.auth, err)
 		}
 	}

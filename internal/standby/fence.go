@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/tandem-tx/tandem/internal/setting"
 )
 
 // ErrFenced is wrapped by the error of a primary that learns that another
@@ -27,7 +29,7 @@ var ErrFenced = errors.New("standby: fenced")
 // authenticating) rather than being unreachable, unauthenticated or cut off
 // mid-handshake.
 func CheckPeer(peer string, id Identity, auth *Auth, timeout time.Duration) (info string, reached bool, err error) {
-	if err := CheckExposure("--peer", peer, auth); err != nil {
+	if err := CheckExposure(setting.StandbyPeer, peer, auth); err != nil {
 		return fmt.Sprintf("peer %s: %v", peer, err), false, nil
 	}
 	raw, err := net.DialTimeout("tcp", peer, timeout)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tandem-tx/tandem/internal/setting"
 	"github.com/tandem-tx/tandem/internal/wal"
 	"github.com/tandem-tx/tandem/waits"
 )
@@ -127,10 +128,10 @@ func OpenReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	if err := cfg.NetOptions.check("receiver"); err != nil {
 		return nil, err
 	}
-	if err := CheckExposure("--standby-of", cfg.Primary, cfg.Auth); err != nil {
+	if err := CheckExposure(setting.StandbyOf, cfg.Primary, cfg.Auth); err != nil {
 		return nil, err
 	}
-	if err := CheckExposure("--standby-listen", cfg.Listen, cfg.Auth); err != nil {
+	if err := CheckExposure(setting.StandbyListen, cfg.Listen, cfg.Auth); err != nil {
 		return nil, err
 	}
 	r := &Receiver{cfg: cfg, done: make(chan struct{}), bound: map[uint64]wal.Position{}, unbound: map[uint64]bool{}}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/failpoint"
+	"github.com/tandem-tx/tandem/internal/setting"
 	"github.com/tandem-tx/tandem/internal/wal"
 	"github.com/tandem-tx/tandem/waits"
 )
@@ -85,7 +86,7 @@ func ParseMode(transport, protection string) (Transport, Protection, error) {
 		return "", "", fmt.Errorf("standby: protection %s needs transport sync (%s never waits for the standby)", p, t)
 	}
 	if t == Sync && p == MaxPerformance {
-		return "", "", errors.New("standby: protection max-performance never waits for the standby: use --transport async or arch, or max-availability/max-protection with sync")
+		return "", "", errors.New("standby: protection max-performance never waits for the standby: with it use transport async or arch; with transport sync use protection max-availability or max-protection")
 	}
 	return t, p, nil
 }
@@ -234,7 +235,7 @@ func NewShipper(cfg ShipperConfig) (*Shipper, error) {
 	if err := cfg.NetOptions.check("shipper"); err != nil {
 		return nil, err
 	}
-	if err := CheckExposure("--standby-listen", cfg.Listen, cfg.Auth); err != nil {
+	if err := CheckExposure(setting.StandbyListen, cfg.Listen, cfg.Auth); err != nil {
 		return nil, err
 	}
 	lc := net.ListenConfig{Control: socketControl(cfg.SendBuffer, cfg.ReceiveBuffer)}

@@ -6,7 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/tandem-tx/tandem/internal/setting"
 )
+
+// ErrPartialTLS: the standby link's certificate, key and CA are given
+// together or not at all.
+var ErrPartialTLS = errors.New("standby TLS needs all three: this coordinator's certificate, its key and the CA")
 
 // LoadTLS makes the TLS half of an Auth from PEM files: this coordinator's
 // certificate and key, and the CA that signs both coordinators'
@@ -16,7 +22,7 @@ import (
 // SAN), as any TLS client does.
 func LoadTLS(certFile, keyFile, caFile string) (server, client *tls.Config, err error) {
 	if certFile == "" || keyFile == "" || caFile == "" {
-		return nil, nil, errors.New("standby TLS needs all three of --standby-tls-cert, --standby-tls-key and --standby-tls-ca")
+		return nil, nil, setting.Refuse(setting.StandbyTLS, "", ErrPartialTLS)
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {

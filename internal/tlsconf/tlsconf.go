@@ -43,7 +43,7 @@ func Server(f Files) (*tls.Config, error) {
 		return nil, nil
 	}
 	if f.Cert == "" || f.Key == "" {
-		return nil, errors.New("tls: a server needs both a certificate and its key (--tls-cert and --tls-key)")
+		return nil, errors.New("tls: a server needs both a certificate and its key")
 	}
 	pair, err := loadPair(f.Cert, f.Key)
 	if err != nil {
@@ -83,7 +83,7 @@ func Client(f Files) (*tls.Config, error) {
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	case f.Cert != "" || f.Key != "":
-		return nil, errors.New("tls: a client certificate needs both the certificate and its key (--tls-cert and --tls-key)")
+		return nil, errors.New("tls: a client certificate needs both the certificate and its key")
 	}
 	return cfg, nil
 }
