@@ -52,8 +52,8 @@ type Server struct {
 	waits *waits.Registry
 }
 
-// ErrStandbyListenNeeded: a standby transport, protection or peer is set
-// but not the address standbys connect to.
+// ErrStandbyListenNeeded reports a standby transport, protection or peer
+// set without the address standbys connect to.
 var ErrStandbyListenNeeded = errors.New("standby.transport, standby.protection and standby.peer need it (the address standbys connect to)")
 
 // Options beyond the configuration file.

@@ -10,8 +10,8 @@ import (
 	"github.com/tandem-tx/tandem/internal/setting"
 )
 
-// ErrPartialTLS: the standby link's certificate, key and CA are given
-// together or not at all.
+// ErrPartialTLS reports a standby link given some but not all of its
+// certificate, key and CA (they come together or not at all).
 var ErrPartialTLS = errors.New("standby TLS needs all three: this coordinator's certificate, its key and the CA")
 
 // LoadTLS makes the TLS half of an Auth from PEM files: this coordinator's
