@@ -46,8 +46,9 @@ func (s *Server) consoleRoutes(mux *http.ServeMux, sampler *console.Sampler) {
 			}
 			since = t
 		}
-		writeJSON(w, map[string]any{"interval_s": consoleSampleEvery.Seconds(), "capacity": console.DefaultCapacity,
-			"role": s.Role().String(), "samples": sampler.Since(since)})
+		_, standby := s.StandbyStatus()
+		writeJSON(w, ConsoleData{IntervalS: consoleSampleEvery.Seconds(), Capacity: console.DefaultCapacity,
+			Role: s.Role().String(), Standby: standby, Samples: sampler.Since(since)})
 	})
 	mux.HandleFunc("GET /unfinished", func(w http.ResponseWriter, r *http.Request) {
 		limit := unfinishedDefault
@@ -61,6 +62,16 @@ func (s *Server) consoleRoutes(mux *http.ServeMux, sampler *console.Sampler) {
 		}
 		writeJSON(w, s.unfinished(limit, time.Now()))
 	})
+}
+
+// ConsoleData is the body of GET /console/data.
+type ConsoleData struct {
+	IntervalS float64 `json:"interval_s"` // between samples
+	Capacity  int     `json:"capacity"`   // samples kept
+	Role      string  `json:"role"`
+	// Standby: the process has a standby role (GET /standby answers).
+	Standby bool             `json:"standby"`
+	Samples []console.Sample `json:"samples"` // oldest first
 }
 
 // UnfinishedResponse is the body of GET /unfinished.
@@ -111,7 +122,7 @@ func (s *Server) unfinished(limit int, now time.Time) UnfinishedResponse {
 	}
 	in := c.InDoubt()
 	out.InDoubtTotal = len(in)
-	out.InDoubt = in[:min(len(in), limit)]
+	out.InDoubt = append(out.InDoubt, in[:min(len(in), limit)]...)
 	return out
 }
 
