@@ -95,7 +95,15 @@
   function col(name) { return samples.map(function (s) { return s[name] === undefined ? null : s[name]; }); }
   function xs() { return samples.map(function (s) { return s.t / 1000; }); }
 
+  // avg is the mean of a column over the last n samples (nulls skipped).
+  function avg(name, n) {
+    var vs = samples.slice(-n).map(function (s) { return s[name]; }).filter(function (v) { return v !== null && v !== undefined; });
+    return vs.length ? vs.reduce(function (a, b) { return a + b; }, 0) / vs.length : null;
+  }
+
   function drawThroughput() {
+    $("throughput-now").textContent = "last 5 s: " + fmtNum(avg("commits", 5)) + " commits/s, " + fmtNum(avg("aborts", 5)) + " aborts/s, " +
+      fmtNum(avg("local_commits", 5)) + " one-phase/local commits/s";
     var data = [xs(), col("commits"), col("aborts"), col("local_commits"), col("refused")];
     if (!charts["c-throughput"]) {
       makeChart("c-throughput", timeSeries("", [
@@ -108,6 +116,9 @@
   }
 
   function drawLatency() {
+    var last = samples.length ? samples[samples.length - 1] : {};
+    $("latency-now").textContent = last.commit_p50_s === null || last.commit_p50_s === undefined ? "no commits in the last interval" :
+      "last interval: p50 " + fmtSecs(last.commit_p50_s) + ", p99 " + fmtSecs(last.commit_p99_s);
     var ms = function (name) { return col(name).map(function (v) { return v === null ? null : v * 1000; }); };
     var data = [xs(), ms("commit_p50_s"), ms("commit_p99_s")];
     if (!charts["c-latency"]) {
