@@ -81,12 +81,22 @@
     return u;
   }
 
+  function pad2(n) { return (n < 10 ? "0" : "") + n; }
+  function clock(t) { var d = new Date(t * 1000); return pad2(d.getHours()) + ":" + pad2(d.getMinutes()) + ":" + pad2(d.getSeconds()); }
+
+  // xAxis: wall-clock time, ticks at whole seconds or more.
+  function xAxis() {
+    return { space: 70, incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600], values: function (u, vals) { return vals.map(clock); } };
+  }
+
   function timeSeries(title, series, scales, axes) {
+    axes = axes || [{}, {}];
+    axes[0] = xAxis();
     return {
       title: title,
       scales: Object.assign({ x: { time: true } }, scales || {}),
-      series: [{}].concat(series),
-      axes: axes || [{}, {}],
+      series: [{ label: "time", value: function (u, v) { return v === null || v === undefined ? "–" : clock(v); } }].concat(series),
+      axes: axes,
       legend: { live: true },
       cursor: { drag: { x: false, y: false } }
     };
@@ -271,7 +281,7 @@
       makeChart("c-fsync", timeSeries("fsyncs/s and records per fsync", [
         { label: "fsyncs/s", stroke: COLORS[3], width: 2, scale: "y", value: function (u, v) { return fmtNum(v); } },
         { label: "records/fsync", stroke: COLORS[5], width: 2, scale: "r", value: function (u, v) { return fmtNum(v, 2); } }
-      ], { r: { range: function (u, min, max) { return [0, Math.max(1, max)]; } } }, [{}, {}, { scale: "r", side: 1, grid: { show: false } }]), fdata);
+      ], { r: { range: function (u, min, max) { return [0, Math.max(1, max)]; } } }, [{}, {}, { scale: "r", side: 1, size: 50, grid: { show: false } }]), fdata);
     } else charts["c-fsync"].setData(fdata);
   }
 
@@ -317,7 +327,7 @@
         { label: "bytes", stroke: COLORS[1], width: 2, scale: "y", value: function (u, v) { return fmtBytes(v); } },
         { label: "seconds", stroke: COLORS[0], width: 2, scale: "s", value: function (u, v) { return fmtSecs(v); } }
       ], { s: { range: function (u, min, max) { return [0, Math.max(0.001, max)]; } } },
-      [{}, { values: function (u, vals) { return vals.map(fmtBytes); }, size: 70 }, { scale: "s", side: 1, grid: { show: false }, values: function (u, vals) { return vals.map(fmtSecs); } }]), data);
+      [{}, { values: function (u, vals) { return vals.map(fmtBytes); }, size: 70 }, { scale: "s", side: 1, size: 70, grid: { show: false }, values: function (u, vals) { return vals.map(fmtSecs); } }]), data);
     } else charts["c-lag"].setData(data);
   }
 
