@@ -152,6 +152,64 @@ func consoleWait(t *testing.T, what string, limit time.Duration, cond func() boo
 	}
 }
 
+// consoleBrowser starts headless Chromium for the test (closed at its end)
+// and returns its tab's context and a function that returns the console
+// messages the tab has logged so far (calls of the console API, uncaught
+// exceptions, the browser's own log: failed loads, CSP violations).
+func consoleBrowser(t *testing.T, chromium string) (context.Context, func() []chromedp.ConsoleMessage) {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.WindowSize(1440, 1000))
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium refuses its sandbox as root (CI, containers)
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	t.Cleanup(cancelTab)
+	ctx, cancelTime := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(cancelTime)
+	var mu sync.Mutex
+	var messages []chromedp.ConsoleMessage
+	msgs := chromedp.Console(ctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			messages = append(messages, m)
+			mu.Unlock()
+		}
+	}()
+	return ctx, func() []chromedp.ConsoleMessage {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]chromedp.ConsoleMessage(nil), messages...)
+	}
+}
+
+// consoleScreenshot saves a PNG of the whole page as name in
+// TANDEM_SCREENSHOT_DIR, or else in a temporary directory of the test, and
+// logs where.
+func consoleScreenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("TANDEM_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	f := filepath.Join(dir, name)
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", f, len(b))
+}
+
 // consoleStandby is the part of GET /standby the test compares.
 type consoleStandby struct {
 	Role       string  `json:"role"`
@@ -254,30 +312,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		return err == nil && code == 200 && n >= 5
 	})
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.WindowSize(1440, 1000))
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox) // Chromium refuses its sandbox as root (CI, containers)
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelTab := chromedp.NewContext(actx)
-	defer cancelTab()
-	ctx, cancelTime := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancelTime()
-
-	var mu sync.Mutex
-	var messages []chromedp.ConsoleMessage
-	msgs := chromedp.Console(ctx)
-	go func() {
-		for m, err := range msgs {
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			messages = append(messages, m)
-			mu.Unlock()
-		}
-	}()
+	ctx, console := consoleBrowser(t, chromium)
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
 		t.Fatalf("opening %s: %v", base, err)
 	}
@@ -365,24 +400,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the page shows an error: %q", page.Error)
 	}
 
-	shots := os.Getenv("TANDEM_SCREENSHOT_DIR")
-	if shots == "" {
-		shots = t.TempDir()
-	} else if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	shot := func(name string) {
-		t.Helper()
-		b, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot: %v", err)
-		}
-		f := filepath.Join(shots, name)
-		if err := os.WriteFile(f, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot: %s (%d bytes)", f, len(b))
-	}
+	shot := func(name string) { t.Helper(); consoleScreenshot(t, ctx, name) }
 	shot("console.png")
 
 	// A click on the coordinator's commit wait shows its histogram.
@@ -401,7 +419,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	shot("console-histogram.png")
 
-	mu.Lock()
+	messages := console()
 	var bad []string
 	for _, m := range messages {
 		if m.Type == chromedp.ConsoleError || m.IsException() {
@@ -411,7 +429,6 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	}
 	checked := len(messages)
-	mu.Unlock()
 	if len(bad) > 0 {
 		t.Errorf("the page logged errors or threw:\n%s", strings.Join(bad, "\n"))
 	}
@@ -451,13 +468,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	if code := probe(); code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusOK {
 		t.Errorf("a resolve of a gtrid not in doubt from the page with the token: %d; want it to reach the resolve and be refused there", code)
 	}
-	mu.Lock()
-	for _, m := range messages[checked:] {
+	for _, m := range console()[checked:] {
 		if m.IsException() {
 			t.Errorf("the page threw: %s", m.Text)
 		}
 	}
-	mu.Unlock()
 	select {
 	case <-primary.exited:
 		t.Fatalf("the primary exited:\n%s", primary.out.String())

@@ -183,7 +183,7 @@
           value: function (u, v, si, idx) { return idx === null || idx === undefined ? "–" : fmtSecs(raw[j][idx]) + "/s"; }
         };
       });
-      makeChart("c-waits", timeSeries("", series, { y: { range: function (u, min, max) { return [0, Math.max(max, 1e-6)]; } } },
+      makeChart("c-waits", timeSeries("", series, { y: { range: function (u, min, max) { return [0, Math.max(max, 1e-3)]; } } },
         [{}, { values: function (u, vals) { return vals.map(function (v) { return fmtSecs(v); }); }, size: 60 }]), data);
       charts["c-waits"].root.querySelector(".u-legend").classList.add("waits-legend");
     } else charts["c-waits"].setData(data);
@@ -257,7 +257,11 @@
     var last = samples.length ? samples[samples.length - 1] : null;
     var kv = $("log-now");
     clear(kv);
-    if (!last || last.log_used === null || last.log_used === undefined) {
+    if (!last) {
+      kv.appendChild(el("span", "waiting for the first sample (one a second)…", "muted"));
+      return;
+    }
+    if (last.log_used === null || last.log_used === undefined) {
       kv.appendChild(el("span", "no decision log here (a standby decides nothing)", "muted"));
       return;
     }
