@@ -1,6 +1,7 @@
 package console
 
 import (
+	"encoding/json"
 	"io/fs"
 	"math"
 	"strings"
@@ -130,5 +131,37 @@ func TestPageScriptHygiene(t *testing.T) {
 	t.Logf("page weight: %d bytes (%.1f KiB)", w, float64(w)/1024)
 	if w > 300<<10 {
 		t.Errorf("page weight %d bytes, want at most 300 KiB", w)
+	}
+}
+
+// A full ring of the largest samples stays a bounded answer.
+func TestFullRingIsBounded(t *testing.T) {
+	s := NewSampler(DefaultCapacity)
+	reg := waits.NewRegistry(waits.SideCoordinator)
+	t0 := time.Now()
+	for i := range DefaultCapacity + 1 {
+		for _, e := range waits.Events() {
+			reg.Record(e, time.Duration(i+1)*time.Millisecond)
+		}
+		r := reading(t0.Add(time.Duration(i)*time.Second), uint64(i), reg)
+		r.HasStandby = true
+		s.Add(r)
+	}
+	all := s.Since(0)
+	if len(all) != DefaultCapacity {
+		t.Fatalf("%d samples, want %d", len(all), DefaultCapacity)
+	}
+	for _, smp := range all {
+		if len(smp.Waits) > MaxWaitsPerSample+1 {
+			t.Fatalf("a sample lists %d waits", len(smp.Waits))
+		}
+	}
+	b, err := json.Marshal(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a full ring of the largest samples: %d bytes of JSON", len(b))
+	if len(b) > 1<<20 {
+		t.Errorf("a full ring is %d bytes of JSON, want at most 1 MiB", len(b))
 	}
 }

@@ -31,6 +31,9 @@ const (
 	unfinishedDefault   = 50
 	unfinishedMax       = 200
 	consoleLastErrorMax = 300 // characters of a branch's last error shown
+	// unfinishedBranchesMax bounds the branches one /unfinished lists in
+	// all (coord.MaxBranches is 64 a transaction).
+	unfinishedBranchesMax = 1000
 )
 
 // consoleRoutes registers the console's page and data endpoints on mux.
@@ -76,11 +79,13 @@ type ConsoleData struct {
 
 // UnfinishedResponse is the body of GET /unfinished.
 type UnfinishedResponse struct {
-	Role            string                `json:"role"`
-	UnfinishedTotal int                   `json:"unfinished_total"`
-	Unfinished      []UnfinishedJSON      `json:"unfinished"`
-	InDoubtTotal    int                   `json:"in_doubt_total"` // branches
-	InDoubt         []coord.InDoubtBranch `json:"in_doubt"`
+	Role            string `json:"role"`
+	UnfinishedTotal int    `json:"unfinished_total"`
+	// Unfinished: the oldest, at most limit of them and fewer when their
+	// branches would pass 1000.
+	Unfinished   []UnfinishedJSON      `json:"unfinished"`
+	InDoubtTotal int                   `json:"in_doubt_total"` // branches
+	InDoubt      []coord.InDoubtBranch `json:"in_doubt"`
 }
 
 // UnfinishedJSON is one decided transaction whose phase 2 has not ended.
@@ -109,8 +114,26 @@ func (s *Server) unfinished(limit int, now time.Time) UnfinishedResponse {
 	}
 	list, total := c.Unfinished(limit)
 	out.UnfinishedTotal = total
+	out.Unfinished = unfinishedJSON(list, now)
+	in := c.InDoubt()
+	out.InDoubtTotal = len(in)
+	out.InDoubt = append(out.InDoubt, in[:min(len(in), limit)]...)
+	return out
+}
+
+// unfinishedJSON converts list, oldest first, stopping before the
+// transaction that would take the branches listed past
+// unfinishedBranchesMax: with each last error cut at consoleLastErrorMax
+// characters, that bounds the answer (about 1.5 KB a branch at most).
+func unfinishedJSON(list []coord.UnfinishedTxn, now time.Time) []UnfinishedJSON {
+	out := []UnfinishedJSON{}
+	branches := 0
 	for _, t := range list {
-		u := UnfinishedJSON{GTRID: t.GTRID, Outcome: t.Outcome, DecidedAt: t.DecidedAt, AgeS: now.Sub(t.DecidedAt).Seconds()}
+		if branches+len(t.Branches) > unfinishedBranchesMax {
+			break
+		}
+		branches += len(t.Branches)
+		u := UnfinishedJSON{GTRID: t.GTRID, Outcome: t.Outcome, DecidedAt: t.DecidedAt, AgeS: now.Sub(t.DecidedAt).Seconds(), Branches: []BranchJSON{}}
 		for _, b := range t.Branches {
 			e := b.LastError
 			if r := []rune(e); len(r) > consoleLastErrorMax {
@@ -118,11 +141,8 @@ func (s *Server) unfinished(limit int, now time.Time) UnfinishedResponse {
 			}
 			u.Branches = append(u.Branches, BranchJSON{RM: b.RM, State: b.State.String(), Attempts: b.Attempts, LastError: e, ClientSettles: b.ClientSettles})
 		}
-		out.Unfinished = append(out.Unfinished, u)
+		out = append(out, u)
 	}
-	in := c.InDoubt()
-	out.InDoubtTotal = len(in)
-	out.InDoubt = append(out.InDoubt, in[:min(len(in), limit)]...)
 	return out
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/console"
+	"github.com/tandem-tx/tandem/internal/coord"
 )
 
 func get(t *testing.T, url string, hdr map[string]string) (*http.Response, string) {
@@ -216,5 +218,37 @@ func TestConsolePageRequests(t *testing.T) {
 	}
 	if resp, _ := get(t, base+"/console/data", map[string]string{"Origin": base}); resp.StatusCode != 200 {
 		t.Errorf("GET /console/data from the page: %d", resp.StatusCode)
+	}
+}
+
+// /unfinished lists no more than unfinishedBranchesMax branches in all, and
+// cuts each last error: its answer is bounded whatever the coordinator holds.
+func TestUnfinishedAnswerIsBounded(t *testing.T) {
+	long := strings.Repeat("é", 10*consoleLastErrorMax)
+	var list []coord.UnfinishedTxn
+	for i := range unfinishedMax {
+		txn := coord.UnfinishedTxn{GTRID: fmt.Sprintf("%032x", i), Outcome: "COMMITTED", DecidedAt: time.Now()}
+		for j := range coord.MaxBranches {
+			txn.Branches = append(txn.Branches, coord.BranchReport{RM: fmt.Sprintf("rm%02d", j), LastError: long})
+		}
+		list = append(list, txn)
+	}
+	out := unfinishedJSON(list, time.Now())
+	n := 0
+	for _, u := range out {
+		n += len(u.Branches)
+		for _, b := range u.Branches {
+			if r := []rune(b.LastError); len(r) != consoleLastErrorMax+1 {
+				t.Fatalf("a last error of %d characters shown, want %d and an ellipsis", len(r), consoleLastErrorMax)
+			}
+		}
+	}
+	if n > unfinishedBranchesMax || len(out) != unfinishedBranchesMax/coord.MaxBranches {
+		t.Errorf("%d transactions, %d branches listed; want whole transactions up to %d branches", len(out), n, unfinishedBranchesMax)
+	}
+	b, _ := json.Marshal(UnfinishedResponse{Unfinished: out})
+	t.Logf("the largest /unfinished answer: %d bytes", len(b))
+	if len(b) > 2<<20 {
+		t.Errorf("the largest /unfinished answer is %d bytes, want at most 2 MiB", len(b))
 	}
 }
