@@ -244,3 +244,21 @@ func formatFloat(f float64) string {
 	}
 	return strconv.FormatFloat(f, 'g', -1, 64)
 }
+
+// CounterValue reads the counter of that name and labels (pairs: name,
+// value) without creating it; ok is false when there is none.
+func CounterValue(name string, labelPairs ...string) (v uint64, ok bool) {
+	labels := renderLabels(labelPairs)
+	mu.Lock()
+	defer mu.Unlock()
+	f, found := families[name]
+	if !found {
+		return 0, false
+	}
+	for _, c := range f.counters {
+		if c.labels == labels {
+			return c.Value(), true
+		}
+	}
+	return 0, false
+}

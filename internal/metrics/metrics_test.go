@@ -123,3 +123,16 @@ func TestGaugeUnregisterAndReplace(t *testing.T) {
 		t.Fatalf("after unregister: %v", g)
 	}
 }
+
+func TestCounterValue(t *testing.T) {
+	if _, ok := CounterValue("test_countervalue_total", "k", "v"); ok {
+		t.Fatal("CounterValue found a counter never made")
+	}
+	Counter("test_countervalue_total", "a test counter", "k", "v").Add(3)
+	if v, ok := CounterValue("test_countervalue_total", "k", "v"); !ok || v != 3 {
+		t.Errorf("CounterValue = %d, %v; want 3, true", v, ok)
+	}
+	if _, ok := CounterValue("test_countervalue_total", "k", "other"); ok {
+		t.Error("CounterValue found a counter of other labels")
+	}
+}

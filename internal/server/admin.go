@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tandem-tx/tandem/internal/console"
 	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/metrics"
 	"github.com/tandem-tx/tandem/waits"
@@ -23,16 +24,23 @@ import (
 //	GET  /metrics   Prometheus text format (package metrics)
 //	GET  /standby   the role and shipping state (RoleStatus)
 //	POST /role/...  role changes (roles.go): promote, demote, resume, follow
+//	GET  /          the console (console.go, package console) and its data
 //
 // Who may do what (adminGuard):
 //   - A request that carries an Origin header (a web page's request) is
-//     refused with 403, whatever it carries else.
+//     refused with 403, whatever it carries else, unless the Origin is this
+//     listener's own (scheme and Host of the request): the console's page,
+//     served from here, is the only page whose requests get through.
 //   - Every method but GET and HEAD needs the admin token ("Authorization:
 //     Bearer <token>", the file Options.AdminTokenFile, made at first start);
 //     401 otherwise, naming the file.
 //   - GET and HEAD are open on a loopback listener (any local user can read
 //     them) and on one with mutual TLS (the handshake authenticated the
 //     client); elsewhere they need the admin token or the API's token.
+//     The console's own files (console.IsAsset: the page, its script and
+//     styles, no data) are open to GET everywhere: a browser cannot send a
+//     token when it opens a page; the page then sends the one the operator
+//     enters with every request for data.
 //   - On a plaintext loopback listener, a Host that is not a loopback
 //     address or "localhost" is refused with 403 (a web page that
 //     rebinds its name to 127.0.0.1 cannot read the open endpoints).
@@ -89,7 +97,7 @@ func newAdminGuard(next http.Handler, adminToken, tokenFile, apiToken string, li
 }
 
 func (g *adminGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, ok := r.Header["Origin"]; ok {
+	if _, ok := r.Header["Origin"]; ok && !sameOrigin(r) {
 		http.Error(w, "requests from web pages (with an Origin header) are refused: use the tandem CLI, curl or Prometheus", http.StatusForbidden)
 		return
 	}
@@ -109,6 +117,7 @@ func (g *adminGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case isAdmin:
 	case read && g.openReads:
+	case read && console.IsAsset(r.URL.Path):
 	case read && g.api != nil && subtle.ConstantTimeCompare(got, g.api) == 1:
 	default:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tandem"`)
@@ -121,6 +130,20 @@ func (g *adminGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.next.ServeHTTP(w, r)
+}
+
+// sameOrigin reports whether r's Origin is the listener's own origin, as
+// the request names it (scheme and Host): a request of the console's page.
+// A page elsewhere that rebinds its name to this address has the same
+// Origin and Host, which is why a plaintext loopback listener also refuses
+// a Host that is not loopback, and why data off loopback needs a token the
+// rebinding page does not have (sessionStorage is kept per origin).
+func sameOrigin(r *http.Request) bool {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return r.Host != "" && r.Header.Get("Origin") == scheme+"://"+r.Host
 }
 
 func truthy(s string) bool {

@@ -94,8 +94,8 @@ func TestAdminAddressTaken(t *testing.T) {
 
 // The admin guard's rules, on each kind of listener: reads open on loopback
 // and with mutual TLS, else the admin or the API token; everything else the
-// admin token only; Origin refused first; a non-loopback Host refused on a
-// plaintext loopback listener.
+// admin token only; an Origin other than the listener's own refused first;
+// a non-loopback Host refused on a plaintext loopback listener.
 func TestAdminGuard(t *testing.T) {
 	const adminTok, apiTok = "admin-token-0123456789", "api-token-0123456789"
 	type req struct {
@@ -114,7 +114,14 @@ func TestAdminGuard(t *testing.T) {
 			{"GET", "", "localhost:7071", "", 200},
 			{"GET", "", "[::1]:7071", "", 200},
 			{"GET", "", "evil.example:7071", "", 403},
-			{"GET", "", "127.0.0.1:7071", "http://127.0.0.1:7071", 403},
+			{"GET", "", "127.0.0.1:7071", "http://127.0.0.1:7071", 200}, // the console's own page
+			{"GET", "", "127.0.0.1:7071", "http://127.0.0.1:7072", 403},
+			{"GET", "", "127.0.0.1:7071", "https://127.0.0.1:7071", 403},
+			{"GET", "", "127.0.0.1:7071", "http://localhost:7071", 403},
+			{"GET", "", "evil.example:7071", "http://evil.example:7071", 403}, // DNS rebinding
+			{"POST", "", "127.0.0.1:7071", "http://127.0.0.1:7071", 401},
+			{"POST", "Bearer " + apiTok, "127.0.0.1:7071", "http://127.0.0.1:7071", 401},
+			{"POST", "Bearer " + adminTok, "127.0.0.1:7071", "http://127.0.0.1:7071", 200},
 			{"POST", "", "127.0.0.1:7071", "", 401},
 			{"POST", "Bearer " + apiTok, "127.0.0.1:7071", "", 401},
 			{"POST", "Bearer " + adminTok, "127.0.0.1:7071", "", 200},

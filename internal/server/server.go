@@ -19,6 +19,7 @@ import (
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/config"
+	"github.com/tandem-tx/tandem/internal/console"
 	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/setting"
 	"github.com/tandem-tx/tandem/internal/standby"
@@ -36,8 +37,9 @@ type Server struct {
 	done chan error
 	svc  *roleService
 
-	admin    *http.Server // nil without Options.Admin
-	adminLis net.Listener
+	admin       *http.Server // nil without Options.Admin
+	adminLis    net.Listener
+	stopConsole func() // stops the console's sampler; nil without Options.Admin
 
 	cfg  config.Config
 	opts Options
@@ -267,8 +269,11 @@ func (s *Server) serve(adminLis net.Listener, adminToken string, o Options) {
 	mux := http.NewServeMux()
 	mux.Handle("/", AdminHandler(s.waits))
 	s.standbyHandler(mux)
+	sampler := console.NewSampler(console.DefaultCapacity)
+	s.consoleRoutes(mux, sampler)
+	s.stopConsole = s.startConsole(sampler)
 	guard := newAdminGuard(mux, adminToken, o.AdminTokenFile, o.AuthToken, o.Admin, tlsconf.MutualTLS(o.TLS), o.TLS != nil)
-	s.admin = adminLimits.server(guard, o.TLS, o.Logger)
+	s.admin = adminLimits.server(console.Secure(guard), o.TLS, o.Logger)
 	s.adminLis = adminLis
 	go func() {
 		var err error
@@ -321,6 +326,7 @@ func (s *Server) Stop(grace time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = s.admin.Shutdown(ctx)
 		cancel()
+		s.stopConsole()
 	}
 	return s.stopRoles()
 }
