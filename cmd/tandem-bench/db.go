@@ -208,6 +208,11 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	page, err := createHTML(*htmlFile)
+	if err != nil {
+		return err
+	}
+	defer page.abandon()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	rep, err := bench.DB(ctx, cfg)
@@ -217,7 +222,7 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	if err := writeHTML(*htmlFile, "db", args, stderr, func(w io.Writer, run benchhtml.Run) error { return benchhtml.WriteDB(w, rep, run) }); err != nil {
+	if err := page.write("db", args, stderr, func(w io.Writer, run benchhtml.Run) error { return benchhtml.WriteDB(w, rep, run) }); err != nil {
 		return err
 	}
 	if *asJSON {

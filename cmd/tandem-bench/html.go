@@ -1,26 +1,68 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/tandem-tx/tandem/internal/benchhtml"
 )
 
 // htmlUsage is the help of every sub-benchmark's --html flag.
-const htmlUsage = "also write the report as one self-contained HTML page (charts, no network needed to open it) to this file"
+const htmlUsage = "also write the report as one self-contained HTML page (charts; opens from the file, no network needed) to this file"
 
-// writeHTML writes a sub-benchmark's --html page to path (nothing when
-// path is ""): write renders it for the command line `prog name args`.
-func writeHTML(path, name string, args []string, stderr io.Writer, write func(io.Writer, benchhtml.Run) error) error {
+// htmlPage is a sub-benchmark's --html file. It is created before the run,
+// so that a path that cannot be written fails at once rather than after
+// the benchmark, and removed again if the run ends without a report.
+type htmlPage struct {
+	path    string
+	f       *os.File
+	written bool
+}
+
+// createHTML creates path for the page (nil, nil when path is "").
+func createHTML(path string) (*htmlPage, error) {
 	if path == "" {
+		return nil, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--html: %w", err)
+	}
+	return &htmlPage{path: path, f: f}, nil
+}
+
+// write renders the page of `prog name args` into the file and closes it.
+func (p *htmlPage) write(name string, args []string, stderr io.Writer, render func(io.Writer, benchhtml.Run) error) error {
+	if p == nil {
 		return nil
 	}
-	run := benchhtml.Run{Command: append([]string{prog, name}, args...)}
-	n, err := benchhtml.WriteFile(path, func(w io.Writer) error { return write(w, run) })
-	if err != nil {
-		return fmt.Errorf("the report is above, but the HTML page is not written: %w", err)
+	w := bufio.NewWriter(p.f)
+	err := render(w, benchhtml.Run{Command: append([]string{prog, name}, args...)})
+	if err == nil {
+		err = w.Flush()
 	}
-	fmt.Fprintf(stderr, "%s %s: HTML report written to %s (%d KB)\n", prog, name, path, (n+1023)/1024)
+	st, serr := p.f.Stat()
+	if cerr := p.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("--html %s: the report is not written: %w", p.path, err)
+	}
+	p.written = true
+	size := int64(0)
+	if serr == nil {
+		size = st.Size()
+	}
+	fmt.Fprintf(stderr, "%s %s: HTML report written to %s (%d KB)\n", prog, name, p.path, (size+1023)/1024)
 	return nil
+}
+
+// abandon removes the file if no page was written into it.
+func (p *htmlPage) abandon() {
+	if p != nil && !p.written {
+		p.f.Close()
+		os.Remove(p.path)
+	}
 }

@@ -73,6 +73,11 @@ func runBenchLog(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.Progress = stderr
 
+	page, err := createHTML(*htmlFile)
+	if err != nil {
+		return err
+	}
+	defer page.abandon()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	rep, err := bench.Log(ctx, cfg)
@@ -82,7 +87,7 @@ func runBenchLog(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	if err := writeHTML(*htmlFile, "log", args, stderr, func(w io.Writer, run benchhtml.Run) error { return benchhtml.WriteLog(w, rep, run) }); err != nil {
+	if err := page.write("log", args, stderr, func(w io.Writer, run benchhtml.Run) error { return benchhtml.WriteLog(w, rep, run) }); err != nil {
 		return err
 	}
 	if *asJSON {

@@ -26,7 +26,6 @@ import (
 	"html/template"
 	"io"
 	"io/fs"
-	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -136,19 +135,6 @@ func render(w io.Writer, v *view) error {
 	}
 	_, err = w.Write(buf.Bytes())
 	return err
-}
-
-// WriteFile writes a page made by write to path (replacing it) and returns
-// its size in bytes.
-func WriteFile(path string, write func(io.Writer) error) (int, error) {
-	var buf bytes.Buffer
-	if err := write(&buf); err != nil {
-		return 0, err
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		return 0, fmt.Errorf("--html: %w", err)
-	}
-	return buf.Len(), nil
 }
 
 // shellJoin quotes args as a POSIX shell would need them.

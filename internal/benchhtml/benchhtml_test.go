@@ -246,19 +246,3 @@ func TestShellJoin(t *testing.T) {
 		t.Fatalf("shellJoin = %s, want %s", got, want)
 	}
 }
-
-// TestWriteFile writes a page and reports its size; an unwritable path is
-// an error that names the flag.
-func TestWriteFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "r.html")
-	n, err := WriteFile(path, func(w io.Writer) error { return WriteDB(w, cannedDB(t, "sql"), Run{}) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st, err := os.Stat(path); err != nil || st.Size() != int64(n) || n < 50000 {
-		t.Fatalf("written %d bytes, file %v (err %v)", n, st, err)
-	}
-	if _, err := WriteFile(filepath.Join(path, "x"), func(w io.Writer) error { return nil }); err == nil || !strings.Contains(err.Error(), "--html") {
-		t.Fatalf("writing under a file: err %v, want one naming --html", err)
-	}
-}

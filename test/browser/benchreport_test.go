@@ -3,6 +3,7 @@
 package browser
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -122,14 +123,17 @@ func reportBrowser(t *testing.T) context.Context {
 	return ctx
 }
 
-// reportWrite writes a page with benchhtml.WriteFile.
+// reportWrite writes a page to path.
 func reportWrite(t *testing.T, path string, write func(io.Writer) error) {
 	t.Helper()
-	n, err := benchhtml.WriteFile(path, write)
-	if err != nil {
+	var buf bytes.Buffer
+	if err := write(&buf); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s: %d KB", filepath.Base(path), (n+1023)/1024)
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %d KB", filepath.Base(path), (buf.Len()+1023)/1024)
 }
 
 // reportOpen opens the page from its file, waits until every chart of its
