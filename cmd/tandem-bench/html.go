@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/tandem-tx/tandem/internal/benchhtml"
 )
@@ -39,7 +40,8 @@ func (p *htmlPage) write(name string, args []string, stderr io.Writer, render fu
 		return nil
 	}
 	w := bufio.NewWriter(p.f)
-	err := render(w, benchhtml.Run{Command: append([]string{prog, name}, args...)})
+	// prog is "tandem bench" through the shim: two words of the command line.
+	err := render(w, benchhtml.Run{Command: append(append(strings.Fields(prog), name), args...)})
 	if err == nil {
 		err = w.Flush()
 	}
