@@ -37,17 +37,10 @@ func TestBenchReportInBrowser(t *testing.T) {
 	ctx := reportBrowser(t)
 
 	t.Run("db", func(t *testing.T) {
-		b, err := os.ReadFile(filepath.Join("..", "..", "internal", "benchhtml", "testdata", "db-report.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rep bench.DBReport
-		if err := json.Unmarshal(b, &rep); err != nil {
-			t.Fatal(err)
-		}
+		rep := reportCannedDB(t)
 		page := filepath.Join(dir, "db.html")
 		reportWrite(t, page, func(w io.Writer) error {
-			return benchhtml.WriteDB(w, &rep, benchhtml.Run{Command: []string{"tandem-bench", "db", "--compare", "sql,xa"}})
+			return benchhtml.WriteDB(w, rep, benchhtml.Run{Command: []string{"tandem-bench", "db", "--compare", "sql,xa"}})
 		})
 		charts := reportOpen(t, ctx, page, filepath.Join(dir, "db.png"))
 		if len(charts) != 3 {
@@ -58,10 +51,40 @@ func TestBenchReportInBrowser(t *testing.T) {
 				t.Errorf("no chart's legend names %q: %+v", want, charts)
 			}
 		}
+		// The figures beside the charts: each workload's TPS in the summary.
+		summary, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("summary").innerText`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rep.Results {
+			if tps := fmt.Sprintf("%.1f", r.TPS); r.TPS <= 0 || !strings.Contains(summary, tps) {
+				t.Errorf("the summary does not show %s's %s TPS:\n%s", r.Workload, tps, summary)
+			}
+		}
 		// The waits are tables beside each other, not charts: both sides there.
 		sides, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#waits .side table.waits").length`))
 		if err != nil || sides != 4 {
 			t.Fatalf("%d wait tables (err %v), want 4: client and coordinator of sql and of xa", sides, err)
+		}
+	})
+
+	// A workload name and a command line made to run script: shown as text,
+	// never run, in the page, the legends and the charts.
+	t.Run("hostile", func(t *testing.T) {
+		const label = `</script><img src=x onerror="window.pwned=1"><script>window.pwned=2</script>`
+		rep := reportCannedDB(t)
+		rep.Results[0].Workload = label
+		page := filepath.Join(dir, "hostile.html")
+		reportWrite(t, page, func(w io.Writer) error {
+			return benchhtml.WriteDB(w, rep, benchhtml.Run{Command: []string{"tandem-bench", "db", "--compare", label + ",xa"}})
+		})
+		charts := reportOpen(t, ctx, page, filepath.Join(dir, "hostile.png"))
+		if !reportLegendHas(charts[0].Legend, []string{label}) {
+			t.Errorf("the TPS chart's legend %q does not show the label as text", charts[0].Legend)
+		}
+		ran, err := chromedp.Run(ctx, chromedp.Evaluate[string](`String(window.pwned) + " " + document.querySelectorAll("img").length + " " + document.body.innerText.includes('onerror="window.pwned=1"')`))
+		if err != nil || ran != "undefined 0 true" {
+			t.Fatalf("window.pwned, <img> elements, label shown as text: %q (err %v), want \"undefined 0 true\"", ran, err)
 		}
 	})
 
@@ -96,6 +119,21 @@ type reportChart struct {
 	Height int      `json:"height"` //
 	Inked  int      `json:"inked"`  // canvas pixels that are not transparent
 	Legend []string `json:"legend"` // the series' labels
+}
+
+// reportCannedDB is a real `tandem-bench db --compare sql,xa` run's report
+// (internal/benchhtml/testdata).
+func reportCannedDB(t *testing.T) *bench.DBReport {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "internal", "benchhtml", "testdata", "db-report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.DBReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return &rep
 }
 
 // reportBrowser starts headless Chromium for the test (TANDEM_CHROMIUM, or
