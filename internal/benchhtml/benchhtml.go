@@ -61,9 +61,12 @@ type Chart struct {
 	XLabel string `json:"x_label"`
 	YLabel string `json:"y_label"`
 	// XLog and YLog: the base of a log-scale axis (2 or 10); 0 for linear.
-	XLog   int          `json:"x_log,omitempty"`
-	YLog   int          `json:"y_log,omitempty"`
-	Series []string     `json:"series"`
+	XLog   int      `json:"x_log,omitempty"`
+	YLog   int      `json:"y_log,omitempty"`
+	Series []string `json:"series"`
+	// Dashed marks the series drawn as a dashed line without points (a
+	// reference, such as the whole run's figure); nil for none.
+	Dashed []bool       `json:"dashed,omitempty"`
 	Data   [][]*float64 `json:"data"`
 	// Note is a line under the chart saying how to read it.
 	Note string `json:"note,omitempty"`

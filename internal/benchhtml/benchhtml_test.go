@@ -184,6 +184,13 @@ func TestDBPage(t *testing.T) {
 	if len(ratio.Data[0]) != min(len(rep.Results[0].Slices), len(rep.Results[1].Slices)) {
 		t.Fatalf("ratio per round: %d rounds", len(ratio.Data[0]))
 	}
+	a, b := rep.Results[0].Slices[0], rep.Results[1].Slices[0]
+	if got, want := *ratio.Data[1][0], (float64(b.Txns)/b.Seconds)/(float64(a.Txns)/a.Seconds); got < want-0.001 || got > want+0.001 {
+		t.Fatalf("first round's ratio %v, want %.3f", got, want)
+	}
+	if len(ratio.Dashed) != 2 || !ratio.Dashed[1] || *ratio.Data[2][0] != *rep.Ratio {
+		t.Fatalf("ratio chart: series %v dashed %v, want the whole run's %v as a dashed reference", ratio.Series, ratio.Dashed, *rep.Ratio)
+	}
 	lat := chartByID(t, d, "latency")
 	for i := 1; i <= 2; i++ {
 		sum := 0.0

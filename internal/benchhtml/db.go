@@ -170,7 +170,12 @@ func ratioChart(rep *bench.DBReport) (Chart, bool) {
 		c.Data[1] = append(c.Data[1], num(round(float64(sb.Txns)/sb.Seconds/(float64(sa.Txns)/sa.Seconds), 3)))
 	}
 	if rep.Ratio != nil {
-		c.Note = fmt.Sprintf("Over the whole run: %.3f.", *rep.Ratio)
+		c.Series, c.Dashed = append(c.Series, fmt.Sprintf("whole run %.3f", *rep.Ratio)), []bool{false, true}
+		c.Data = append(c.Data, nil)
+		for range c.Data[0] {
+			c.Data[2] = append(c.Data[2], num(*rep.Ratio))
+		}
+		c.Note = "A round far from the whole run's ratio is one where something else hit one workload's slice and not the other's."
 	}
 	return c, len(c.Data[0]) > 0
 }

@@ -17,7 +17,11 @@
     var series = [{ label: c.x_label }];
     c.series.forEach(function (name, i) {
       var col = colors[i % colors.length];
-      series.push({ label: name, stroke: col, width: 2, spanGaps: true, points: { show: true, size: 6, fill: col } });
+      if (c.dashed && c.dashed[i]) {
+        series.push({ label: name, stroke: "#777", width: 1.5, dash: [6, 4], points: { show: false } });
+      } else {
+        series.push({ label: name, stroke: col, width: 2, spanGaps: true, points: { show: true, size: 6, fill: col } });
+      }
     });
     var x = { time: false }, y = {};
     if (c.x_log) { x.distr = 3; x.log = c.x_log; }

@@ -46,7 +46,7 @@ func TestBenchReportInBrowser(t *testing.T) {
 		if len(charts) != 3 {
 			t.Fatalf("%d charts drawn, want 3 (TPS per slice, ratio per round, latency)", len(charts))
 		}
-		for _, want := range [][]string{{"sql", "xa"}, {"xa / sql"}, {"sql (p50", "xa (p50"}} {
+		for _, want := range [][]string{{"sql", "xa"}, {"xa / sql", "whole run 0.404"}, {"sql (p50", "xa (p50"}} {
 			if !slices.ContainsFunc(charts, func(c reportChart) bool { return reportLegendHas(c.Legend, want) }) {
 				t.Errorf("no chart's legend names %q: %+v", want, charts)
 			}
