@@ -743,8 +743,9 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 			if err := e.slice(ctx, st, stopAt, budget, true); err != nil {
 				return nil, err
 			}
-			st.elapsed += time.Since(t0)
-			st.slices = append(st.slices, SliceResult{StartS: round(t0.Sub(start).Seconds(), 3), Seconds: round(time.Since(t0).Seconds(), 4),
+			took := time.Since(t0)
+			st.elapsed += took
+			st.slices = append(st.slices, SliceResult{StartS: round(t0.Sub(start).Seconds(), 3), Seconds: round(took.Seconds(), 4),
 				Txns: st.txns - txns0, Errors: st.errs - errs0})
 			if sampling {
 				e.sb.stopSampling()
