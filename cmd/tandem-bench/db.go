@@ -13,6 +13,7 @@ import (
 
 	"github.com/tandem-tx/tandem/client"
 	"github.com/tandem-tx/tandem/internal/bench"
+	"github.com/tandem-tx/tandem/internal/benchhtml"
 	"github.com/tandem-tx/tandem/internal/cli"
 	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/rm"
@@ -28,7 +29,7 @@ func init() {
 	registerBench(&subBenchmark{
 		name:    "db",
 		summary: "transactions against the real databases: sql, raw2pc, xa, 1pc, plain, oltp, xa-standby (also: tandem bench --workload W)",
-		usage:   "[--workload W | --compare A,B] [--threads N] [--duration D | --txns N] [--coordinator ADDR] [--standby sync|async [--standby-rtt D] ...] [--json] [--trace N]",
+		usage:   "[--workload W | --compare A,B] [--threads N] [--duration D | --txns N] [--coordinator ADDR] [--standby sync|async [--standby-rtt D] ...] [--json] [--html FILE] [--trace N]",
 		help: `The unit of work of the Oracle XA report (docs/field-reports.md, section 1):
 one insert on each of two resource managers, PostgreSQL and MariaDB by
 default. Workloads:
@@ -140,6 +141,7 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	})
 	dbCounters := fs.Bool("db-counters", true, "report the databases' own sync counters per transaction (pg_stat_wal; Binlog_group_commits, Innodb_*_fsyncs); after a workload that commits through a coordinator the run waits 11s for PostgreSQL's late counts")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
+	htmlFile := fs.String("html", "", htmlUsage)
 	fs.IntVar(&cfg.Trace, "trace", 0, "keep the full wait trace (client and coordinator) of this many transactions per workload")
 	traceFile := fs.String("trace-file", "-", "where --trace writes (JSON lines, one transaction each); - is stdout, after the report (with --json, the traces are in the report instead)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
@@ -206,6 +208,11 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	page, err := createHTML(*htmlFile)
+	if err != nil {
+		return err
+	}
+	defer page.abandon()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	rep, err := bench.DB(ctx, cfg)
@@ -213,6 +220,9 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 		if errors.Is(err, context.Canceled) {
 			return errors.New("interrupted")
 		}
+		return err
+	}
+	if err := page.write("db", args, stderr, func(w io.Writer, run benchhtml.Run) error { return benchhtml.WriteDB(w, rep, run) }); err != nil {
 		return err
 	}
 	if *asJSON {

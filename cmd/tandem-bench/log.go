@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/tandem-tx/tandem/internal/bench"
+	"github.com/tandem-tx/tandem/internal/benchhtml"
 	"github.com/tandem-tx/tandem/internal/cli"
 )
 
@@ -19,7 +20,7 @@ func init() {
 	registerBench(&subBenchmark{
 		name:    "log",
 		summary: "the decision log on this disk: raw write+fdatasync, then group commit at 1 to 1024 committers, immediate and batch",
-		usage:   "[--dir DIR] [--duration D | --records N] [--record-size BYTES] [--batch-window D] [--committers LIST] [--json]",
+		usage:   "[--dir DIR] [--duration D | --records N] [--record-size BYTES] [--batch-window D] [--committers LIST] [--json] [--html FILE]",
 		help: `Like PostgreSQL's pg_test_fsync, for Tandem's decision log. In one run:
   1. raw: write one record and fdatasync it, again and again, into a
      preallocated file, sequentially and 8-byte aligned as the log writes:
@@ -56,6 +57,7 @@ func runBenchLog(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.BatchWindow, "batch-window", cfg.BatchWindow, "how long the batch-mode writer gathers records before each fdatasync")
 	committers := fs.String("committers", joinInts(cfg.Committers), "comma-separated numbers of concurrent committers")
 	asJSON := fs.Bool("json", false, "print one JSON object (rows and derived figures) instead of the table")
+	htmlFile := fs.String("html", "", htmlUsage)
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -71,6 +73,11 @@ func runBenchLog(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.Progress = stderr
 
+	page, err := createHTML(*htmlFile)
+	if err != nil {
+		return err
+	}
+	defer page.abandon()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	rep, err := bench.Log(ctx, cfg)
@@ -78,6 +85,9 @@ func runBenchLog(args []string, stdout, stderr io.Writer) error {
 		if errors.Is(err, context.Canceled) {
 			return errors.New("interrupted; temporary files removed")
 		}
+		return err
+	}
+	if err := page.write("log", args, stderr, func(w io.Writer, run benchhtml.Run) error { return benchhtml.WriteLog(w, rep, run) }); err != nil {
 		return err
 	}
 	if *asJSON {

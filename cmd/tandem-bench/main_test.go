@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -47,5 +49,34 @@ func TestRunExitStatusAndHelp(t *testing.T) {
 		if tc.notInHelp != "" && strings.Contains(stdout.String()+stderr.String(), tc.notInHelp) {
 			t.Errorf("tandem-bench %q names the other command (%q):\n%s%s", tc.args, tc.notInHelp, stdout.String(), stderr.String())
 		}
+	}
+}
+
+// TestLogHTML runs a tiny log bench with --html: the page is written and
+// said so; a path that cannot be written fails before the run.
+func TestLogHTML(t *testing.T) {
+	dir := t.TempDir()
+	page := filepath.Join(dir, "log.html")
+	var stdout, stderr strings.Builder
+	if code := run([]string{"log", "--dir", dir, "--records", "20", "--committers", "1,2", "--html", page}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `id="tandem-bench-data"`) || !strings.Contains(string(b), "--committers 1,2 --html") {
+		t.Fatalf("the page has no data block or no command line (%d bytes)", len(b))
+	}
+	if !strings.Contains(stderr.String(), "HTML report written to "+page) || !strings.Contains(stdout.String(), "decisions/s") {
+		t.Fatalf("stdout %q, stderr %q: want the table and the page's path", stdout.String(), stderr.String())
+	}
+
+	stdout.Reset()
+	stderr.Reset()
+	bad := filepath.Join(page, "x.html") // under a file
+	if code := run([]string{"log", "--dir", dir, "--records", "20", "--committers", "1", "--html", bad}, &stdout, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "--html") || strings.Contains(stderr.String(), "bench log: [1/") {
+		t.Fatalf("exit %d, stderr %q: want a failure naming --html before any cell ran", code, stderr.String())
 	}
 }

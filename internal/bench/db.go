@@ -583,6 +583,7 @@ type wlState struct {
 	mu      sync.Mutex
 	traces  []waits.JSONTrace
 	dbc     counterSample // the databases' counters over this workload's slices
+	slices  []SliceResult
 }
 
 // txnFunc runs one transaction on w; tr gets its waits.
@@ -738,11 +739,14 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 			if e.counters != nil {
 				counts0 = e.counters.sample(ctx)
 			}
-			t0 := time.Now()
+			t0, txns0, errs0 := time.Now(), st.txns, st.errs
 			if err := e.slice(ctx, st, stopAt, budget, true); err != nil {
 				return nil, err
 			}
-			st.elapsed += time.Since(t0)
+			took := time.Since(t0)
+			st.elapsed += took
+			st.slices = append(st.slices, SliceResult{StartS: round(t0.Sub(start).Seconds(), 3), Seconds: round(took.Seconds(), 4),
+				Txns: st.txns - txns0, Errors: st.errs - errs0})
 			if sampling {
 				e.sb.stopSampling()
 			}

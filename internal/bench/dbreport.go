@@ -48,8 +48,22 @@ type DBResult struct {
 	// DBCounters are the databases' own sync counters over this workload's
 	// slices (server-wide: DBReport.DBCountersNote), per RM in order.
 	DBCounters []DBCounter `json:"db_counters,omitempty"`
+	// Slices are this workload's measured slices in the order they ran,
+	// interleaved in time with the other workload's.
+	Slices []SliceResult `json:"slices,omitempty"`
+	// Latency is the distribution of the committed transactions' latency,
+	// 4 bins per power of two (Histogram.Bins).
+	Latency []LatencyBin `json:"latency_bins,omitempty"`
 
 	client, coord waits.Snapshot
+}
+
+// SliceResult is one measured slice of a workload.
+type SliceResult struct {
+	StartS  float64 `json:"start_s"` // since the measured run began
+	Seconds float64 `json:"seconds"`
+	Txns    uint64  `json:"txns"`
+	Errors  uint64  `json:"errors"`
 }
 
 // DBReport is the result of DB.
@@ -108,7 +122,8 @@ func (e *env) report(states []*wlState, m machineUseT) *DBReport {
 	}
 	for _, st := range states {
 		r := DBResult{Workload: st.name, Threads: e.cfg.Threads, Txns: st.txns, Errors: st.errs,
-			ElapsedS: round(st.elapsed.Seconds(), 3), RMRoundtripsPerTxn: map[string]float64{}, Traces: st.traces}
+			ElapsedS: round(st.elapsed.Seconds(), 3), RMRoundtripsPerTxn: map[string]float64{}, Traces: st.traces,
+			Slices: st.slices, Latency: st.hist.Bins(4)}
 		if st.elapsed > 0 {
 			r.TPS = round(float64(st.txns)/st.elapsed.Seconds(), 1)
 		}

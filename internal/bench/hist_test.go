@@ -67,3 +67,37 @@ func TestHistogramRecordDoesNotAllocate(t *testing.T) {
 		t.Fatalf("Record allocates %v times", n)
 	}
 }
+
+// TestHistogramBins checks that the coarse bins keep every count, hold
+// each duration under their bound and line up across histograms.
+func TestHistogramBins(t *testing.T) {
+	var a, b Histogram
+	for _, d := range []time.Duration{700 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, 40 * time.Millisecond} {
+		a.Record(d)
+	}
+	b.Record(2 * time.Millisecond)
+	ba, bb := a.Bins(4), b.Bins(4)
+	var n uint64
+	for i, x := range ba {
+		n += x.Count
+		if i > 0 && x.LeMs <= ba[i-1].LeMs {
+			t.Fatalf("bins not increasing: %v", ba)
+		}
+	}
+	if n != 4 {
+		t.Fatalf("bins hold %d durations, want 4: %v", n, ba)
+	}
+	if ba[0].Count != 1 || ba[0].LeMs < 0.7 || ba[0].LeMs > 0.7*1.19*1.02 {
+		t.Fatalf("first bin %+v, want the 0.7 ms duration alone under a bound just above it", ba[0])
+	}
+	if last := ba[len(ba)-1]; last.Count != 1 || last.LeMs < 40 {
+		t.Fatalf("last bin %+v, want the 40 ms duration", last)
+	}
+	if !slices.ContainsFunc(ba, func(x LatencyBin) bool { return x.LeMs == bb[0].LeMs }) {
+		t.Fatalf("b's bin %v is not on a's grid %v", bb[0], ba)
+	}
+	var empty Histogram
+	if empty.Bins(4) != nil {
+		t.Fatal("an empty histogram has bins")
+	}
+}

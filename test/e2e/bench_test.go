@@ -417,3 +417,33 @@ func TestMetricsAndWaitsEndpoints(t *testing.T) {
 		t.Errorf("tandem waits: %v\n%s", err, out)
 	}
 }
+
+// TestBenchHTML: `tandem bench --html FILE` writes the page beside the
+// JSON report, whose slices and latency bins account for every transaction.
+func TestBenchHTML(t *testing.T) {
+	page := filepath.Join(t.TempDir(), "report.html")
+	loose, rep := runBench(t, "--compare", "sql,1pc", "--txns", "200", "--threads", "2", "--db-counters=false", "--html", page)
+	results := loose["results"].([]any)
+	for i, r := range rep.Results {
+		m := results[i].(map[string]any)
+		var slices, binned float64
+		for _, s := range m["slices"].([]any) {
+			slices += s.(map[string]any)["txns"].(float64) + s.(map[string]any)["errors"].(float64)
+		}
+		for _, b := range m["latency_bins"].([]any) {
+			binned += b.(map[string]any)["count"].(float64)
+		}
+		if uint64(slices) != r.Txns+r.Errors || uint64(binned) != r.Txns || len(m["slices"].([]any)) < 2 {
+			t.Errorf("%s: %d txns, %d errors; its %d slices hold %.0f, its latency bins %.0f", r.Workload, r.Txns, r.Errors, len(m["slices"].([]any)), slices, binned)
+		}
+	}
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`id="tandem-bench-data"`, "TPS per slice", "tandem bench db --compare sql,1pc"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the page (%d bytes) has no %q", len(b), want)
+		}
+	}
+}
