@@ -68,7 +68,7 @@ type Config struct {
 	// primary (see Tx.Commit). Every address must be a coordinator of this
 	// cluster, reached with the same TLS, DialOptions and AuthToken.
 	Coordinators []string
-	RMs         []RM
+	RMs          []RM
 	// TLS, when set, is used to reach a coordinator that serves TLS (its
 	// --tls-cert): RootCAs must trust its certificate (nil: the system's
 	// roots), and Certificates holds the client's certificate when the
@@ -182,8 +182,8 @@ type rmInfo struct {
 // Client runs global transactions. It is safe for concurrent use; make one
 // per process and share it.
 type Client struct {
-	cfg   Config
-	rms   map[string]*rmInfo
+	cfg Config
+	rms map[string]*rmInfo
 	// coords are the configured coordinators and the one in use (nil
 	// without a coordinator).
 	coords *coordinators
