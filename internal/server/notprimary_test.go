@@ -20,15 +20,12 @@ import (
 // primary's own answers carry no such trailer.
 func TestNotPrimaryTrailer(t *testing.T) {
 	p, sb, _, _ := pair(t)
-	call := func(s *Server, what string) (metadata.MD, error) {
-		return callFor(t, s, what)
-	}
 	for _, what := range []string{"Commit", "Abort", "Status"} {
-		md, err := call(p, what)
+		md, err := callFor(t, p, what)
 		if v := md.Get(api.MetadataNotPrimary); len(v) != 0 || status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%s on the primary: %v, trailer %v; want its own refusal (a bad gtrid), no not-primary trailer", what, err, v)
 		}
-		md, err = call(sb, what)
+		md, err = callFor(t, sb, what)
 		if v := md.Get(api.MetadataNotPrimary); len(v) != 1 || v[0] != "standby" || status.Code(err) != codes.FailedPrecondition {
 			t.Errorf("%s on the standby: %v, trailer %v; want FAILED_PRECONDITION with %s: standby", what, err, v, api.MetadataNotPrimary)
 		}
@@ -36,7 +33,7 @@ func TestNotPrimaryTrailer(t *testing.T) {
 	if _, err := p.Demote(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	md, err := call(p, "Commit")
+	md, err := callFor(t, p, "Commit")
 	if v := md.Get(api.MetadataNotPrimary); len(v) != 1 || v[0] != "demoted" || status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("Commit on the demoted primary: %v, trailer %v; want FAILED_PRECONDITION with %s: demoted", err, v, api.MetadataNotPrimary)
 	}
