@@ -486,8 +486,6 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 				calls++
 				c.coordinatorCalls.Add(1)
 				start = time.Now()
-			case !c.mayHaveMoved(err, trailer):
-				return nil, calls, &unknownAfterError{ambiguous: ambiguous, last: addrhint.Wrap(ep.addr, err)}
 			}
 		}
 		if !askStatus {
@@ -534,7 +532,7 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 			// a refusal of its own (an RM it cannot log in to, say).
 		}
 		switch {
-		case !retry && ambiguous != nil && ambiguous != err:
+		case !retry && ambiguous != nil && definite:
 			return nil, calls, &unknownAfterError{ambiguous: ambiguous, last: addrhint.Wrap(ep.addr, err)}
 		case !retry:
 			return nil, calls, addrhint.Wrap(ep.addr, err)
