@@ -413,3 +413,37 @@ func TestCoordinatorsConfig(t *testing.T) {
 		t.Errorf("New with a portless address in Coordinators: %v", err)
 	}
 }
+
+// A standby promoted with --accept-data-loss may lack the old primary's
+// decision: it answers Status UNDECIDED and refuses the Commit with
+// INTERNAL (outcome unknown: an operator settles gtrids from before the
+// promotion). The SDK then reports the outcome unknown and touches no
+// branch: it never commits what the old primary may have aborted, nor
+// rolls back what it may have committed.
+func TestUnknowableAfterAnUnsynchronizedPromotionStaysUnknown(t *testing.T) {
+	old := &roleFake{hint: true}
+	old.serving.Store(true)
+	old.commit = func(*api.CommitRequest) (*api.CommitResponse, error) {
+		old.serving.Store(false)
+		return nil, status.Error(codes.Unavailable, "connection reset")
+	}
+	nu := &roleFake{hint: true, epoch: 2}
+	nu.serving.Store(true)
+	nu.commit = func(*api.CommitRequest) (*api.CommitResponse, error) {
+		return nil, status.Error(codes.Internal, "coord: decision outcome unknown: gtrid began before this coordinator was promoted with --accept-data-loss")
+	}
+	oldAddr, _ := serveFake(t, old)
+	nuAddr, _ := serveFake(t, nu)
+	c, _ := followClient(t, oldAddr, nuAddr)
+	tx, pg, maria := twoBranches(t, c)
+	_, err := tx.Commit(context.Background())
+	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "accept-data-loss") {
+		t.Fatalf("Commit: %v, want ErrOutcomeUnknown carrying the new primary's reason", err)
+	}
+	g, x := tx.GTRID(), xaID(tx.GTRID())
+	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
+	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x)
+	if n := nu.counts(); n.statuses != 1 || n.resolves != 0 || n.commits != 1 || n.aborts != 0 {
+		t.Errorf("the new primary got %+v; want 1 Status without resolve, 1 Commit, no Abort", n)
+	}
+}
