@@ -165,6 +165,17 @@ func (t *Tx) SetOptions(o CommitOptions) {
 // was tried, and rolls nothing back: once any attempt went unanswered the
 // decision may exist, so the outcome is found out (Client.Status, or
 // `tandem status GTRID`), never guessed.
+//
+// With several coordinators (Config.Coordinators) the decision follows the
+// primary: a Commit refused by a coordinator that is not the primary is
+// sent to the one that serves (nothing was written by the refused one).
+// After an attempt that went unanswered, the first call to the coordinator
+// the client moved to is Status without resolve: COMMITTED or ABORTED
+// there is the outcome (MariaDB branches are committed or rolled back
+// accordingly); UNDECIDED sends the same Commit there, which commits unless
+// an ABORT reached its log first. A new primary promoted with
+// --accept-data-loss that lacks the decision refuses that Commit as
+// unknowable: the outcome is then reported unknown, never guessed.
 func (t *Tx) Commit(ctx context.Context) (Result, error) {
 	t.mu.Lock()
 	if t.state != txActive {
