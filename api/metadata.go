@@ -29,7 +29,7 @@ const (
 	// over in a switchover ("closing"). Its value is that role. Such a call
 	// was refused before anything was written, so a client may send it to
 	// the coordinator that serves (Health: serving) with no doubt about
-	// this attempt. The refusal's code is FAILED_PRECONDITION, or
-	// UNAVAILABLE for "closing".
+	// this attempt. The refusal's code is FAILED_PRECONDITION, except
+	// UNAVAILABLE from a primary handing over in a switchover.
 	MetadataNotPrimary = "tandem-not-primary"
 )

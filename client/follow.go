@@ -16,7 +16,6 @@ import (
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/addrhint"
-	"github.com/tandem-tx/tandem/waits"
 )
 
 // Following the primary. A client may know several coordinators of one
@@ -150,9 +149,7 @@ func (c *Client) moveFrom(ctx context.Context, from *endpoint, why error) (*endp
 	probes := make([]probe, len(cs.eps))
 	_ = parallel(len(cs.eps), func(i int) error {
 		c.coordinatorCalls.Add(1)
-		start := time.Now()
 		h, err := cs.eps[i].api.Health(ctx, &api.HealthRequest{})
-		c.waits.Since(waits.CoordinatorStatus, start)
 		probes[i].err = err
 		if err == nil {
 			probes[i].serving = h.GetServing()
