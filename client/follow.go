@@ -127,7 +127,6 @@ var epochInHealth = regexp.MustCompile(`\bepoch=(\d+)`)
 type probe struct {
 	serving bool
 	epoch   uint64
-	err     error
 }
 
 // moveFrom looks for the coordinator that serves, after from refused a
@@ -149,9 +148,7 @@ func (c *Client) moveFrom(ctx context.Context, from *endpoint, why error) (*endp
 	probes := make([]probe, len(cs.eps))
 	_ = parallel(len(cs.eps), func(i int) error {
 		c.coordinatorCalls.Add(1)
-		h, err := cs.eps[i].api.Health(ctx, &api.HealthRequest{})
-		probes[i].err = err
-		if err == nil {
+		if h, err := cs.eps[i].api.Health(ctx, &api.HealthRequest{}); err == nil {
 			probes[i].serving = h.GetServing()
 			if m := epochInHealth.FindStringSubmatch(h.GetMessage()); m != nil {
 				probes[i].epoch, _ = strconv.ParseUint(m[1], 10, 64)
