@@ -57,7 +57,7 @@ func newCoordinators(addrs []string, opts []grpc.DialOption) (*coordinators, err
 	for _, a := range addrs {
 		conn, err := grpc.NewClient(a, opts...)
 		if err != nil {
-			cs.close()
+			_ = cs.close()
 			return nil, fmt.Errorf("client: coordinator address %q: %w", a, err)
 		}
 		cs.eps = append(cs.eps, &endpoint{addr: a, conn: conn, api: api.NewCoordinatorClient(conn)})
