@@ -67,7 +67,12 @@ func TestFollowThePrimary(t *testing.T) {
 	const gap = 8 * time.Second // the failover: from the kill to the promotion
 	d := openDBs(t)
 	b := newBank(t, d, 6)
-	p := startPair(t, "max-protection")
+	// An orphan timeout well beyond the clients' backoff (1 s at most): the
+	// promoted standby's in-doubt scan must not abort a transaction whose
+	// client is on its way to commit it (that would be a correct ABORTED,
+	// but this test wants every Commit caught in the change to succeed or
+	// end unknown).
+	p := startPair(t, "max-protection", "--orphan-timeout", "10s")
 	type cli struct {
 		c   *client.Client
 		log *followLog
