@@ -270,7 +270,8 @@ func (c *Client) Close() error {
 
 // Stats are the client's counters since New.
 type Stats struct {
-	// CoordinatorCalls counts RPCs sent to the coordinator (retries included).
+	// CoordinatorCalls counts RPCs sent to the coordinators (retries and the
+	// Health probes that look for the primary included).
 	CoordinatorCalls uint64
 }
 
