@@ -335,7 +335,7 @@ func TestOnlyStandbysRollsBack(t *testing.T) {
 	c := newClient(t, Config{Coordinators: []string{aAddr, bAddr}, DecisionTimeout: 300 * time.Millisecond})
 	tx, pg, _ := twoBranches(t, c)
 	_, err := tx.Commit(context.Background())
-	if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "no coordinator") {
+	if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "no coordinator served as the primary; nothing was decided") {
 		t.Fatalf("Commit: %v, want ErrAborted saying no coordinator served", err)
 	}
 	g := tx.GTRID()

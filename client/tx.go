@@ -354,15 +354,15 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	case errors.As(err, new(*unknownAfterError)):
 		// An earlier attempt ended without an answer: the decision may exist
 		// (and a promoted standby may be committing it). Never roll back.
+	case errors.As(err, new(*noPrimaryError)):
+		// Every attempt was refused before anything was written.
+		t.abortAll(ctx, all)
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "no coordinator served as the primary; nothing was decided and the branches were rolled back", Cause: err}
 	case isRejection(err):
 		// Every attempt was answered, and this one refused the request as a
 		// whole: no decision was written anywhere, so rolling back is safe.
 		t.abortAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator refused the commit", Cause: err}
-	case errors.As(err, new(*noPrimaryError)):
-		// Every attempt was refused before anything was written.
-		t.abortAll(ctx, all)
-		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "no coordinator served as the primary; nothing was decided and the branches were rolled back", Cause: err}
 	case errors.As(err, new(*logFullError)):
 		// Refused on every try until ctx ended: no decision was written.
 		t.abortAll(ctx, all)
