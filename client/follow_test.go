@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/xid"
 )
 
 // roleFake is a coordinator with a role: serving (the primary) or not (a
@@ -445,5 +446,52 @@ func TestUnknowableAfterAnUnsynchronizedPromotionStaysUnknown(t *testing.T) {
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x)
 	if n := nu.counts(); n.statuses != 1 || n.resolves != 0 || n.commits != 1 || n.aborts != 0 {
 		t.Errorf("the new primary got %+v; want 1 Status without resolve, 1 Commit, no Abort", n)
+	}
+}
+
+// With PostgreSQL branches only (none the client settles), a COMMITTED
+// answer to Status on the new primary is the outcome: no Commit is sent
+// (the new primary's phase 2 commits the branches), and the SDK touches
+// none of them.
+func TestCommittedStatusEndsAPostgresOnlyCommit(t *testing.T) {
+	old := &roleFake{hint: true}
+	old.serving.Store(true)
+	old.commit = func(*api.CommitRequest) (*api.CommitResponse, error) {
+		old.serving.Store(false)
+		return nil, status.Error(codes.Unavailable, "connection reset")
+	}
+	nu := &roleFake{hint: true, epoch: 2}
+	nu.serving.Store(true)
+	nu.status = func(*api.StatusRequest) (*api.StatusResponse, error) {
+		return &api.StatusResponse{Outcome: api.Outcome_COMMITTED, Phase2Pending: true}, nil
+	}
+	oldAddr, _ := serveFake(t, old)
+	nuAddr, _ := serveFake(t, nu)
+	c := newClient(t, Config{Coordinators: []string{oldAddr, nuAddr},
+		RMs: []RM{{Name: "pg", Driver: "postgres"}, {Name: "pg2", Driver: "postgres"}}})
+	ctx := context.Background()
+	tx := c.Begin()
+	var dbs []*fakeDB
+	for _, rm := range []string{"pg", "pg2"} {
+		conn, db := fakeConnTo(t)
+		b, err := tx.Branch(ctx, rm, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.ExecContext(ctx, "UPDATE a SET v = 1"); err != nil {
+			t.Fatal(err)
+		}
+		dbs = append(dbs, db)
+	}
+	res, err := tx.Commit(ctx)
+	if err != nil || !res.Phase2Pending || res.CoordinatorCalls != 2 {
+		t.Fatalf("Commit = %+v, %v; want committed, phase 2 pending, 2 calls (Commit to the old primary, Status to the new)", res, err)
+	}
+	if n := nu.counts(); n.statuses != 1 || n.resolves != 0 || n.commits != 0 {
+		t.Errorf("the new primary got %+v; want 1 Status without resolve and no Commit", n)
+	}
+	for i, rm := range []string{"pg", "pg2"} {
+		gid := "'" + xid.Branch{GTRID: tx.GTRID(), RM: rm}.PostgresGID() + "'"
+		wantLog(t, rm, dbs[i], "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+gid)
 	}
 }
