@@ -25,9 +25,10 @@ import (
 // api.MetadataNotPrimary trailer, or FAILED_PRECONDITION from an older
 // server) or cannot be reached (UNAVAILABLE): it then asks every configured
 // address's Health and moves to the one that says serving (the highest
-// epoch if several do). One probe runs at a time, and a probe that found
-// nobody is not repeated for probeQuiet, however many calls are refused
-// meanwhile: the callers back off (commitRPC) and try again.
+// epoch if several do). One probe runs at a time (the other callers wait
+// for its answer, or for their context), and a probe that found nobody is
+// not repeated for probeQuiet, however many calls are refused meanwhile:
+// the callers back off (commitRPC) and try again.
 
 // probeTimeout bounds one probe of the coordinators' Health.
 const probeTimeout = time.Second
@@ -48,8 +49,9 @@ type coordinators struct {
 	eps []*endpoint
 	cur atomic.Pointer[endpoint]
 
-	mu        sync.Mutex // one probe at a time
-	lastProbe time.Time  // when a probe last found nobody better
+	mu        sync.Mutex    // guards the fields below
+	probing   chan struct{} // closed when the probe in flight ends; nil: none
+	lastProbe time.Time     // when a probe last found nobody better
 }
 
 func newCoordinators(addrs []string, opts []grpc.DialOption) (*coordinators, error) {
@@ -136,19 +138,58 @@ type probe struct {
 func (c *Client) moveFrom(ctx context.Context, from *endpoint, why error) (*endpoint, bool) {
 	cs := c.coords
 	cs.mu.Lock()
-	defer cs.mu.Unlock()
 	if cur := cs.cur.Load(); cur != from {
+		cs.mu.Unlock()
 		return cur, true
 	}
+	if wait := cs.probing; wait != nil {
+		// Another caller probes: take its answer (or give up with ctx).
+		cs.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		cur := cs.cur.Load()
+		return cur, cur != from
+	}
 	if len(cs.eps) == 1 || time.Since(cs.lastProbe) < probeQuiet {
+		cs.mu.Unlock()
 		return from, false
 	}
+	done := make(chan struct{})
+	cs.probing = done
+	cs.mu.Unlock()
+	to, epoch := c.probe(ctx, from)
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.probing = nil
+	close(done)
+	if to == from {
+		cs.lastProbe = time.Now()
+		return from, false
+	}
+	cs.cur.Store(to)
+	cs.lastProbe = time.Time{}
+	if c.cfg.Logger != nil {
+		c.cfg.Logger.Warn("coordinator moved from "+from.addr+" to "+to.addr, "from", from.addr, "to", to.addr,
+			"because", why, "epoch", epoch)
+	}
+	return to, true
+}
+
+// probe asks every configured coordinator's Health (in parallel, within
+// probeTimeout) and returns the one that serves with the highest epoch
+// (a superseded primary that has not been fenced yet may still say
+// serving), preferring from, then the configured order; from when none
+// serves.
+func (c *Client) probe(ctx context.Context, from *endpoint) (*endpoint, uint64) {
+	eps := c.coords.eps
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	probes := make([]probe, len(cs.eps))
-	_ = parallel(len(cs.eps), func(i int) error {
+	probes := make([]probe, len(eps))
+	_ = parallel(len(eps), func(i int) error {
 		c.coordinatorCalls.Add(1)
-		if h, err := cs.eps[i].api.Health(ctx, &api.HealthRequest{}); err == nil {
+		if h, err := eps[i].api.Health(ctx, &api.HealthRequest{}); err == nil {
 			probes[i].serving = h.GetServing()
 			if m := epochInHealth.FindStringSubmatch(h.GetMessage()); m != nil {
 				probes[i].epoch, _ = strconv.ParseUint(m[1], 10, 64)
@@ -158,28 +199,14 @@ func (c *Client) moveFrom(ctx context.Context, from *endpoint, why error) (*endp
 	})
 	best := -1
 	for i, p := range probes {
-		if !p.serving {
-			continue
-		}
-		// The highest epoch wins (a superseded primary that has not been
-		// fenced yet may still say serving); then the one in use; then the
-		// configured order.
-		if best < 0 || p.epoch > probes[best].epoch || (p.epoch == probes[best].epoch && cs.eps[i] == from) {
+		if p.serving && (best < 0 || p.epoch > probes[best].epoch || (p.epoch == probes[best].epoch && eps[i] == from)) {
 			best = i
 		}
 	}
-	if best < 0 || cs.eps[best] == from {
-		cs.lastProbe = time.Now()
-		return from, false
+	if best < 0 {
+		return from, 0
 	}
-	to := cs.eps[best]
-	cs.cur.Store(to)
-	cs.lastProbe = time.Time{}
-	if c.cfg.Logger != nil {
-		c.cfg.Logger.Warn("coordinator moved from "+from.addr+" to "+to.addr, "from", from.addr, "to", to.addr,
-			"because", why, "epoch", probes[best].epoch)
-	}
-	return to, true
+	return eps[best], probes[best].epoch
 }
 
 // current is the coordinator the client uses now.

@@ -495,3 +495,23 @@ func TestCommittedStatusEndsAPostgresOnlyCommit(t *testing.T) {
 		wantLog(t, rm, dbs[i], "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+gid)
 	}
 }
+
+// Two coordinators say serving (a superseded primary not fenced yet, and
+// the promoted one): the client moves to the higher epoch.
+func TestMoveToTheHighestEpoch(t *testing.T) {
+	sb := &roleFake{hint: true}
+	stale, promoted := &roleFake{hint: true, epoch: 1}, &roleFake{hint: true, epoch: 2}
+	stale.serving.Store(true)
+	promoted.serving.Store(true)
+	sbAddr, _ := serveFake(t, sb)
+	staleAddr, _ := serveFake(t, stale)
+	promotedAddr, _ := serveFake(t, promoted)
+	c, _ := followClient(t, sbAddr, staleAddr, promotedAddr)
+	tx, _, _ := twoBranches(t, c)
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	if c.CurrentCoordinator() != promotedAddr || stale.counts().commits != 0 || promoted.counts().commits != 1 {
+		t.Errorf("the client uses %s (stale %+v, promoted %+v); want the epoch-2 primary %s", c.CurrentCoordinator(), stale.counts(), promoted.counts(), promotedAddr)
+	}
+}
