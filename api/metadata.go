@@ -23,4 +23,13 @@ const (
 	// "d": RM (optional), "t": start in Unix nanoseconds, "n": duration in
 	// nanoseconds} (binary metadata: "-bin").
 	MetadataTraceTrailer = "tandem-trace-bin"
+	// MetadataNotPrimary is the trailer of a Commit, Abort or Status that a
+	// coordinator refused because it is not the primary now: a standby, a
+	// demoted or fenced primary, one that is stopping, or a primary handing
+	// over in a switchover ("closing"). Its value is that role. Such a call
+	// was refused before anything was written, so a client may send it to
+	// the coordinator that serves (Health: serving) with no doubt about
+	// this attempt. The refusal's code is FAILED_PRECONDITION, except
+	// UNAVAILABLE from a primary handing over in a switchover.
+	MetadataNotPrimary = "tandem-not-primary"
 )

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tandem-tx/tandem/api"
-	"github.com/tandem-tx/tandem/internal/addrhint"
 	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/waits"
@@ -55,7 +54,21 @@ type Config struct {
 	// Coordinator is the coordinator's gRPC address (host:port). It is only
 	// contacted when two or more branches of a transaction wrote.
 	Coordinator string
-	RMs         []RM
+	// Coordinators are more addresses of coordinators of the same cluster
+	// (the primary and its standbys), so that the client follows the
+	// primary through a switchover or a failover with no change to the
+	// application. The list the client uses is Coordinator (if set)
+	// followed by Coordinators, each address once; Coordinator alone is a
+	// one-element list. Calls go to the first until it refuses one because
+	// it is not the primary (a standby, demoted or fenced coordinator:
+	// FAILED_PRECONDITION) or cannot be reached (UNAVAILABLE); the client
+	// then asks every address's Health and moves to the one that serves,
+	// logs "coordinator moved from A to B" (Logger), and stays there until
+	// the next refusal. A Commit caught in the change is settled on the new
+	// primary (see Tx.Commit). Every address must be a coordinator of this
+	// cluster, reached with the same TLS, DialOptions and AuthToken.
+	Coordinators []string
+	RMs          []RM
 	// TLS, when set, is used to reach a coordinator that serves TLS (its
 	// --tls-cert): RootCAs must trust its certificate (nil: the system's
 	// roots), and Certificates holds the client's certificate when the
@@ -169,11 +182,12 @@ type rmInfo struct {
 // Client runs global transactions. It is safe for concurrent use; make one
 // per process and share it.
 type Client struct {
-	cfg   Config
-	rms   map[string]*rmInfo
-	conn  *grpc.ClientConn // nil without a coordinator
-	coord api.CoordinatorClient
-	waits *waits.Registry
+	cfg Config
+	rms map[string]*rmInfo
+	// coords are the configured coordinators and the one in use (nil
+	// without a coordinator).
+	coords *coordinators
+	waits  *waits.Registry
 
 	coordinatorCalls atomic.Uint64
 	closeOnce        sync.Once
@@ -219,10 +233,11 @@ func New(cfg Config) (*Client, error) {
 		c.rms[r.Name] = &rmInfo{name: r.Name, dialect: dialect, multiStatements: r.MultiStatements,
 			neverCP: r.NeverCommitPoint, cpStrength: r.CommitPointStrength, db: r.DB}
 	}
-	if cfg.Coordinator != "" {
-		if err := addrhint.CheckAPIAddr(cfg.Coordinator); err != nil {
-			return nil, fmt.Errorf("client: %w", err)
-		}
+	addrs, err := coordinatorAddrs(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(addrs) > 0 {
 		var opts []grpc.DialOption
 		switch {
 		case cfg.TLS != nil:
@@ -234,11 +249,9 @@ func New(cfg Config) (*Client, error) {
 		if cfg.AuthToken != "" {
 			opts = append(opts, grpc.WithPerRPCCredentials(api.TokenCredentials(cfg.AuthToken)))
 		}
-		conn, err := grpc.NewClient(cfg.Coordinator, opts...)
-		if err != nil {
-			return nil, fmt.Errorf("client: coordinator address %q: %w", cfg.Coordinator, err)
+		if c.coords, err = newCoordinators(addrs, opts); err != nil {
+			return nil, err
 		}
-		c.conn, c.coord = conn, api.NewCoordinatorClient(conn)
 	}
 	return c, nil
 }
@@ -248,8 +261,8 @@ func (c *Client) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		c.stop() // background commits give up; the coordinator's scan finishes them
-		if c.conn != nil {
-			err = c.conn.Close()
+		if c.coords != nil {
+			err = c.coords.close()
 		}
 	})
 	return err
@@ -257,7 +270,8 @@ func (c *Client) Close() error {
 
 // Stats are the client's counters since New.
 type Stats struct {
-	// CoordinatorCalls counts RPCs sent to the coordinator (retries included).
+	// CoordinatorCalls counts RPCs sent to the coordinators (retries and the
+	// Health probes that look for the primary included).
 	CoordinatorCalls uint64
 }
 
@@ -295,14 +309,24 @@ func (c *Client) RunInTx(ctx context.Context, fn func(tx *Tx) error) (res Result
 
 // Status asks the coordinator for the outcome of a gtrid (after
 // ErrOutcomeUnknown, say). With resolve, an undecided gtrid is aborted.
+// It follows the primary as Commit does (Config.Coordinators): a refusal
+// from a coordinator that is not the primary, or one that cannot be
+// reached, sends it to the one that serves, within ctx and
+// Config.DecisionTimeout.
 func (c *Client) Status(ctx context.Context, gtrid xid.GTRID, resolve bool) (*api.StatusResponse, error) {
-	if c.coord == nil {
+	if c.coords == nil {
 		return nil, ErrNoCoordinator
 	}
-	c.coordinatorCalls.Add(1)
 	defer c.waits.Since(waits.CoordinatorStatus, time.Now())
-	resp, err := c.coord.Status(ctx, &api.StatusRequest{Gtrid: gtrid.String(), Resolve: resolve})
-	return resp, addrhint.Wrap(c.cfg.Coordinator, err)
+	ctx, cancel := c.decisionContext(ctx)
+	defer cancel()
+	var resp *api.StatusResponse
+	err := c.call(ctx, func(ctx context.Context, ep *endpoint, opts ...grpc.CallOption) error {
+		var err error
+		resp, err = ep.api.Status(ctx, &api.StatusRequest{Gtrid: gtrid.String(), Resolve: resolve}, opts...)
+		return err
+	})
+	return resp, err
 }
 
 // Branch enlists conn as the branch of tx on the named resource manager. A

@@ -165,6 +165,17 @@ func (t *Tx) SetOptions(o CommitOptions) {
 // was tried, and rolls nothing back: once any attempt went unanswered the
 // decision may exist, so the outcome is found out (Client.Status, or
 // `tandem status GTRID`), never guessed.
+//
+// With several coordinators (Config.Coordinators) the decision follows the
+// primary: a Commit refused by a coordinator that is not the primary is
+// sent to the one that serves (nothing was written by the refused one).
+// After an attempt that went unanswered, the first call to the coordinator
+// the client moved to is Status without resolve: COMMITTED or ABORTED
+// there is the outcome (MariaDB branches are committed or rolled back
+// accordingly); UNDECIDED sends the same Commit there, which commits unless
+// an ABORT reached its log first. A new primary promoted with
+// --accept-data-loss that lacks the decision refuses that Commit as
+// unknowable: the outcome is then reported unknown, never guessed.
 func (t *Tx) Commit(ctx context.Context) (Result, error) {
 	t.mu.Lock()
 	if t.state != txActive {
@@ -287,7 +298,7 @@ func (t *Tx) commitOnePhase(ctx context.Context, w *Branch) (Result, txState, er
 
 func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitReaders func() error) (Result, txState, error) {
 	res := Result{Path: PathTwoPhase}
-	if t.c.coord == nil {
+	if t.c.coords == nil {
 		t.abortAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("%d branches wrote", len(writers)), Cause: ErrNoCoordinator}
 	}
@@ -343,6 +354,10 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	case errors.As(err, new(*unknownAfterError)):
 		// An earlier attempt ended without an answer: the decision may exist
 		// (and a promoted standby may be committing it). Never roll back.
+	case errors.As(err, new(*noPrimaryError)):
+		// Every attempt was refused before anything was written.
+		t.abortAll(ctx, all)
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "no coordinator served as the primary; nothing was decided and the branches were rolled back", Cause: err}
 	case isRejection(err):
 		// Every attempt was answered, and this one refused the request as a
 		// whole: no decision was written anywhere, so rolling back is safe.
@@ -361,7 +376,7 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 		"no decision from the coordinator at %s after %d attempts in %s: %w; nothing was rolled back: "+
 			"the prepared branches are the coordinator's to settle once it is reachable (committed if it decided COMMIT, "+
 			"rolled back after its orphan timeout if it never received the Commit)",
-		t.c.cfg.Coordinator, calls, time.Since(rpcStart).Round(time.Millisecond), addrhint.Wrap(t.c.cfg.Coordinator, err))}
+		t.c.CurrentCoordinator(), calls, time.Since(rpcStart).Round(time.Millisecond), err)}
 }
 
 // decisionContext bounds the wait for the coordinator's decision by
@@ -417,6 +432,17 @@ func hasSessionBound(bs []*Branch) bool {
 // a "coordinator commit" wait; with traceCoord the coordinator's own waits
 // for this gtrid come back in the reply's trailer and join tr.
 //
+// It follows the primary (follow.go): a coordinator that refuses the call
+// because it is not the primary, or cannot be reached, sends the next
+// attempt to the one that serves. Once an attempt went unanswered (the
+// decision may exist on the old primary, and reached the new one with its
+// log), the first call to a coordinator the client moved to is Status
+// without resolve, never anything that could write ABORT: COMMITTED or
+// ABORTED there is the outcome; UNDECIDED (or COMMITTED with a branch the
+// client settles, so that the answer waits for the new primary's standby)
+// sends the Commit again, which decides COMMIT unless a decision exists:
+// the first of COMMIT or ABORT to reach the log wins.
+//
 // With onCommitted, the call asks for the early decision: onCommitted runs
 // (once) as soon as the response headers say COMMITTED, which the
 // coordinator sends only once the decision is durable. From then on the
@@ -439,13 +465,17 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 	backoff := 10 * time.Millisecond
 	// ambiguous is the first attempt that ended without a definite answer:
 	// not a reply, not RESOURCE_EXHAUSTED (the coordinator's "decision log
-	// full, nothing written"). UNAVAILABLE may come from a coordinator that
-	// wrote the decision and then died or was cut off. From then on the
-	// outcome is unknown for good: a later refusal (a fenced or demoted
-	// coordinator, a standby, a credential no longer accepted) says nothing
-	// about that attempt, so it is reported as unknownAfterError, never as
-	// a refusal the caller may roll back on.
+	// full, nothing written"), not a refusal before anything was written.
+	// UNAVAILABLE may come from a coordinator that wrote the decision and
+	// then died or was cut off. From then on the outcome is unknown until
+	// a coordinator that serves answers it: a later refusal (a credential no
+	// longer accepted, say) says nothing about that attempt, so it is
+	// reported as unknownAfterError, never as a refusal the caller may
+	// roll back on.
 	var ambiguous error
+	ep := c.current()
+	askStatus := false // ambiguous, then moved: ask the new primary first
+	moves := 0
 	first, warned := time.Now(), time.Time{}
 	for calls := 1; ; calls++ {
 		c.coordinatorCalls.Add(1)
@@ -453,62 +483,112 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 		var resp *api.CommitResponse
 		var trailer metadata.MD
 		var err error
-		if onCommitted != nil {
-			resp, trailer, err = c.commitStream(ctx, req, onHeader)
-		} else {
-			resp, err = c.coord.Commit(ctx, req, grpc.Trailer(&trailer))
+		if askStatus {
+			var st *api.StatusResponse
+			st, err = ep.api.Status(ctx, &api.StatusRequest{Gtrid: req.GetGtrid()}, grpc.Trailer(&trailer))
+			c.waits.Since(waits.CoordinatorStatus, start)
+			switch {
+			case err == nil && st.GetOutcome() == api.Outcome_ABORTED,
+				err == nil && st.GetOutcome() == api.Outcome_COMMITTED && onCommitted == nil:
+				return &api.CommitResponse{Outcome: st.GetOutcome(), Phase2Pending: st.GetPhase2Pending(), Branches: st.GetBranches(),
+					Message: "after a role change, the primary at " + ep.addr + " answers: " + st.GetMessage()}, calls, nil
+			case err == nil:
+				askStatus = false // UNDECIDED: decide there (or learn its COMMIT after its standby has it)
+				calls++
+				c.coordinatorCalls.Add(1)
+				start = time.Now()
+			}
 		}
-		d := c.waits.Since(waits.CoordinatorCommit, start)
-		tr.Add(waits.SideClient, waits.CoordinatorCommit, "", start, d)
-		if traceCoord {
-			for _, v := range trailer.Get(api.MetadataTraceTrailer) {
-				if spans, perr := waitwire.Decode([]byte(v)); perr == nil {
-					tr.Merge(spans)
+		if !askStatus {
+			trailer = nil
+			if onCommitted != nil {
+				resp, trailer, err = c.commitStream(ctx, ep, req, onHeader)
+			} else {
+				resp, err = ep.api.Commit(ctx, req, grpc.Trailer(&trailer))
+			}
+			d := c.waits.Since(waits.CoordinatorCommit, start)
+			tr.Add(waits.SideClient, waits.CoordinatorCommit, "", start, d)
+			if traceCoord {
+				for _, v := range trailer.Get(api.MetadataTraceTrailer) {
+					if spans, perr := waitwire.Decode([]byte(v)); perr == nil {
+						tr.Merge(spans)
+					}
 				}
 			}
-		}
-		if err != nil && committed {
-			return &api.CommitResponse{Outcome: api.Outcome_COMMITTED, Phase2Pending: true,
-				Message: "the coordinator decided COMMIT (durable); its reply after phase 2 was lost: " + err.Error()}, calls, nil
-		}
-		if err != nil && ambiguous != nil && (isRejection(err) || status.Code(err) == codes.ResourceExhausted) {
-			if !retryable(err) || ctx.Err() != nil {
-				return nil, calls, &unknownAfterError{ambiguous: ambiguous, last: err}
+			if err != nil && committed {
+				return &api.CommitResponse{Outcome: api.Outcome_COMMITTED, Phase2Pending: true,
+					Message: "the coordinator decided COMMIT (durable); its reply after phase 2 was lost: " + err.Error()}, calls, nil
 			}
-		} else if err != nil && ambiguous == nil && !isRejection(err) && status.Code(err) != codes.ResourceExhausted {
+			if err == nil {
+				return resp, calls, nil
+			}
+		}
+		_, refusedHere := notPrimary(trailer) // this attempt wrote nothing
+		definite := refusedHere || isRejection(err) || status.Code(err) == codes.ResourceExhausted
+		if ambiguous == nil && !definite && !askStatus {
 			ambiguous = err
 		}
-		refusedOnly := ambiguous == nil
-		if err == nil || !retryable(err) || (ctx.Err() != nil && !refusedOnly) {
-			return resp, calls, err
+		retry := refusedHere || retryable(err)
+		if c.mayHaveMoved(err, trailer) {
+			if next, moved := c.moveFrom(ctx, ep, err); moved {
+				ep, retry = next, true
+				askStatus = ambiguous != nil
+				if moves++; moves == 1 {
+					continue // straight to the new primary
+				}
+			}
+			// Not moved: keep trying the same one (a standby may be
+			// promoted, the primary may come back), unless it refused with
+			// FAILED_PRECONDITION and no trailer while nobody else serves:
+			// a refusal of its own (an RM it cannot log in to, say).
 		}
-		if ctx.Err() != nil {
-			return nil, calls, &logFullError{err}
+		switch {
+		case !retry && ambiguous != nil && definite:
+			return nil, calls, &unknownAfterError{ambiguous: ambiguous, last: addrhint.Wrap(ep.addr, err)}
+		case !retry:
+			return nil, calls, addrhint.Wrap(ep.addr, err)
+		case ctx.Err() != nil:
+			return nil, calls, c.gaveUp(ctx, ep.addr, ambiguous, err, refusedHere)
 		}
 		if status.Code(err) == codes.Unavailable && time.Since(warned) >= time.Second {
 			warned = time.Now()
-			c.warn("coordinator unreachable at "+c.cfg.Coordinator+", retrying", "gtrid", req.GetGtrid(), "attempts", calls,
-				"for", time.Since(first).Round(time.Second).String(), "error", addrhint.Wrap(c.cfg.Coordinator, err))
+			c.warn("coordinator unreachable at "+ep.addr+", retrying", "gtrid", req.GetGtrid(), "attempts", calls,
+				"for", time.Since(first).Round(time.Second).String(), "error", addrhint.Wrap(ep.addr, err))
 		}
 		select {
 		case <-ctx.Done():
-			if ambiguous == nil {
-				return nil, calls, &logFullError{err}
-			}
-			return nil, calls, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+			return nil, calls, c.gaveUp(ctx, ep.addr, ambiguous, err, refusedHere)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
 	}
 }
 
+// gaveUp is commitRPC's error when ctx ended while it was still trying:
+// after an attempt that went unanswered, the outcome is unknown; if every
+// attempt was refused before anything was written, no decision exists
+// (noPrimaryError, or logFullError when the last said the log is full).
+func (c *Client) gaveUp(ctx context.Context, addr string, ambiguous, last error, refused bool) error {
+	definite := ambiguous != last && (refused || isRejection(last) || status.Code(last) == codes.ResourceExhausted)
+	last = addrhint.Wrap(addr, last)
+	switch {
+	case ambiguous != nil && definite:
+		return &unknownAfterError{ambiguous: ambiguous, last: last}
+	case ambiguous != nil:
+		return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
+	case status.Code(last) == codes.ResourceExhausted:
+		return &logFullError{last}
+	}
+	return &noPrimaryError{addrs: c.addrList(), last: last}
+}
+
 // commitStream makes one Commit call through the stream API, so that the
 // response headers (the early decision) can be read before the reply, which
 // the unary API does not allow. On the wire it is the same unary call.
-func (c *Client) commitStream(ctx context.Context, req *api.CommitRequest, onHeader func(metadata.MD)) (*api.CommitResponse, metadata.MD, error) {
+func (c *Client) commitStream(ctx context.Context, ep *endpoint, req *api.CommitRequest, onHeader func(metadata.MD)) (*api.CommitResponse, metadata.MD, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.conn.NewStream(ctx, &grpc.StreamDesc{StreamName: "Commit"}, api.Coordinator_Commit_FullMethodName)
+	stream, err := ep.conn.NewStream(ctx, &grpc.StreamDesc{StreamName: "Commit"}, api.Coordinator_Commit_FullMethodName)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -572,7 +652,7 @@ func (t *Tx) rollbackAll(ctx context.Context, branches []*Branch) error {
 		}
 		return nil
 	})
-	if len(stuck) == 0 || t.c.coord == nil {
+	if len(stuck) == 0 || t.c.coords == nil {
 		return err
 	}
 	req := &api.AbortRequest{Gtrid: t.gtrid.String()}
@@ -587,9 +667,11 @@ func (t *Tx) rollbackAll(ctx context.Context, branches []*Branch) error {
 	if len(req.Branches) == 0 {
 		return err // only active branches: the database rolls them back when their connection ends
 	}
-	t.c.coordinatorCalls.Add(1)
 	start := time.Now()
-	_, aerr := t.c.coord.Abort(ctx, req)
+	aerr := t.c.call(ctx, func(ctx context.Context, ep *endpoint, opts ...grpc.CallOption) error {
+		_, err := ep.api.Abort(ctx, req, opts...)
+		return err
+	})
 	d := t.c.waits.Since(waits.CoordinatorAbort, start)
 	t.trace.Add(waits.SideClient, waits.CoordinatorAbort, "", start, d)
 	if aerr != nil {

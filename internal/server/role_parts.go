@@ -130,6 +130,7 @@ func (s *Server) newStandby(primary string, reseed bool) (*standbyRole, error) {
 		return nil, err
 	}
 	return &standbyRole{receiver: r, primary: primary, svc: &refusingService{
+		role: RoleStandby,
 		refusal: func() error {
 			st := r.Status()
 			return status.Errorf(codes.FailedPrecondition,
@@ -180,6 +181,7 @@ func (r *idleRole) api() (api.CoordinatorServer, *gate) {
 		health = describe(get()) + ": " + r.why
 	}
 	return &refusingService{
+		role:    r.role,
 		refusal: func() error { return status.Error(codes.FailedPrecondition, r.why) },
 		health:  func() string { return health },
 	}, nil

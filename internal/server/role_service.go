@@ -5,6 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/service"
 )
@@ -26,14 +29,25 @@ func (r *roleService) set(srv api.CoordinatorServer, g *gate) {
 	r.cur.Store(&roleImpl{srv: srv, gate: g})
 }
 
-func (r *roleService) enter() (*roleImpl, error) {
+// enter admits a call into the current role's service; a closed gate (a
+// switchover or fencing in progress) refuses it before anything is
+// written, and says so in the api.MetadataNotPrimary trailer.
+func (r *roleService) enter(ctx context.Context) (*roleImpl, error) {
 	h := r.cur.Load()
 	if h.gate != nil {
 		if err := h.gate.enter(); err != nil {
+			notPrimary(ctx, "closing")
 			return nil, err
 		}
 	}
 	return h, nil
+}
+
+// notPrimary marks a refused call's trailer with the role that refused it
+// (api.MetadataNotPrimary): nothing was written, the client may go to the
+// coordinator that serves.
+func notPrimary(ctx context.Context, role string) {
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(api.MetadataNotPrimary, role))
 }
 
 func (h *roleImpl) leave() {
@@ -43,7 +57,7 @@ func (h *roleImpl) leave() {
 }
 
 func (r *roleService) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
-	h, err := r.enter()
+	h, err := r.enter(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +66,7 @@ func (r *roleService) Commit(ctx context.Context, req *api.CommitRequest) (*api.
 }
 
 func (r *roleService) Abort(ctx context.Context, req *api.AbortRequest) (*api.AbortResponse, error) {
-	h, err := r.enter()
+	h, err := r.enter(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +75,7 @@ func (r *roleService) Abort(ctx context.Context, req *api.AbortRequest) (*api.Ab
 }
 
 func (r *roleService) Status(ctx context.Context, req *api.StatusRequest) (*api.StatusResponse, error) {
-	h, err := r.enter()
+	h, err := r.enter(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -125,19 +139,24 @@ func (g *gate) reopen() {
 }
 
 // refusingService is the API of a role that decides nothing.
+// Its refusals carry the api.MetadataNotPrimary trailer naming role.
 type refusingService struct {
 	api.UnimplementedCoordinatorServer
+	role    Role
 	refusal func() error
 	health  func() string
 }
 
-func (s *refusingService) Commit(context.Context, *api.CommitRequest) (*api.CommitResponse, error) {
+func (s *refusingService) Commit(ctx context.Context, _ *api.CommitRequest) (*api.CommitResponse, error) {
+	notPrimary(ctx, s.role.String())
 	return nil, s.refusal()
 }
-func (s *refusingService) Abort(context.Context, *api.AbortRequest) (*api.AbortResponse, error) {
+func (s *refusingService) Abort(ctx context.Context, _ *api.AbortRequest) (*api.AbortResponse, error) {
+	notPrimary(ctx, s.role.String())
 	return nil, s.refusal()
 }
-func (s *refusingService) Status(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
+func (s *refusingService) Status(ctx context.Context, _ *api.StatusRequest) (*api.StatusResponse, error) {
+	notPrimary(ctx, s.role.String())
 	return nil, s.refusal()
 }
 func (s *refusingService) Health(context.Context, *api.HealthRequest) (*api.HealthResponse, error) {

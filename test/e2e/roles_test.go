@@ -28,16 +28,16 @@ type pair struct {
 	protection, netOut string
 }
 
-func startPair(t *testing.T, protection string) *pair {
+func startPair(t *testing.T, protection string, extra ...string) *pair {
 	t.Helper()
 	p := &pair{adminA: freeAddr(t), adminB: freeAddr(t), listenA: freeAddr(t), listenB: freeAddr(t),
 		dirA: t.TempDir(), dirB: t.TempDir(), protection: protection, netOut: "1s"}
 	// --max-clock-skew 1s: after a promotion with --accept-data-loss, gtrids
 	// stamped up to the skew later are treated as from before it.
-	p.a = startIn(t, p.dirA, "--admin", p.adminA, "--standby-listen", p.listenA, "--peer", p.listenB,
-		"--protection", protection, "--net-timeout", p.netOut, "--max-clock-skew", "1s")
-	p.b = startIn(t, p.dirB, "--admin", p.adminB, "--standby-of", p.listenA, "--standby-listen", p.listenB, "--peer", p.listenA,
-		"--protection", protection, "--net-timeout", p.netOut, "--max-clock-skew", "1s")
+	p.a = startIn(t, p.dirA, append([]string{"--admin", p.adminA, "--standby-listen", p.listenA, "--peer", p.listenB,
+		"--protection", protection, "--net-timeout", p.netOut, "--max-clock-skew", "1s"}, extra...)...)
+	p.b = startIn(t, p.dirB, append([]string{"--admin", p.adminB, "--standby-of", p.listenA, "--standby-listen", p.listenB, "--peer", p.listenA,
+		"--protection", protection, "--net-timeout", p.netOut, "--max-clock-skew", "1s"}, extra...)...)
 	eventually(t, 10*time.Second, "the standby follows the primary", func() bool {
 		return strings.Contains(healthMessage(p.a), "standby=127.0.0.1") && strings.Contains(healthMessage(p.b), "(following)")
 	})
