@@ -49,7 +49,7 @@ import org.postgresql.ds.PGSimpleDataSource;
  */
 public final class Transfer {
     /** Marks the tables this demo created: a reset drops only tables that carry it. */
-    static final String DEMO_MARK = "created by tandem's Java transfer example";
+    static final String DEMO_MARK = "created by the Java transfer example of tandem";
 
     /** What to run. */
     public static final class Config {
