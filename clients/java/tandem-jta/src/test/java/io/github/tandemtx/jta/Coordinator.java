@@ -78,7 +78,10 @@ final class Coordinator implements AutoCloseable {
             try {
                 CoordinatorGrpc.newBlockingStub(channel).withDeadlineAfter(500, TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
                 return;
-            } catch (RuntimeException e) {
+            } catch (io.grpc.StatusRuntimeException e) {
+                if (e.getStatus().getCode() == io.grpc.Status.Code.UNAUTHENTICATED) {
+                    return; // up, and wants its token
+                }
                 if (!proc.isAlive()) {
                     throw new IllegalStateException("coordinator exited at start:\n" + output());
                 }
