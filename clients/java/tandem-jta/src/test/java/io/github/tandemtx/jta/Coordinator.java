@@ -115,11 +115,16 @@ final class Coordinator implements AutoCloseable {
     }
 
     @Override
-    public void close() throws Exception {
+    public void close() throws IOException {
         if (proc.isAlive()) {
             proc.destroy();
-            if (!proc.waitFor(15, TimeUnit.SECONDS)) {
-                kill();
+            try {
+                if (!proc.waitFor(15, TimeUnit.SECONDS)) {
+                    kill();
+                }
+            } catch (InterruptedException e) {
+                proc.destroyForcibly();
+                Thread.currentThread().interrupt();
             }
         }
         channel.shutdownNow();
