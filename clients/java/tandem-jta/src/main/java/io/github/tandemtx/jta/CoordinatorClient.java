@@ -6,6 +6,10 @@ import io.grpc.ClientCall;
 import io.grpc.ClientInterceptor;
 import io.grpc.ForwardingClientCall;
 import io.grpc.ForwardingClientCallListener;
+import io.grpc.Grpc;
+import io.grpc.TlsChannelCredentials;
+import java.io.IOException;
+import java.nio.file.Path;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
 import io.grpc.Metadata;
@@ -37,8 +41,27 @@ final class CoordinatorClient implements AutoCloseable {
     private final CoordinatorGrpc.CoordinatorBlockingStub stub;
 
     CoordinatorClient(String target, String authToken) {
+        this(target, authToken, null, null, null);
+    }
+
+    CoordinatorClient(String target, String authToken, Path tlsCa, Path tlsCert, Path tlsKey) {
         this.target = target;
-        ManagedChannelBuilder<?> b = ManagedChannelBuilder.forTarget(target).usePlaintext();
+        ManagedChannelBuilder<?> b;
+        if (tlsCa == null) {
+            b = ManagedChannelBuilder.forTarget(target).usePlaintext();
+        } else {
+            TlsChannelCredentials.Builder tls = TlsChannelCredentials.newBuilder();
+            try {
+                tls.trustManager(tlsCa.toFile());
+                if (tlsCert != null) {
+                    tls.keyManager(tlsCert.toFile(), tlsKey.toFile());
+                }
+            } catch (IOException e) {
+                throw new IllegalArgumentException("tandem: reading the TLS files for the coordinator at " + target + " (CA " + tlsCa
+                        + (tlsCert != null ? ", certificate " + tlsCert + ", key " + tlsKey : "") + "): " + e.getMessage(), e);
+            }
+            b = Grpc.newChannelBuilder(target, tls.build());
+        }
         if (authToken != null && !authToken.isEmpty()) {
             b.intercept(headers(AUTHORIZATION, "Bearer " + authToken));
         }

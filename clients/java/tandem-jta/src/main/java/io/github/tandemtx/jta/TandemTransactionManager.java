@@ -63,7 +63,7 @@ public final class TandemTransactionManager implements TransactionManager, UserT
 
     private TandemTransactionManager(TandemConfig config) {
         this.config = config;
-        this.coordinator = new CoordinatorClient(config.coordinator(), config.authToken());
+        this.coordinator = new CoordinatorClient(config.coordinator(), config.authToken(), config.tlsCa(), config.tlsCert(), config.tlsKey());
         AtomicInteger n = new AtomicInteger();
         this.executor = Executors.newCachedThreadPool(r -> {
             Thread t = new Thread(r, "tandem-branch-" + n.incrementAndGet());
