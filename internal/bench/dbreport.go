@@ -61,6 +61,8 @@ type DBReport struct {
 	// DecideAt: where xa and oltp decided (client.DecideAt).
 	DecideAt   string `json:"decide_at"`
 	Visibility string `json:"visibility"`
+	// PGDriver: how workloads without an @ suffix talk to PostgreSQL (sql or pgx).
+	PGDriver string `json:"pg_driver"`
 	// CommitPoint: the RM allowed to be the commit point ("": auto's choice).
 	CommitPoint string `json:"commit_point,omitempty"`
 	// CoordinatorConns: the in-process coordinator's connections per RM.
@@ -84,7 +86,7 @@ type DBReport struct {
 }
 
 func (e *env) report(states []*wlState, m machineUseT) *DBReport {
-	rep := &DBReport{Coordinator: e.coordAt, DecideAt: string(e.cfg.DecideAt), Visibility: visibilityName(e.cfg.Visibility), CommitPoint: e.cfg.CommitPoint, CPUs: runtime.NumCPU(),
+	rep := &DBReport{Coordinator: e.coordAt, DecideAt: string(e.cfg.DecideAt), Visibility: visibilityName(e.cfg.Visibility), PGDriver: e.cfg.PGDriver, CommitPoint: e.cfg.CommitPoint, CPUs: runtime.NumCPU(),
 		OwnCPUPercent: round(m.own, 1), OthersCPUPercent: round(m.others, 1), Warnings: e.warnings}
 	if e.inProc {
 		rep.Coordinator += " (in-process)"
@@ -107,7 +109,7 @@ func (e *env) report(states []*wlState, m machineUseT) *DBReport {
 		}
 	}
 	for _, st := range states {
-		r := DBResult{Workload: st.name, Threads: e.cfg.Threads, Txns: st.txns, Errors: st.errs,
+		r := DBResult{Workload: st.label, Threads: e.cfg.Threads, Txns: st.txns, Errors: st.errs,
 			ElapsedS: round(st.elapsed.Seconds(), 3), RMRoundtripsPerTxn: map[string]float64{}, Traces: st.traces}
 		if st.elapsed > 0 {
 			r.TPS = round(float64(st.txns)/st.elapsed.Seconds(), 1)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -622,5 +623,32 @@ func TestPgxPipelineRoundTrips(t *testing.T) {
 	}
 	if sdkRead != 3 || res.RMRoundTrips != 4 {
 		t.Errorf("read-only branch: pgx %d round trips, database/sql %d; want 3 and 4", sdkRead, res.RMRoundTrips)
+	}
+}
+
+// The bench runs PostgreSQL over database/sql and over pgx natively in one
+// run (--compare W@sql,W@pgx): both commit every transaction with the same
+// round trips, the SDK workload through Tx.Branch and Tx.BranchPgx, the
+// baseline with the same statements; the report names the driver of each.
+func TestPgxBenchComparesDrivers(t *testing.T) {
+	for _, pair := range []string{"xa@sql,xa@pgx", "oltp-sql@sql,oltp-sql@pgx"} {
+		loose, rep := runBench(t, "--compare", pair, "--txns", "40", "--threads", "2", "--oltp-rows", "200", "--db-counters=false")
+		if loose["pg_driver"] != "sql" {
+			t.Errorf("%s: pg_driver = %v, want the default, sql", pair, loose["pg_driver"])
+		}
+		if len(rep.Results) != 2 || rep.Ratio == nil {
+			t.Fatalf("%s: %d results, ratio %v; want 2 and a ratio", pair, len(rep.Results), rep.Ratio)
+		}
+		want := strings.Split(pair, ",")
+		for i, r := range rep.Results {
+			if r.Workload != want[i] || r.Txns != 40 || r.Errors != 0 {
+				t.Errorf("%s: result %d: %s, %d txns, %d errors; want %s, 40, 0", pair, i, r.Workload, r.Txns, r.Errors, want[i])
+			}
+		}
+		a, b := rep.Results[0].RMRoundtripsPerTxn["pg"], rep.Results[1].RMRoundtripsPerTxn["pg"]
+		if a != b || a == 0 {
+			t.Errorf("%s: PostgreSQL round trips per transaction %v (sql) and %v (pgx): want the same", pair, a, b)
+		}
+		t.Logf("%s: TPS %.0f and %.0f (ratio %.2f; 40 transactions, not a measurement)", pair, rep.Results[0].TPS, rep.Results[1].TPS, *rep.Ratio)
 	}
 }
