@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"slices"
 	"strings"
@@ -249,5 +250,66 @@ func TestBranchPgxRefuses(t *testing.T) {
 	_ = tx.Rollback(ctx)
 	if _, err := tx.BranchPgx(ctx, "pg", conn); !errors.Is(err, ErrTxDone) {
 		t.Errorf("BranchPgx after Rollback = %v, want ErrTxDone", err)
+	}
+}
+
+// The SDK's and the driver's cost of a one-phase transaction (one insert)
+// over pgx natively and over database/sql on pgx's stdlib driver, against
+// the same fake PostgreSQL on loopback (its cost, the same for both, is in
+// the figures): run both with -bench 'OnePhaseOver' -benchmem.
+func BenchmarkOnePhaseOverPgx(b *testing.B) {
+	f := startFakePG(b)
+	c, err := New(Config{RMs: twoRMs, Waits: waits.NewRegistry(waits.SideClient)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, "postgres://u@"+f.addr+"/db?sslmode=disable")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		tx := c.Begin()
+		pb, _ := tx.BranchPgx(ctx, "pg", conn)
+		if _, err := pb.Exec(ctx, "INSERT INTO a VALUES ($1)", i); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tx.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkOnePhaseOverSQL(b *testing.B) {
+	f := startFakePG(b)
+	c, err := New(Config{RMs: twoRMs, Waits: waits.NewRegistry(waits.SideClient)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	db, err := sql.Open("pgx", "postgres://u@"+f.addr+"/db?sslmode=disable")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		tx := c.Begin()
+		sb, _ := tx.Branch(ctx, "pg", conn)
+		if _, err := sb.ExecContext(ctx, "INSERT INTO a VALUES ($1)", i); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tx.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -28,7 +28,7 @@ type fakePG struct {
 	fail, failLate string
 }
 
-func startFakePG(t *testing.T) *fakePG {
+func startFakePG(t testing.TB) *fakePG {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
