@@ -73,15 +73,14 @@ func (f *fakePG) reset() {
 
 // fakeSession is one connection's state.
 type fakeSession struct {
-	f       *fakePG
-	be      *pgproto3.Backend
-	status  byte              // 'I', 'T' or 'E'
-	wrote   bool              // the open transaction wrote
-	stmts   map[string]string // prepared statement name → SQL
-	portal  string            // the bound statement's SQL
-	binary  bool              // the bound statement's results are asked in binary
-	skip    bool              // an extended-protocol error: ignore until Sync
-	started bool
+	f      *fakePG
+	be     *pgproto3.Backend
+	status byte              // 'I', 'T' or 'E'
+	wrote  bool              // the open transaction wrote
+	stmts  map[string]string // prepared statement name → SQL
+	portal string            // the bound statement's SQL
+	binary bool              // the bound statement's results are asked in binary
+	skip   bool              // an extended-protocol error: ignore until Sync
 }
 
 func (f *fakePG) serve(c net.Conn) {

@@ -370,7 +370,7 @@ func (c *conns) close() {
 		c.pc.Close()
 	}
 	if c.px != nil {
-		c.px.Close(context.Background())
+		_ = c.px.Close(context.Background())
 	}
 	if c.mc != nil {
 		c.mc.Close()
