@@ -426,6 +426,29 @@ func TestPgxCommitPoint(t *testing.T) {
 		t.Errorf("pg's decision row = %q, want C", o)
 	}
 
+	// MariaDB decides (auto's first choice): the pgx branch prepares named
+	// with it (tandemcp:…) and commits after MariaDB's commit.
+	cli3 := cpClient(t, d)
+	_, mc3 := conns(t, d)
+	tx = cli3.Begin()
+	pb, _ = tx.BranchPgx(ctx, "pg", pc)
+	mb, _ = tx.Branch(ctx, "maria", mc3)
+	if _, err := pb.Exec(ctx, "INSERT INTO e2e_pgx_cp VALUES (4, 'x')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mb.ExecContext(ctx, "INSERT INTO e2e_pgx_cp VALUES (4, 'x')"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := tx.Commit(ctx); err != nil || res.Path != client.PathCommitPoint || res.CommitPoint != "maria" {
+		t.Fatalf("Commit = %+v, %v; want decided at maria", res, err)
+	}
+	if d.count(t, d.pg, "e2e_pgx_cp", 4) != 1 || d.count(t, d.my, "e2e_pgx_cp", 4) != 1 {
+		t.Fatal("the transaction decided at MariaDB is not on both databases")
+	}
+	if o := decisionRow(t, d.my, tx.GTRID().String(), true); o != "C" {
+		t.Errorf("maria's decision row = %q, want C", o)
+	}
+
 	// No pools: the checks (durability, the table) read through pgx.
 	cli2, err := client.New(client.Config{RMs: []client.RM{{Name: "pg", Driver: "postgres"}, {Name: "pg2", Driver: "postgres", CommitPointStrength: 1}}})
 	if err != nil {
@@ -452,6 +475,14 @@ func TestPgxCommitPoint(t *testing.T) {
 	if left := d.prepared(t); len(left) != 0 {
 		t.Errorf("left prepared: %v", left)
 	}
+}
+
+// The transfer example with its PostgreSQL branches over pgx, deciding at
+// MariaDB (the pgx branch prepared as tandemcp:…), killed before and after
+// its prepares and before and after the decision: the coordinator settles
+// each pgx branch from the decision table; the journals match.
+func TestPgxTransferKilledAtEachStep(t *testing.T) {
+	killTransferAtEachStep(t, "e2epgx_", "--pg-driver", "pgx")
 }
 
 // msgCounter is a proxy to PostgreSQL that counts the round trips clients
