@@ -42,10 +42,12 @@ requires a token: set TANDEM_AUTH_TOKEN_FILE to its file.
 
 PostgreSQL's driver: --pg-driver sql (database/sql over pgx's stdlib driver;
 the SDK's Tx.Branch) or pgx (pgx natively, each thread its own *pgx.Conn;
-the SDK's Tx.BranchPgx). A workload named W@sql or W@pgx uses that driver
-whatever --pg-driver says, so --compare xa@sql,xa@pgx measures the two
-against each other in one run. Both send BEGIN with the first statement in
-one pipelined batch; MariaDB is always database/sql.
+the SDK's Tx.BranchPgx); auto, the default, takes pgx for 1pc, plain, oltp
+and oltp-sql, where it measured faster, and sql for the others. A workload
+named W@sql or W@pgx uses that driver whatever --pg-driver says, so
+--compare xa@sql,xa@pgx measures the two against each other in one run. Both
+send BEGIN with the first statement in one pipelined batch; MariaDB is
+always database/sql.
 
 Report: elapsed, TPS, latency p50/p95/p99 of a whole transaction, round trips
 per transaction (to each RM and to the coordinator), the client's wait table
@@ -101,7 +103,7 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	fs := benchFlags(benchmarks["db"], stderr)
 	workload := fs.String("workload", "", "one workload: sql, raw2pc, xa, 1pc, plain, oltp, oltp-sql or xa-standby; W@sql or W@pgx picks PostgreSQL's driver for it")
 	compare := fs.String("compare", "", "two workloads A,B to run interleaved; the ratio is TPS(B)/TPS(A)")
-	fs.StringVar(&cfg.PGDriver, "pg-driver", cfg.PGDriver, "how workloads without @sql or @pgx talk to PostgreSQL: sql (database/sql) or pgx (natively)")
+	fs.StringVar(&cfg.PGDriver, "pg-driver", cfg.PGDriver, "how workloads without @sql or @pgx talk to PostgreSQL: auto (pgx natively for 1pc, plain, oltp and oltp-sql, where it measured faster; database/sql for the others), sql or pgx")
 	fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "concurrent clients")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured time per workload")
 	fs.IntVar(&cfg.Txns, "txns", 0, "run this many transactions per workload instead of --duration")

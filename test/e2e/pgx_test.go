@@ -664,8 +664,13 @@ func TestPgxPipelineRoundTrips(t *testing.T) {
 func TestPgxBenchComparesDrivers(t *testing.T) {
 	for _, pair := range []string{"xa@sql,xa@pgx", "oltp-sql@sql,oltp-sql@pgx"} {
 		loose, rep := runBench(t, "--compare", pair, "--txns", "40", "--threads", "2", "--oltp-rows", "200", "--db-counters=false")
-		if loose["pg_driver"] != "sql" {
-			t.Errorf("%s: pg_driver = %v, want the default, sql", pair, loose["pg_driver"])
+		if loose["pg_driver"] != "auto" {
+			t.Errorf("%s: pg_driver = %v, want the default, auto", pair, loose["pg_driver"])
+		}
+		for i, r := range loose["results"].([]any) {
+			if got, want := r.(map[string]any)["pg_driver"], []string{"sql", "pgx"}[i]; got != want {
+				t.Errorf("%s: result %d: pg_driver %v, want %s", pair, i, got, want)
+			}
 		}
 		if len(rep.Results) != 2 || rep.Ratio == nil {
 			t.Fatalf("%s: %d results, ratio %v; want 2 and a ratio", pair, len(rep.Results), rep.Ratio)
