@@ -144,13 +144,12 @@ const DefaultPGDriver = PGDriverAuto
 // AutoPGDriver is the driver PGDriverAuto gives a workload: pgx natively
 // where it measured faster than database/sql in interleaved runs on the
 // development machine — 1pc (pgx ÷ sql 1.00–1.02 in the quiet 30 s runs,
-// 6 runs of 7 above 1) and oltp (1.02 and 1.05 at 2 threads, 1.00 at 16)
-// — and database/sql
-// where it did not: xa (0.95–1.05, median 0.99 at 2 threads). Each baseline
-// takes the driver of the SDK workload it is the baseline of (plain of
-// 1pc, oltp-sql of oltp; sql and raw2pc of xa), so that --compare of the
-// two never measures a driver along with Tandem. README, "pgx natively
-// against database/sql", has the runs.
+// above 1 in 6 runs of 7) and oltp (1.02 and 1.05 at 2 threads, 1.00 at
+// 16) — and database/sql where it did not: xa (0.95–1.05, median 0.99 at 2
+// threads). Each baseline takes the driver of the SDK workload it is the
+// baseline of (plain of 1pc, oltp-sql of oltp; sql and raw2pc of xa), so
+// that --compare of the two never measures a driver along with Tandem.
+// README, "pgx natively against database/sql", has the runs.
 func AutoPGDriver(workload string) string {
 	switch workload {
 	case WorkloadOnePC, WorkloadPlain, WorkloadOLTP, WorkloadOLTPSQL:
