@@ -39,9 +39,12 @@ const (
 //
 // A Branch is not safe for concurrent use, like the connection beneath it.
 type Branch struct {
-	tx    *Tx
-	rm    *rmInfo
-	conn  *sql.Conn
+	tx   *Tx
+	rm   *rmInfo
+	conn *sql.Conn // the application's connection (Tx.Branch), or nil
+	// pgc is the application's pgx connection (Tx.BranchPgx), or nil:
+	// exactly one of conn and pgc is set.
+	pgc   *pgx.Conn
 	id    xid.Branch
 	mu    sync.Mutex
 	state branchState
@@ -221,29 +224,12 @@ func (b *Branch) beginWithExec(ctx context.Context, query string, args []any) (s
 	switch {
 	case b.rm.dialect.Driver() == rm.Postgres:
 		var res sql.Result
-		piped, err := withPgx(b.conn, func(c *pgx.Conn) error {
-			b.trips++
-			start := time.Now()
-			defer b.waited(waits.RMRoundtrip, start)
-			var batch pgx.Batch
-			batch.Queue(begin)
-			batch.Queue(query, args...)
-			br := c.SendBatch(ctx, &batch)
-			_, err := br.Exec()
-			if err == nil {
-				var tag pgconn.CommandTag
-				tag, err = br.Exec()
-				res = tagResult(tag)
-			}
-			if cerr := br.Close(); err == nil {
-				err = cerr
-			}
+		piped, err := b.withPgx(func(c *pgx.Conn) error {
+			tag, err := b.pipeBeginExec(ctx, c, begin, query, args)
+			res = tagResult(tag)
 			return err
 		})
 		if piped {
-			// BEGIN went out: even if the statement failed, the session is
-			// inside a (failed) transaction that rollback must end.
-			b.state = branchActive
 			return res, err
 		}
 	case b.rm.multiStatements:
@@ -264,10 +250,39 @@ func (b *Branch) beginWithExec(ctx context.Context, query string, args []any) (s
 	return res, err
 }
 
-// withPgx runs fn on the pgx connection under a database/sql connection.
-// ok is false when the connection is not pgx's (another PostgreSQL driver).
-func withPgx(conn *sql.Conn, fn func(*pgx.Conn) error) (ok bool, err error) {
-	rawErr := conn.Raw(func(dc any) error {
+// pipeBeginExec sends the begin and the first statement through the
+// PostgreSQL pipeline (a pgx batch: one Sync, one round trip) and returns
+// the statement's command tag.
+func (b *Branch) pipeBeginExec(ctx context.Context, c *pgx.Conn, begin, query string, args []any) (pgconn.CommandTag, error) {
+	b.trips++
+	start := time.Now()
+	defer b.waited(waits.RMRoundtrip, start)
+	var batch pgx.Batch
+	batch.Queue(begin)
+	batch.Queue(query, args...)
+	br := c.SendBatch(ctx, &batch)
+	// BEGIN went out: even if the statement failed, the session is inside
+	// a (failed) transaction that rollback must end.
+	b.state = branchActive
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// withPgx runs fn on the branch's pgx connection: its own (BranchPgx), or
+// the one under its database/sql connection. ok is false when there is none
+// (a database/sql connection of another PostgreSQL driver).
+func (b *Branch) withPgx(fn func(*pgx.Conn) error) (ok bool, err error) {
+	if b.pgc != nil {
+		return true, fn(b.pgc)
+	}
+	rawErr := b.conn.Raw(func(dc any) error {
 		sc, isPgx := dc.(*stdlib.Conn)
 		if !isPgx {
 			return errNotPgx
@@ -297,20 +312,78 @@ func (b *Branch) execSteps(ctx context.Context, ev waits.Event, stmts []string) 
 	if len(stmts) > 1 && b.rm.multiStatements {
 		b.trips++
 		start := time.Now()
-		_, err := b.conn.ExecContext(ctx, strings.Join(stmts, "; "))
+		err := b.exec(ctx, strings.Join(stmts, "; "))
 		b.waited(ev, start)
 		return err
 	}
 	for _, s := range stmts {
 		b.trips++
 		start := time.Now()
-		_, err := b.conn.ExecContext(ctx, s)
+		err := b.exec(ctx, s)
 		b.waited(ev, start)
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// exec runs one statement on the branch's connection, without arguments
+// (PostgreSQL: the simple protocol, which runs several joined statements).
+func (b *Branch) exec(ctx context.Context, query string) error {
+	if b.pgc != nil {
+		_, err := b.pgc.Exec(ctx, query)
+		return err
+	}
+	_, err := b.conn.ExecContext(ctx, query)
+	return err
+}
+
+// queryRow reads one row on the branch's connection into dest.
+func (b *Branch) queryRow(ctx context.Context, query string, dest ...any) error {
+	if b.pgc != nil {
+		return b.pgc.QueryRow(ctx, query).Scan(dest...)
+	}
+	return b.conn.QueryRowContext(ctx, query).Scan(dest...)
+}
+
+// reader is the branch's connection as the commit point's checks read it.
+func (b *Branch) reader() rowReader {
+	if b.pgc != nil {
+		return pgxReader{b.pgc}
+	}
+	return sqlReader{b.conn}
+}
+
+// enlist returns t's branch on info, making it on conn or pgc (exactly one
+// is set) when there is none; an existing branch must be on the same
+// connection (one branch per RM per global transaction).
+func (t *Tx) enlist(info *rmInfo, conn *sql.Conn, pgc *pgx.Conn) (*Branch, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.state != txActive {
+		return nil, ErrTxDone
+	}
+	for _, b := range t.branches {
+		if b.rm == info {
+			if b.conn != conn || b.pgc != pgc {
+				return nil, fmt.Errorf("client: resource manager %q already has a branch in transaction %s on another connection; reuse it (one branch per RM)", info.name, t.gtrid)
+			}
+			return b, nil
+		}
+	}
+	b := &Branch{tx: t, rm: info, conn: conn, pgc: pgc, id: xid.Branch{GTRID: t.gtrid, RM: info.name}}
+	t.branches = append(t.branches, b)
+	return b, nil
+}
+
+// rmNamed returns the declared RM called name.
+func (c *Client) rmNamed(name string) (*rmInfo, error) {
+	info, ok := c.rms[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q: declare it in client.Config.RMs", ErrUnknownRM, name)
+	}
+	return info, nil
 }
 
 // waited records one wait of the branch since start, in the client's
@@ -326,7 +399,7 @@ func (b *Branch) prepare(ctx context.Context) error {
 	stmts := b.rm.dialect.Prepare(b.id)
 	if b.rm.dialect.Driver() == rm.Postgres {
 		var tag pgconn.CommandTag
-		piped, err := withPgx(b.conn, func(c *pgx.Conn) error {
+		piped, err := b.withPgx(func(c *pgx.Conn) error {
 			b.trips++
 			start := time.Now()
 			var e error
@@ -352,6 +425,10 @@ func (b *Branch) prepare(ctx context.Context) error {
 // coordinator's included, can settle it. The application's *sql.Conn is
 // closed by this: later calls on it return sql.ErrConnDone.
 func (b *Branch) releaseSession() {
+	if b.pgc != nil {
+		closePgx(b.pgc)
+		return
+	}
 	_ = b.conn.Raw(func(any) error { return driver.ErrBadConn })
 }
 
@@ -365,7 +442,7 @@ func (b *Branch) readOnly(ctx context.Context) (bool, error) {
 	b.trips++
 	start := time.Now()
 	var ro bool
-	err := b.conn.QueryRowContext(ctx, q).Scan(&ro)
+	err := b.queryRow(ctx, q, &ro)
 	b.waited(waits.RMRoundtrip, start)
 	if err != nil {
 		return false, err

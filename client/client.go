@@ -334,29 +334,14 @@ func (c *Client) Status(ctx context.Context, gtrid xid.GTRID, resolve bool) (*ap
 // per global transaction); conn must then be the same connection. Nothing is
 // sent to the database until the branch's first statement.
 func (t *Tx) Branch(ctx context.Context, rmName string, conn *sql.Conn) (*Branch, error) {
-	info, ok := t.c.rms[rmName]
-	if !ok {
-		return nil, fmt.Errorf("%w %q: declare it in client.Config.RMs", ErrUnknownRM, rmName)
+	info, err := t.c.rmNamed(rmName)
+	if err != nil {
+		return nil, err
 	}
 	if conn == nil {
 		return nil, fmt.Errorf("client: Branch(%q): conn is nil", rmName)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.state != txActive {
-		return nil, ErrTxDone
-	}
-	for _, b := range t.branches {
-		if b.rm.name == rmName {
-			if b.conn != conn {
-				return nil, fmt.Errorf("client: resource manager %q already has a branch in transaction %s on another connection; reuse it (one branch per RM)", rmName, t.gtrid)
-			}
-			return b, nil
-		}
-	}
-	b := &Branch{tx: t, rm: info, conn: conn, id: xid.Branch{GTRID: t.gtrid, RM: rmName}}
-	t.branches = append(t.branches, b)
-	return b, nil
+	return t.enlist(info, conn, nil)
 }
 
 // warn sends a warning to Config.Logger, if one is set.

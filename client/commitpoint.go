@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -75,7 +76,7 @@ const (
 // outside any transaction, or nil when it cannot be used now: the checks
 // run on the RM's pool when there is one (the application's connection is
 // left alone, but for comparing what it and the pool reach), else on conn.
-func (c *Client) qualifies(ctx context.Context, info *rmInfo, conn rm.Querier) bool {
+func (c *Client) qualifies(ctx context.Context, info *rmInfo, conn rowReader) bool {
 	if info.neverCP {
 		return false
 	}
@@ -112,11 +113,11 @@ const cpRetry = 5 * time.Second
 
 // checkCommitPoint says why info cannot be a commit point (nil: it can),
 // and whether that may pass by itself (a failed connection, say).
-func (c *Client) checkCommitPoint(ctx context.Context, info *rmInfo, conn rm.Querier) (why error, transient bool) {
+func (c *Client) checkCommitPoint(ctx context.Context, info *rmInfo, conn rowReader) (why error, transient bool) {
 	d := info.dialect.Driver()
 	q := conn
 	if info.db != nil {
-		q = info.db
+		q = sqlReader{info.db}
 		if err := decision.Ensure(ctx, info.db, d); err != nil {
 			return err, !isDefinite(err)
 		}
@@ -127,7 +128,7 @@ func (c *Client) checkCommitPoint(ctx context.Context, info *rmInfo, conn rm.Que
 			if err != nil {
 				return fmt.Errorf("rm %q: identify the decision table through the application's connection: %w", info.name, err), !isDefinite(err)
 			}
-			b, err := tableIdentity(ctx, info.db, d)
+			b, err := tableIdentity(ctx, q, d)
 			if err != nil {
 				return fmt.Errorf("rm %q: identify the decision table through client.RM.DB: %w", info.name, err), !isDefinite(err)
 			}
@@ -137,14 +138,14 @@ func (c *Client) checkCommitPoint(ctx context.Context, info *rmInfo, conn rm.Que
 			}
 		}
 	}
-	if err := decision.CheckDurable(ctx, q, d); err != nil {
+	if err := decision.CheckDurableRead(ctx, q.readRow, d); err != nil {
 		return err, !isDefinite(err)
 	}
-	rows, err := q.QueryContext(ctx, "SELECT gtrid FROM "+decision.TableName+" WHERE 1 = 0")
-	if err != nil {
+	var g string
+	if err := q.readRow(ctx, "SELECT gtrid FROM "+decision.TableName+" WHERE 1 = 0", &g); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("rm %q: the decision table %s is not usable (%w): start the coordinator with this RM (it creates the table), run tandem init-rm, or give client.RM.DB", info.name, decision.TableName, err), !isDefinite(err)
 	}
-	return rows.Close(), false
+	return nil, false
 }
 
 // isDefinite reports whether err is an answer (the database's, or a
@@ -164,25 +165,44 @@ func isDefinite(err error) bool {
 
 // tableIdentity names what q reaches as the decision table: database,
 // server and the table's own identity.
-func tableIdentity(ctx context.Context, q rm.Querier, d rm.Driver) (string, error) {
+func tableIdentity(ctx context.Context, q rowReader, d rm.Driver) (string, error) {
 	query := "SELECT concat_ws('/', current_database(), coalesce(inet_server_addr()::text, 'local'), inet_server_port()::text, pg_postmaster_start_time()::text, " +
 		"coalesce(to_regclass('" + decision.TableName + "')::oid::text, 'none'))"
 	if d == rm.MySQL {
 		query = "SELECT concat_ws('/', DATABASE(), @@hostname, @@port, @@server_id, " +
 			"(SELECT coalesce(create_time, '') FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = '" + decision.TableName + "'))"
 	}
-	rows, err := q.QueryContext(ctx, query)
-	if err != nil {
+	var id string
+	if err := q.readRow(ctx, query, &id); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return "", err
 	}
-	defer rows.Close()
-	var id string
-	if rows.Next() {
-		if err := rows.Scan(&id); err != nil {
-			return "", err
-		}
+	return id, nil
+}
+
+// rowReader is a connection as the commit point's checks use it: the
+// application's (database/sql or pgx) or the RM's pool.
+type rowReader interface {
+	// readRow reads the first row of query into dest; with no row, an
+	// error matching sql.ErrNoRows.
+	readRow(ctx context.Context, query string, dest ...any) error
+}
+
+// sqlReader reads through database/sql (*sql.DB or *sql.Conn).
+type sqlReader struct {
+	q interface {
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	}
-	return id, rows.Err()
+}
+
+func (r sqlReader) readRow(ctx context.Context, query string, dest ...any) error {
+	return r.q.QueryRowContext(ctx, query).Scan(dest...)
+}
+
+// pgxReader reads through a pgx connection (pgx.ErrNoRows matches sql.ErrNoRows).
+type pgxReader struct{ c *pgx.Conn }
+
+func (r pgxReader) readRow(ctx context.Context, query string, dest ...any) error {
+	return r.c.QueryRow(ctx, query).Scan(dest...)
 }
 
 // beginForm says how a MariaDB/MySQL branch begins: as the transaction's
@@ -198,7 +218,7 @@ func (t *Tx) beginForm(ctx context.Context, b *Branch) {
 	t.mu.Lock()
 	decideAt := t.opts.DecideAt
 	t.mu.Unlock()
-	plainOK := decideAt != DecideAtCoordinator && t.c.qualifies(ctx, b.rm, b.conn)
+	plainOK := decideAt != DecideAtCoordinator && t.c.qualifies(ctx, b.rm, b.reader())
 	var pin *Branch
 	if !plainOK && decideAt != DecideAtCoordinator {
 		pin = t.postgresCandidate(ctx)
@@ -239,7 +259,7 @@ func (t *Tx) postgresCandidate(ctx context.Context) *Branch {
 			// transaction); busy, another goroutine runs a statement on
 			// it: never wait for it here.
 			if w.state == branchIdle {
-				ok = t.c.qualifies(ctx, w.rm, w.conn)
+				ok = t.c.qualifies(ctx, w.rm, w.reader())
 			}
 			w.mu.Unlock()
 		}
@@ -268,7 +288,7 @@ func (t *Tx) checkPostgres(ctx context.Context, b *Branch) {
 	decideAt := t.opts.DecideAt
 	t.mu.Unlock()
 	if decideAt != DecideAtCoordinator {
-		t.c.qualifies(ctx, b.rm, b.conn)
+		t.c.qualifies(ctx, b.rm, b.reader())
 	}
 }
 
@@ -527,7 +547,7 @@ func (c *Client) checkForeignCommit(ctx context.Context, info *rmInfo, g xid.GTR
 func (b *Branch) commitDecision(ctx context.Context, stmts []string) error {
 	if b.rm.dialect.Driver() == rm.Postgres {
 		joined := strings.Join(stmts, "; ")
-		piped, err := withPgx(b.conn, func(c *pgx.Conn) error {
+		piped, err := b.withPgx(func(c *pgx.Conn) error {
 			b.trips++
 			start := time.Now()
 			_, e := c.Exec(ctx, joined) // no arguments: the simple protocol

@@ -29,7 +29,7 @@ func init() {
 	registerBench(&subBenchmark{
 		name:    "db",
 		summary: "transactions against the real databases: sql, raw2pc, xa, 1pc, plain, oltp, xa-standby (also: tandem bench --workload W)",
-		usage:   "[--workload W | --compare A,B] [--threads N] [--duration D | --txns N] [--coordinator ADDR] [--standby sync|async [--standby-rtt D] ...] [--json] [--html FILE] [--trace N]",
+		usage:   "[--workload W | --compare A,B] [--pg-driver sql|pgx] [--threads N] [--duration D | --txns N] [--coordinator ADDR] [--standby sync|async [--standby-rtt D] ...] [--json] [--html FILE] [--trace N]",
 		help: `The unit of work of the Oracle XA report (docs/field-reports.md, section 1):
 one insert on each of two resource managers, PostgreSQL and MariaDB by
 default. Workloads:
@@ -40,6 +40,15 @@ and reports ratio = TPS(B) / TPS(A). Without --coordinator a coordinator is
 started in this process (decision log under --dir) and the clients reach it
 over gRPC on loopback, so the RPC cost is real. An external coordinator that
 requires a token: set TANDEM_AUTH_TOKEN_FILE to its file.
+
+PostgreSQL's driver: --pg-driver sql (database/sql over pgx's stdlib driver;
+the SDK's Tx.Branch) or pgx (pgx natively, each thread its own *pgx.Conn;
+the SDK's Tx.BranchPgx); auto, the default, takes pgx for 1pc, plain, oltp
+and oltp-sql, where it measured faster, and sql for the others. A workload
+named W@sql or W@pgx uses that driver whatever --pg-driver says, so
+--compare xa@sql,xa@pgx measures the two against each other in one run. Both
+send BEGIN with the first statement in one pipelined batch; MariaDB is
+always database/sql.
 
 Report: elapsed, TPS, latency p50/p95/p99 of a whole transaction, round trips
 per transaction (to each RM and to the coordinator), the client's wait table
@@ -80,6 +89,7 @@ tandem_bench is emptied at the start.
 Examples:
   tandem bench --compare sql,xa --duration 10s
   tandem bench --compare raw2pc,xa --threads 32 --json
+  tandem bench --compare xa@sql,xa@pgx --threads 8 --duration 20s
   tandem bench --workload oltp --threads 256 --duration 30s
   tandem bench --workload xa --txns 200 --trace 3
   tandem bench --compare xa,xa-standby --standby sync --threads 8 --duration 20s
@@ -92,8 +102,9 @@ Examples:
 func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	cfg := bench.DefaultDBConfig()
 	fs := benchFlags(benchmarks["db"], stderr)
-	workload := fs.String("workload", "", "one workload: sql, raw2pc, xa, 1pc, plain, oltp, oltp-sql or xa-standby")
+	workload := fs.String("workload", "", "one workload: sql, raw2pc, xa, 1pc, plain, oltp, oltp-sql or xa-standby; W@sql or W@pgx picks PostgreSQL's driver for it")
 	compare := fs.String("compare", "", "two workloads A,B to run interleaved; the ratio is TPS(B)/TPS(A)")
+	fs.StringVar(&cfg.PGDriver, "pg-driver", cfg.PGDriver, "how workloads without @sql or @pgx talk to PostgreSQL: auto (pgx natively for 1pc, plain, oltp and oltp-sql, where it measured faster; database/sql for the others), sql or pgx")
 	fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "concurrent clients")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured time per workload")
 	fs.IntVar(&cfg.Txns, "txns", 0, "run this many transactions per workload instead of --duration")

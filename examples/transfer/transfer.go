@@ -16,6 +16,7 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/tandem-tx/tandem/client"
@@ -65,7 +66,17 @@ type Config struct {
 	PGName, MariaName string
 	// Log receives the in-process coordinator's log (default: discarded).
 	Log io.Writer
+	// PGDriver is how the workers talk to PostgreSQL: "pgx" (each worker
+	// its own *pgx.Conn, client.Tx.BranchPgx) or "sql" (database/sql over
+	// pgx's stdlib driver, client.Tx.Branch). Default: DefaultPGDriver.
+	PGDriver string
 }
+
+// DefaultPGDriver is Config.PGDriver's default: database/sql, because pgx
+// natively did not measure faster on a transfer's commit path (tandem bench
+// --compare xa@sql,xa@pgx --decide-at auto --threads 8, both orders: 1.003
+// and 1.006, within the noise; README, "pgx natively against database/sql").
+const DefaultPGDriver = "sql"
 
 // names are the tables and resource managers of one run.
 type names struct {
@@ -145,6 +156,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 	if cfg.Workers < 1 || cfg.Accounts < 1 {
 		return nil, errors.New("--workers and --accounts must be at least 1")
+	}
+	if cfg.PGDriver == "" {
+		cfg.PGDriver = DefaultPGDriver
+	}
+	if cfg.PGDriver != "sql" && cfg.PGDriver != "pgx" {
+		return nil, fmt.Errorf("--pg-driver %q: use sql or pgx", cfg.PGDriver)
 	}
 	pg, err := sql.Open("pgx", cfg.PGDSN)
 	if err != nil {
@@ -286,20 +303,12 @@ func startProgress(w io.Writer, rep *Report, start time.Time) func() {
 // connection that breaks (a database restarted) is replaced, and the worker
 // carries on: every failed transfer is counted, none is retried blindly.
 func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config, rep *Report, ids *sync.Map, budget *atomic.Int64, acks *os.File) error {
-	var pc, mc *sql.Conn
-	defer func() {
-		if pc != nil {
-			pc.Close()
-		}
-		if mc != nil {
-			mc.Close()
-		}
-	}()
+	var c conns
+	defer c.close()
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	for ctx.Err() == nil {
-		if pc == nil || mc == nil {
-			var err error
-			if pc, mc, err = reconnect(ctx, pg, my, pc, mc); err != nil {
+		if !c.open() {
+			if err := c.reconnect(ctx, pg, my, cfg); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -318,7 +327,7 @@ func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config,
 		// The run's end stops new transfers; one in flight gets its own deadline.
 		txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		tx := cli.Begin()
-		res, err := transfer(txCtx, cfg.names(), tx, pc, mc, a, b, amount)
+		res, err := transfer(txCtx, cfg.names(), tx, c, a, b, amount)
 		cancel()
 		switch {
 		case err == nil:
@@ -342,35 +351,65 @@ func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config,
 				budget.Add(1) // only committed transfers count
 			}
 		}
-		if err != nil && isConnErr(pc, mc) {
-			pc.Close()
-			mc.Close()
-			pc, mc = nil, nil
+		if err != nil && c.broken() {
+			c.close()
 		}
 	}
 	return nil
 }
 
+// conns are one worker's connections: MariaDB's through database/sql,
+// PostgreSQL's through database/sql (pc) or pgx natively (px).
+type conns struct {
+	pc *sql.Conn
+	px *pgx.Conn
+	mc *sql.Conn
+}
+
+func (c *conns) open() bool { return c.mc != nil && (c.pc != nil || c.px != nil) }
+
+func (c *conns) close() {
+	if c.pc != nil {
+		c.pc.Close()
+	}
+	if c.px != nil {
+		_ = c.px.Close(context.Background())
+	}
+	if c.mc != nil {
+		c.mc.Close()
+	}
+	*c = conns{}
+}
+
 // reconnect replaces the worker's connections.
-func reconnect(ctx context.Context, pg, my *sql.DB, pc, mc *sql.Conn) (*sql.Conn, *sql.Conn, error) {
-	if pc != nil {
-		pc.Close()
-	}
-	if mc != nil {
-		mc.Close()
-	}
+func (c *conns) reconnect(ctx context.Context, pg, my *sql.DB, cfg Config) error {
+	c.close()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	p, err := pg.Conn(cctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("postgres connection: %w", err)
+	var err error
+	if cfg.PGDriver == "pgx" {
+		c.px, err = pgx.Connect(cctx, cfg.PGDSN)
+	} else {
+		c.pc, err = pg.Conn(cctx)
 	}
-	m, err := my.Conn(cctx)
 	if err != nil {
-		p.Close()
-		return nil, nil, fmt.Errorf("mariadb connection: %w", err)
+		return fmt.Errorf("postgres connection: %w", err)
 	}
-	return p, m, nil
+	if c.mc, err = my.Conn(cctx); err != nil {
+		c.close()
+		return fmt.Errorf("mariadb connection: %w", err)
+	}
+	return nil
+}
+
+// broken reports whether a connection no longer answers.
+func (c *conns) broken() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if c.px != nil && c.px.Ping(ctx) != nil {
+		return true
+	}
+	return (c.pc != nil && c.pc.PingContext(ctx) != nil) || c.mc.PingContext(ctx) != nil
 }
 
 // loadAcks reads an acknowledgement file written by earlier runs.
@@ -395,31 +434,31 @@ func loadAcks(path string, ids *sync.Map) error {
 
 // transfer moves amount from PostgreSQL account a to MariaDB account b (or
 // back, for a negative amount) and journals it on both sides.
-func transfer(ctx context.Context, n names, tx *client.Tx, pc, mc *sql.Conn, a, b int, amount int64) (client.Result, error) {
-	pb, err := tx.Branch(ctx, n.pg, pc)
+func transfer(ctx context.Context, n names, tx *client.Tx, c conns, a, b int, amount int64) (client.Result, error) {
+	pgExec, err := enlistPG(ctx, tx, n.pg, c)
 	if err != nil {
 		return client.Result{}, err
 	}
-	mb, err := tx.Branch(ctx, n.maria, mc)
+	mb, err := tx.Branch(ctx, n.maria, c.mc)
 	if err != nil {
 		return client.Result{}, err
 	}
 	g := tx.GTRID().String()
-	res, err := pb.ExecContext(ctx, "UPDATE "+n.accounts+" SET balance = balance - $1 WHERE id = $2 AND balance - $1 >= 0", amount, a)
+	rows, err := pgExec(ctx, "UPDATE "+n.accounts+" SET balance = balance - $1 WHERE id = $2 AND balance - $1 >= 0", amount, a)
+	if err != nil {
+		return client.Result{}, err
+	}
+	if rows != 1 {
+		return client.Result{}, errInsufficient
+	}
+	res, err := mb.ExecContext(ctx, "UPDATE "+n.accounts+" SET balance = balance + ? WHERE id = ? AND balance + ? >= 0", amount, b, amount)
 	if err != nil {
 		return client.Result{}, err
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return client.Result{}, errInsufficient
 	}
-	res, err = mb.ExecContext(ctx, "UPDATE "+n.accounts+" SET balance = balance + ? WHERE id = ? AND balance + ? >= 0", amount, b, amount)
-	if err != nil {
-		return client.Result{}, err
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return client.Result{}, errInsufficient
-	}
-	if _, err := pb.ExecContext(ctx, "INSERT INTO "+n.journal+" (gtrid, amount) VALUES ($1, $2)", g, amount); err != nil {
+	if _, err := pgExec(ctx, "INSERT INTO "+n.journal+" (gtrid, amount) VALUES ($1, $2)", g, amount); err != nil {
 		return client.Result{}, err
 	}
 	if _, err := mb.ExecContext(ctx, "INSERT INTO "+n.journal+" (gtrid, amount) VALUES (?, ?)", g, amount); err != nil {
@@ -428,13 +467,34 @@ func transfer(ctx context.Context, n names, tx *client.Tx, pc, mc *sql.Conn, a, 
 	return tx.Commit(ctx)
 }
 
-var errInsufficient = errors.New("insufficient funds")
-
-func isConnErr(pc, mc *sql.Conn) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	return pc.PingContext(ctx) != nil || mc.PingContext(ctx) != nil
+// enlistPG enlists the worker's PostgreSQL connection — over pgx natively
+// (Tx.BranchPgx) or database/sql (Tx.Branch) — and returns how to run a
+// statement on the branch and count the rows it changed.
+func enlistPG(ctx context.Context, tx *client.Tx, rm string, c conns) (func(ctx context.Context, q string, args ...any) (int64, error), error) {
+	if c.px != nil {
+		pb, err := tx.BranchPgx(ctx, rm, c.px)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, q string, args ...any) (int64, error) {
+			tag, err := pb.Exec(ctx, q, args...)
+			return tag.RowsAffected(), err
+		}, nil
+	}
+	pb, err := tx.Branch(ctx, rm, c.pc)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, q string, args ...any) (int64, error) {
+		res, err := pb.ExecContext(ctx, q, args...)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	}, nil
 }
+
+var errInsufficient = errors.New("insufficient funds")
 
 // demoMark is the comment the demo puts on every table it creates; a reset
 // drops only tables that carry it.

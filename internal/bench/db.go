@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/tandem-tx/tandem/client"
@@ -102,6 +103,14 @@ type DBConfig struct {
 	// NoDBCounters leaves out the databases' own sync counters (and the
 	// wait after the run for the late ones; see dbcounters.go).
 	NoDBCounters bool
+	// PGDriver is how the workloads talk to PostgreSQL: PGDriverSQL
+	// (database/sql over pgx's stdlib driver; the SDK's Tx.Branch),
+	// PGDriverPgx (pgx natively; the SDK's Tx.BranchPgx), or PGDriverAuto
+	// (the default: each workload the one measured faster for it,
+	// AutoPGDriver). A workload named with a suffix, "xa@pgx" or "xa@sql",
+	// uses that one instead, so that --compare xa@sql,xa@pgx measures the
+	// two against each other.
+	PGDriver string
 	// Progress, if not nil, gets a line every few seconds.
 	Progress io.Writer
 	// Logger receives the in-process coordinator's log (default: errors to stderr).
@@ -122,6 +131,45 @@ const (
 	WorkloadXAStandby = "xa-standby"
 )
 
+// PostgreSQL drivers (DBConfig.PGDriver).
+const (
+	PGDriverSQL  = "sql"
+	PGDriverPgx  = "pgx"
+	PGDriverAuto = "auto"
+)
+
+// DefaultPGDriver is DBConfig.PGDriver's default.
+const DefaultPGDriver = PGDriverAuto
+
+// AutoPGDriver is the driver PGDriverAuto gives a workload: pgx natively
+// where it measured faster than database/sql in interleaved runs on the
+// development machine — 1pc (pgx ÷ sql 1.00–1.02 in the quiet 30 s runs,
+// above 1 in 6 runs of 7) and oltp (1.02 and 1.05 at 2 threads, 1.00 at
+// 16) — and database/sql where it did not: xa (0.95–1.05, median 0.99 at 2
+// threads). Each baseline takes the driver of the SDK workload it is the
+// baseline of (plain of 1pc, oltp-sql of oltp; sql and raw2pc of xa), so
+// that --compare of the two never measures a driver along with Tandem.
+// README, "pgx natively against database/sql", has the runs.
+func AutoPGDriver(workload string) string {
+	switch workload {
+	case WorkloadOnePC, WorkloadPlain, WorkloadOLTP, WorkloadOLTPSQL:
+		return PGDriverPgx
+	}
+	return PGDriverSQL
+}
+
+// splitWorkload splits "xa@pgx" into its workload and PostgreSQL driver
+// (def when there is no suffix; AutoPGDriver's choice when def is auto).
+func splitWorkload(spec, def string) (name, driver string) {
+	if name, driver, ok := strings.Cut(spec, "@"); ok {
+		return name, driver
+	}
+	if def == PGDriverAuto {
+		return spec, AutoPGDriver(spec)
+	}
+	return spec, def
+}
+
 // Workloads lists them with a line each, for --help.
 var Workloads = []struct{ Name, Summary string }{
 	{WorkloadSQL, "one insert on each of two RMs, two independent local commits in parallel (not atomic): the Oracle report's baseline"},
@@ -136,7 +184,7 @@ var Workloads = []struct{ Name, Summary string }{
 
 // DefaultDBConfig returns the defaults of `tandem bench`.
 func DefaultDBConfig() DBConfig {
-	return DBConfig{Threads: 2, Duration: 10 * time.Second, Warmup: 5, OLTPRows: 10000, TxnTimeout: 30 * time.Second}
+	return DBConfig{Threads: 2, Duration: 10 * time.Second, Warmup: 5, OLTPRows: 10000, TxnTimeout: 30 * time.Second, PGDriver: DefaultPGDriver}
 }
 
 func (c *DBConfig) validate() error {
@@ -167,9 +215,26 @@ func (c *DBConfig) validate() error {
 	case c.OLTPRows < 100:
 		return fmt.Errorf("oltp rows %d: need at least 100", c.OLTPRows)
 	}
-	for _, w := range c.Workloads {
+	if c.PGDriver == "" {
+		c.PGDriver = DefaultPGDriver
+	}
+	if c.PGDriver != PGDriverSQL && c.PGDriver != PGDriverPgx && c.PGDriver != PGDriverAuto {
+		return fmt.Errorf("--pg-driver %q: use auto, sql or pgx", c.PGDriver)
+	}
+	for _, spec := range c.Workloads {
+		w, driver := splitWorkload(spec, c.PGDriver)
 		if !slices.ContainsFunc(Workloads, func(x struct{ Name, Summary string }) bool { return x.Name == w }) {
-			return fmt.Errorf("unknown workload %q: use sql, raw2pc, xa, 1pc, plain, oltp, oltp-sql or xa-standby", w)
+			return fmt.Errorf("unknown workload %q: use sql, raw2pc, xa, 1pc, plain, oltp, oltp-sql or xa-standby, optionally with @sql or @pgx", spec)
+		}
+		if driver != PGDriverSQL && driver != PGDriverPgx {
+			return fmt.Errorf("workload %q: PostgreSQL driver %q: use @sql or @pgx", spec, driver)
+		}
+	}
+	if len(c.Workloads) == 2 {
+		a, da := splitWorkload(c.Workloads[0], c.PGDriver)
+		b, db := splitWorkload(c.Workloads[1], c.PGDriver)
+		if a == b && da == db {
+			return fmt.Errorf("--compare %s,%s compares a workload with itself", c.Workloads[0], c.Workloads[1])
 		}
 	}
 	if err := c.validateStandby(); err != nil {
@@ -230,6 +295,7 @@ type benchRM struct {
 	DBRM
 	db      *sql.DB
 	dialect rm.Dialect
+	pgxCfg  *pgx.ConnConfig // PostgreSQL when a workload runs over pgx natively
 }
 
 func (r *benchRM) ph(i int) string { // placeholder of the i-th argument
@@ -269,6 +335,14 @@ func openEnv(ctx context.Context, cfg *DBConfig) (_ *env, err error) {
 		db.SetMaxIdleConns(cfg.Threads + 8)
 		e.rms[i] = &benchRM{DBRM: r, db: db, dialect: d}
 		e.rms[i].DSN = dsn
+		if r.Driver == rm.Postgres && e.usesPgx() {
+			pc, perr := pgx.ParseConfig(dsn)
+			if perr != nil {
+				return nil, fmt.Errorf("bench: rm %q: bad DSN for pgx: %s", r.Name, rm.Redact(perr.Error(), ""))
+			}
+			pc.RuntimeParams["lock_timeout"] = "10s" // as reconnect sets on the database/sql connections
+			e.rms[i].pgxCfg = pc
+		}
 		if r.Name == cfg.OneRM {
 			e.one = i
 		}
@@ -317,7 +391,18 @@ func (e *env) close() {
 }
 
 func (e *env) needs(ws ...string) bool {
-	return slices.ContainsFunc(e.cfg.Workloads, func(w string) bool { return slices.Contains(ws, w) })
+	return slices.ContainsFunc(e.cfg.Workloads, func(spec string) bool {
+		w, _ := splitWorkload(spec, e.cfg.PGDriver)
+		return slices.Contains(ws, w)
+	})
+}
+
+// usesPgx reports whether a workload of the run talks to PostgreSQL over pgx natively.
+func (e *env) usesPgx() bool {
+	return slices.ContainsFunc(e.cfg.Workloads, func(spec string) bool {
+		_, d := splitWorkload(spec, e.cfg.PGDriver)
+		return d == PGDriverPgx
+	})
 }
 
 // startCoordinator starts the in-process coordinator when the run needs
@@ -516,8 +601,12 @@ type worker struct {
 	e     *env
 	id    int
 	conns [2]*sql.Conn
-	rng   *rand.Rand
-	acct  *waits.Trace // reused for every transaction: the unaccounted share
+	// pgc: a pgx connection of its own to each PostgreSQL RM, when a
+	// workload runs over pgx natively; native: the running one does.
+	pgc    [2]*pgx.Conn
+	native bool
+	rng    *rand.Rand
+	acct   *waits.Trace // reused for every transaction: the unaccounted share
 	// per-transaction counters, set by the workload
 	trips [2]int
 	calls int
@@ -550,6 +639,13 @@ func (w *worker) reconnect(ctx context.Context) error {
 			return fmt.Errorf("bench: rm %q: %s: %w", r.Name, set, err)
 		}
 		w.conns[i] = c
+		if r.pgxCfg != nil {
+			pc, err := pgx.ConnectConfig(ctx, r.pgxCfg)
+			if err != nil {
+				return fmt.Errorf("bench: rm %q: connect with pgx: %w", r.Name, err)
+			}
+			w.pgc[i] = pc
+		}
 	}
 	return nil
 }
@@ -561,11 +657,22 @@ func (w *worker) close() {
 			w.conns[i] = nil
 		}
 	}
+	for i, c := range w.pgc {
+		if c != nil {
+			closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = c.Close(closeCtx)
+			cancel()
+			w.pgc[i] = nil
+		}
+	}
 }
 
 // wlState is one workload's accumulated results over its slices.
 type wlState struct {
-	name    string
+	name    string // the workload
+	label   string // as given: the workload, maybe with "@pgx" or "@sql"
+	driver  string // PostgreSQL's: PGDriverSQL or PGDriverPgx
+	native  bool   // PostgreSQL over pgx natively
 	run     txnFunc
 	cli     *client.Client // SDK workloads
 	reg     *waits.Registry
@@ -589,8 +696,9 @@ type wlState struct {
 // txnFunc runs one transaction on w; tr gets its waits.
 type txnFunc func(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, traceCoord bool) error
 
-func (e *env) newState(ctx context.Context, name string) (*wlState, error) {
-	st := &wlState{name: name, reg: waits.NewRegistry(waits.SideClient)}
+func (e *env) newState(ctx context.Context, spec string) (*wlState, error) {
+	name, driver := splitWorkload(spec, e.cfg.PGDriver)
+	st := &wlState{name: name, label: spec, driver: driver, native: driver == PGDriverPgx, reg: waits.NewRegistry(waits.SideClient)}
 	switch name {
 	case WorkloadSQL:
 		st.run = txnSQL
@@ -677,7 +785,7 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 				return nil, err
 			}
 		}
-		*st = wlState{name: st.name, run: st.run, cli: st.cli, reg: st.reg}
+		*st = wlState{name: st.name, label: st.label, driver: st.driver, native: st.native, run: st.run, cli: st.cli, reg: st.reg}
 		st.reg.Reset()
 	}
 	if e.counters != nil {
@@ -766,7 +874,7 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 				lastProgress = time.Now()
 				var parts []string
 				for _, s := range states {
-					parts = append(parts, fmt.Sprintf("%s %d txns %.0f TPS", s.name, s.txns, float64(s.txns)/max(s.elapsed.Seconds(), 1e-9)))
+					parts = append(parts, fmt.Sprintf("%s %d txns %.0f TPS", s.label, s.txns, float64(s.txns)/max(s.elapsed.Seconds(), 1e-9)))
 				}
 				fmt.Fprintf(cfg.Progress, "bench: %5.1fs  %s\n", time.Since(start).Seconds(), strings.Join(parts, " | "))
 			}
@@ -902,7 +1010,7 @@ func (e *env) slice(ctx context.Context, st *wlState, stopAt time.Time, budget *
 					tr, keep = waits.NewTrace(""), true
 				}
 				tr.Reset("")
-				w.trips, w.calls, w.reg = [2]int{}, 0, st.reg
+				w.trips, w.calls, w.reg, w.native = [2]int{}, 0, st.reg, st.native
 				t0 := time.Now()
 				tctx, cancel := context.WithTimeout(ctx, e.cfg.TxnTimeout)
 				err := st.run(tctx, w, st, tr, keep)
@@ -960,7 +1068,7 @@ func (e *env) slice(ctx context.Context, st *wlState, stopAt time.Time, budget *
 		return err
 	}
 	if st.txns == 0 && st.errs > 0 {
-		return fmt.Errorf("bench: workload %s: every transaction failed; the last: %w", st.name, st.lastErr)
+		return fmt.Errorf("bench: workload %s: every transaction failed; the last: %w", st.label, st.lastErr)
 	}
 	return nil
 }

@@ -83,7 +83,7 @@ type counterSource interface {
 	read(ctx context.Context) ([]uint64, error)
 	// flush makes session c's counts visible to read (a no-op where they
 	// always are).
-	flush(ctx context.Context, c *sql.Conn) error
+	flush(ctx context.Context, exec execFunc) error
 	// lagging is true where a session the bench cannot flush (the
 	// coordinator's) publishes its counts late.
 	lagging() bool
@@ -293,14 +293,24 @@ func (c *dbCounters) flushSessions(ctx context.Context, workers []*worker) {
 	var wg sync.WaitGroup
 	for _, w := range workers {
 		for i, src := range c.srcs {
-			if src == nil || !src.lagging() || w.conns[i] == nil {
+			if src == nil || !src.lagging() {
 				continue
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_ = src.flush(ctx, w.conns[i])
-			}()
+			// The session of each driver the workloads use (database/sql's; pgx's own).
+			var sessions []execFunc
+			if c := w.conns[i]; c != nil {
+				sessions = append(sessions, func(ctx context.Context, q string) error { _, err := c.ExecContext(ctx, q); return err })
+			}
+			if c := w.pgc[i]; c != nil {
+				sessions = append(sessions, func(ctx context.Context, q string) error { _, err := c.Exec(ctx, q); return err })
+			}
+			for _, exec := range sessions {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_ = src.flush(ctx, exec)
+				}()
+			}
 		}
 	}
 	wg.Wait()
@@ -348,13 +358,15 @@ func (p *pgCounters) read(ctx context.Context) ([]uint64, error) {
 	return []uint64{uint64(s), uint64(w)}, nil
 }
 
-func (p *pgCounters) flush(ctx context.Context, c *sql.Conn) error {
+func (p *pgCounters) flush(ctx context.Context, exec execFunc) error {
 	if !p.canFlush {
 		return nil
 	}
-	_, err := c.ExecContext(ctx, "SELECT pg_stat_force_next_flush()")
-	return err
+	return exec(ctx, "SELECT pg_stat_force_next_flush()")
 }
+
+// execFunc runs a statement on one of the bench's sessions.
+type execFunc func(ctx context.Context, q string) error
 
 // mysqlStatus are the MariaDB/MySQL counters reported, those the server has.
 var mysqlStatus = []string{"Binlog_group_commits", "Binlog_commits", "Innodb_os_log_fsyncs", "Innodb_data_fsyncs"}
@@ -409,10 +421,10 @@ func (m *mysqlCounters) status(ctx context.Context) (map[string]uint64, error) {
 	return have, rows.Err()
 }
 
-func (m *mysqlCounters) source() string                               { return "SHOW GLOBAL STATUS" }
-func (m *mysqlCounters) names() []string                              { return m.which }
-func (m *mysqlCounters) lagging() bool                                { return false }
-func (m *mysqlCounters) flush(ctx context.Context, c *sql.Conn) error { return nil }
+func (m *mysqlCounters) source() string                        { return "SHOW GLOBAL STATUS" }
+func (m *mysqlCounters) names() []string                       { return m.which }
+func (m *mysqlCounters) lagging() bool                         { return false }
+func (m *mysqlCounters) flush(context.Context, execFunc) error { return nil }
 
 func (m *mysqlCounters) read(ctx context.Context) ([]uint64, error) {
 	have, err := m.status(ctx)

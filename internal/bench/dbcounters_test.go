@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -19,10 +18,10 @@ type fakeSource struct {
 	n      int
 }
 
-func (f *fakeSource) source() string                         { return f.src }
-func (f *fakeSource) names() []string                        { return f.counts }
-func (f *fakeSource) lagging() bool                          { return f.lag }
-func (f *fakeSource) flush(context.Context, *sql.Conn) error { return nil }
+func (f *fakeSource) source() string                        { return f.src }
+func (f *fakeSource) names() []string                       { return f.counts }
+func (f *fakeSource) lagging() bool                         { return f.lag }
+func (f *fakeSource) flush(context.Context, execFunc) error { return nil }
 
 func (f *fakeSource) read(context.Context) ([]uint64, error) {
 	f.n++

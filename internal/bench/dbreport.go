@@ -18,7 +18,9 @@ import (
 
 // DBResult is one workload's figures.
 type DBResult struct {
-	Workload string  `json:"workload"`
+	Workload string `json:"workload"`
+	// PGDriver: how it talked to PostgreSQL, sql (database/sql) or pgx (natively).
+	PGDriver string  `json:"pg_driver"`
 	Threads  int     `json:"threads"`
 	Txns     uint64  `json:"txns"`   // committed
 	Errors   uint64  `json:"errors"` // failed (rolled back); not in txns nor in the latencies
@@ -75,6 +77,9 @@ type DBReport struct {
 	// DecideAt: where xa and oltp decided (client.DecideAt).
 	DecideAt   string `json:"decide_at"`
 	Visibility string `json:"visibility"`
+	// PGDriver: how workloads without an @ suffix talk to PostgreSQL
+	// (auto, sql or pgx; each result says which it used).
+	PGDriver string `json:"pg_driver"`
 	// CommitPoint: the RM allowed to be the commit point ("": auto's choice).
 	CommitPoint string `json:"commit_point,omitempty"`
 	// CoordinatorConns: the in-process coordinator's connections per RM.
@@ -98,7 +103,7 @@ type DBReport struct {
 }
 
 func (e *env) report(states []*wlState, m machineUseT) *DBReport {
-	rep := &DBReport{Coordinator: e.coordAt, DecideAt: string(e.cfg.DecideAt), Visibility: visibilityName(e.cfg.Visibility), CommitPoint: e.cfg.CommitPoint, CPUs: runtime.NumCPU(),
+	rep := &DBReport{Coordinator: e.coordAt, DecideAt: string(e.cfg.DecideAt), Visibility: visibilityName(e.cfg.Visibility), PGDriver: e.cfg.PGDriver, CommitPoint: e.cfg.CommitPoint, CPUs: runtime.NumCPU(),
 		OwnCPUPercent: round(m.own, 1), OthersCPUPercent: round(m.others, 1), Warnings: e.warnings}
 	if e.inProc {
 		rep.Coordinator += " (in-process)"
@@ -121,7 +126,7 @@ func (e *env) report(states []*wlState, m machineUseT) *DBReport {
 		}
 	}
 	for _, st := range states {
-		r := DBResult{Workload: st.name, Threads: e.cfg.Threads, Txns: st.txns, Errors: st.errs,
+		r := DBResult{Workload: st.label, PGDriver: st.driver, Threads: e.cfg.Threads, Txns: st.txns, Errors: st.errs,
 			ElapsedS: round(st.elapsed.Seconds(), 3), RMRoundtripsPerTxn: map[string]float64{}, Traces: st.traces,
 			Slices: st.slices, Latency: st.hist.Bins(4)}
 		if st.elapsed > 0 {
@@ -209,6 +214,11 @@ func (r *DBReport) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintln(w, line)
 	}
+	var drivers []string
+	for _, x := range r.Results {
+		drivers = append(drivers, x.Workload+" "+x.PGDriver)
+	}
+	fmt.Fprintf(w, "PostgreSQL driver (--pg-driver %s): %s\n", r.PGDriver, strings.Join(drivers, ", "))
 	for _, warn := range r.Warnings {
 		fmt.Fprintln(w, "WARNING:", warn)
 	}

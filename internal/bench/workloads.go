@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -29,10 +28,10 @@ const rawFormatID = 0x42454E43
 // begin), "rm prepare", "rm commit" (a local commit), "rm commit prepared".
 
 // rt runs one round trip to RM i, timed as event ev.
-func (w *worker) rt(tr *waits.Trace, i int, ev waits.Event, f func(c *sql.Conn) error) error {
+func (w *worker) rt(tr *waits.Trace, i int, ev waits.Event, f func() error) error {
 	w.trips[i]++
 	start := time.Now()
-	err := f(w.conns[i])
+	err := f()
 	d := w.reg.Since(ev, start)
 	tr.Add(waits.SideClient, ev, w.e.rms[i].Name, start, d)
 	if err != nil {
@@ -41,11 +40,54 @@ func (w *worker) rt(tr *waits.Trace, i int, ev waits.Event, f func(c *sql.Conn) 
 	return nil
 }
 
-func execSQL(ctx context.Context, q string, args ...any) func(c *sql.Conn) error {
-	return func(c *sql.Conn) error {
-		_, err := c.ExecContext(ctx, q, args...)
+// pgxOn reports whether RM i's statements go over pgx natively in the
+// running workload.
+func (w *worker) pgxOn(i int) bool { return w.native && w.pgc[i] != nil }
+
+// exec runs q on RM i (pgx natively or database/sql, as the running
+// workload does) and returns the rows it affected.
+func (w *worker) exec(ctx context.Context, i int, q string, args ...any) (int64, error) {
+	if w.pgxOn(i) {
+		tag, err := w.pgc[i].Exec(ctx, q, args...)
+		return tag.RowsAffected(), err
+	}
+	res, err := w.conns[i].ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+// execSQL is exec as one round trip for rt.
+func (w *worker) execSQL(ctx context.Context, i int, q string, args ...any) func() error {
+	return func() error {
+		_, err := w.exec(ctx, i, q, args...)
 		return err
 	}
+}
+
+// queryRow reads one row of q on RM i into dest.
+func (w *worker) queryRow(ctx context.Context, i int, q string, args []any, dest ...any) error {
+	if w.pgxOn(i) {
+		return w.pgc[i].QueryRow(ctx, q, args...).Scan(dest...)
+	}
+	return w.conns[i].QueryRowContext(ctx, q, args...).Scan(dest...)
+}
+
+// sendBatch sends b on PostgreSQL RM i in one round trip: on its pgx
+// connection, natively or under database/sql.
+func (w *worker) sendBatch(ctx context.Context, i int, b *pgx.Batch) error {
+	if w.pgxOn(i) {
+		return w.pgc[i].SendBatch(ctx, b).Close()
+	}
+	return w.conns[i].Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return errors.New("not a pgx connection")
+		}
+		return sc.Conn().SendBatch(ctx, b).Close()
+	})
 }
 
 func (r *benchRM) insertSQL() string {
@@ -58,20 +100,14 @@ func (r *benchRM) insertSQL() string {
 func (w *worker) beginInsert(ctx context.Context, tr *waits.Trace, i int, begin string, id int64) error {
 	r := w.e.rms[i]
 	v := "row " + strconv.FormatInt(id, 10)
-	return w.rt(tr, i, waits.RMRoundtrip, func(c *sql.Conn) error {
+	return w.rt(tr, i, waits.RMRoundtrip, func() error {
 		if r.Driver == rm.Postgres {
-			return c.Raw(func(dc any) error {
-				sc, ok := dc.(*stdlib.Conn)
-				if !ok {
-					return errors.New("not a pgx connection")
-				}
-				var b pgx.Batch
-				b.Queue(begin)
-				b.Queue(r.insertSQL(), id, v)
-				return sc.Conn().SendBatch(ctx, &b).Close()
-			})
+			var b pgx.Batch
+			b.Queue(begin)
+			b.Queue(r.insertSQL(), id, v)
+			return w.sendBatch(ctx, i, &b)
 		}
-		_, err := c.ExecContext(ctx, begin+"; "+r.insertSQL(), id, v)
+		_, err := w.exec(ctx, i, begin+"; "+r.insertSQL(), id, v)
 		return err
 	})
 }
@@ -107,7 +143,7 @@ func txnSQL(ctx context.Context, w *worker, _ *wlState, tr *waits.Trace, _ bool)
 		}
 	}
 	return parallel2(func(i int) error {
-		return w.rt(tr, i, waits.RMCommit, execSQL(ctx, "COMMIT"))
+		return w.rt(tr, i, waits.RMCommit, w.execSQL(ctx, i, "COMMIT"))
 	})
 }
 
@@ -117,7 +153,7 @@ func txnPlain(ctx context.Context, w *worker, _ *wlState, tr *waits.Trace, _ boo
 	if err := w.beginInsert(ctx, tr, i, plainBegin(w.e.rms[i]), w.e.nextID.Add(1)); err != nil {
 		return err
 	}
-	return w.rt(tr, i, waits.RMCommit, execSQL(ctx, "COMMIT"))
+	return w.rt(tr, i, waits.RMCommit, w.execSQL(ctx, i, "COMMIT"))
 }
 
 // rawBranch is the SQL of one raw2pc branch.
@@ -149,20 +185,20 @@ func txnRaw2PC(ctx context.Context, w *worker, _ *wlState, tr *waits.Trace, _ bo
 	}
 	var prepared [2]bool
 	err := parallel2(func(i int) error {
-		err := w.rt(tr, i, waits.RMPrepare, execSQL(ctx, br[i].prepare))
+		err := w.rt(tr, i, waits.RMPrepare, w.execSQL(ctx, i, br[i].prepare))
 		prepared[i] = err == nil
 		return err
 	})
 	if err != nil {
 		for i := range 2 {
 			if prepared[i] {
-				_, _ = w.conns[i].ExecContext(context.WithoutCancel(ctx), br[i].rollback)
+				_, _ = w.exec(context.WithoutCancel(ctx), i, br[i].rollback)
 			}
 		}
 		return err
 	}
 	return parallel2(func(i int) error {
-		return w.rt(tr, i, waits.RMCommitPrepared, execSQL(ctx, br[i].commit))
+		return w.rt(tr, i, waits.RMCommitPrepared, w.execSQL(ctx, i, br[i].commit))
 	})
 }
 
@@ -202,9 +238,9 @@ func sdkInserts(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, tr
 	tx.SetTrace(tr, traceCoord)
 	for _, i := range rms {
 		r := w.e.rms[i]
-		b, err := tx.Branch(ctx, r.Name, w.conns[i])
+		b, err := w.branch(ctx, tx, i)
 		if err == nil {
-			_, err = b.ExecContext(ctx, r.insertSQL(), id, v)
+			_, err = b.exec(ctx, r.insertSQL(), id, v)
 		}
 		if err != nil {
 			_ = tx.Rollback(ctx)
@@ -243,43 +279,35 @@ func txnOLTPSQL(ctx context.Context, w *worker, _ *wlState, tr *waits.Trace, _ b
 	for i, r := range w.e.rms {
 		u, d, reads := w.oltpIDs()
 		begin := plainBegin(r)
-		err := w.rt(tr, i, waits.RMRoundtrip, func(c *sql.Conn) error {
+		err := w.rt(tr, i, waits.RMRoundtrip, func() error {
 			if r.Driver == rm.Postgres {
-				return c.Raw(func(dc any) error {
-					sc, ok := dc.(*stdlib.Conn)
-					if !ok {
-						return errors.New("not a pgx connection")
-					}
-					var b pgx.Batch
-					b.Queue(begin)
-					b.Queue("UPDATE tandem_bench_oltp SET k = k + 1 WHERE id = $1", u)
-					return sc.Conn().SendBatch(ctx, &b).Close()
-				})
+				var b pgx.Batch
+				b.Queue(begin)
+				b.Queue("UPDATE tandem_bench_oltp SET k = k + 1 WHERE id = $1", u)
+				return w.sendBatch(ctx, i, &b)
 			}
-			_, err := c.ExecContext(ctx, begin+"; UPDATE tandem_bench_oltp SET k = k + 1 WHERE id = ?", u)
+			_, err := w.exec(ctx, i, begin+"; UPDATE tandem_bench_oltp SET k = k + 1 WHERE id = ?", u)
 			return err
 		})
 		for _, id := range reads {
 			if err != nil {
 				break
 			}
-			err = w.rt(tr, i, waits.RMRoundtrip, func(c *sql.Conn) error {
+			err = w.rt(tr, i, waits.RMRoundtrip, func() error {
 				var s string
-				return c.QueryRowContext(ctx, "SELECT c FROM tandem_bench_oltp WHERE id = "+r.ph(1), id).Scan(&s)
+				return w.queryRow(ctx, i, "SELECT c FROM tandem_bench_oltp WHERE id = "+r.ph(1), []any{id}, &s)
 			})
 		}
 		var deleted int64
 		if err == nil {
-			err = w.rt(tr, i, waits.RMRoundtrip, func(c *sql.Conn) error {
-				res, err := c.ExecContext(ctx, "DELETE FROM tandem_bench_oltp WHERE id = "+r.ph(1), d)
-				if err == nil {
-					deleted, _ = res.RowsAffected()
-				}
+			err = w.rt(tr, i, waits.RMRoundtrip, func() error {
+				var err error
+				deleted, err = w.exec(ctx, i, "DELETE FROM tandem_bench_oltp WHERE id = "+r.ph(1), d)
 				return err
 			})
 		}
 		if err == nil && deleted > 0 {
-			err = w.rt(tr, i, waits.RMRoundtrip, execSQL(ctx, "INSERT INTO tandem_bench_oltp (id, k, c, pad) VALUES ("+r.ph(1)+", "+r.ph(2)+", "+r.ph(3)+", "+r.ph(4)+")",
+			err = w.rt(tr, i, waits.RMRoundtrip, w.execSQL(ctx, i, "INSERT INTO tandem_bench_oltp (id, k, c, pad) VALUES ("+r.ph(1)+", "+r.ph(2)+", "+r.ph(3)+", "+r.ph(4)+")",
 				d, w.rng.IntN(n)+1, filler(d, 119), filler(d*7, 59)))
 		}
 		if err != nil {
@@ -287,7 +315,7 @@ func txnOLTPSQL(ctx context.Context, w *worker, _ *wlState, tr *waits.Trace, _ b
 		}
 	}
 	return parallel2(func(i int) error {
-		return w.rt(tr, i, waits.RMCommit, execSQL(ctx, "COMMIT"))
+		return w.rt(tr, i, waits.RMCommit, w.execSQL(ctx, i, "COMMIT"))
 	})
 }
 
@@ -306,30 +334,30 @@ func txnOLTP(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, trace
 		return err
 	}
 	for i, r := range w.e.rms {
-		b, err := tx.Branch(ctx, r.Name, w.conns[i])
+		b, err := w.branch(ctx, tx, i)
 		if err != nil {
 			return fail(err)
 		}
 		u, d, reads := w.oltpIDs()
-		if _, err := b.ExecContext(ctx, "UPDATE tandem_bench_oltp SET k = k + 1 WHERE id = "+r.ph(1), u); err != nil {
+		if _, err := b.exec(ctx, "UPDATE tandem_bench_oltp SET k = k + 1 WHERE id = "+r.ph(1), u); err != nil {
 			return fail(err)
 		}
 		for _, id := range reads {
 			var c string
-			if err := b.QueryRowContext(ctx, "SELECT c FROM tandem_bench_oltp WHERE id = "+r.ph(1), id).Scan(&c); err != nil {
+			if err := b.queryRow(ctx, "SELECT c FROM tandem_bench_oltp WHERE id = "+r.ph(1), []any{id}, &c); err != nil {
 				return fail(err)
 			}
 		}
-		res, err := b.ExecContext(ctx, "DELETE FROM tandem_bench_oltp WHERE id = "+r.ph(1), d)
+		deleted, err := b.exec(ctx, "DELETE FROM tandem_bench_oltp WHERE id = "+r.ph(1), d)
 		if err != nil {
 			return fail(err)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
+		if deleted == 0 {
 			// A concurrent transaction deleted and re-inserted this row while
 			// this one waited for its lock: the row is there, leave it.
 			continue
 		}
-		if _, err := b.ExecContext(ctx, "INSERT INTO tandem_bench_oltp (id, k, c, pad) VALUES ("+r.ph(1)+", "+r.ph(2)+", "+r.ph(3)+", "+r.ph(4)+")",
+		if _, err := b.exec(ctx, "INSERT INTO tandem_bench_oltp (id, k, c, pad) VALUES ("+r.ph(1)+", "+r.ph(2)+", "+r.ph(3)+", "+r.ph(4)+")",
 			d, w.rng.IntN(n)+1, filler(d, 119), filler(d*7, 59)); err != nil {
 			return fail(err)
 		}
@@ -340,4 +368,48 @@ func txnOLTP(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, trace
 	}
 	w.sdkResult(res)
 	return nil
+}
+
+// sdkBranch is a branch of the SDK, over database/sql or pgx natively.
+type sdkBranch interface {
+	exec(ctx context.Context, q string, args ...any) (int64, error)
+	queryRow(ctx context.Context, q string, args []any, dest ...any) error
+}
+
+// branch enlists RM i in tx: over pgx natively (Tx.BranchPgx) when the
+// running workload does, else over database/sql (Tx.Branch).
+func (w *worker) branch(ctx context.Context, tx *client.Tx, i int) (sdkBranch, error) {
+	name := w.e.rms[i].Name
+	if w.pgxOn(i) {
+		b, err := tx.BranchPgx(ctx, name, w.pgc[i])
+		return pgxBranch{b}, err
+	}
+	b, err := tx.Branch(ctx, name, w.conns[i])
+	return sqlBranch{b}, err
+}
+
+type sqlBranch struct{ b *client.Branch }
+
+func (s sqlBranch) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	res, err := s.b.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+func (s sqlBranch) queryRow(ctx context.Context, q string, args []any, dest ...any) error {
+	return s.b.QueryRowContext(ctx, q, args...).Scan(dest...)
+}
+
+type pgxBranch struct{ b *client.PgxBranch }
+
+func (p pgxBranch) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	tag, err := p.b.Exec(ctx, q, args...)
+	return tag.RowsAffected(), err
+}
+
+func (p pgxBranch) queryRow(ctx context.Context, q string, args []any, dest ...any) error {
+	return p.b.QueryRow(ctx, q, args...).Scan(dest...)
 }

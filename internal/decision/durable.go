@@ -18,9 +18,21 @@ import (
 // on for the decision's own transaction by CommitStatements and Resolve.
 // The error names the setting and the fix.
 func CheckDurable(ctx context.Context, q rm.Querier, d rm.Driver) error {
+	return CheckDurableRead(ctx, func(ctx context.Context, query string, dest ...any) error {
+		return queryRow(ctx, q, query, dest...)
+	}, d)
+}
+
+// RowReader reads the first row of query into dest; with no row it returns
+// an error that matches sql.ErrNoRows. It lets a connection that is not
+// database/sql's (pgx's own) be checked.
+type RowReader func(ctx context.Context, query string, dest ...any) error
+
+// CheckDurableRead is CheckDurable through read.
+func CheckDurableRead(ctx context.Context, read RowReader, d rm.Driver) error {
 	if d == rm.MySQL {
 		var flush, syncBinlog, logBin sql.NullInt64
-		if err := queryRow(ctx, q, "SELECT @@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.sync_binlog, @@GLOBAL.log_bin", &flush, &syncBinlog, &logBin); err != nil {
+		if err := read(ctx, "SELECT @@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.sync_binlog, @@GLOBAL.log_bin", &flush, &syncBinlog, &logBin); err != nil {
 			return fmt.Errorf("decision: read the durability settings: %w", err)
 		}
 		if flush.Int64 != 1 {
@@ -34,7 +46,7 @@ func CheckDurable(ctx context.Context, q rm.Querier, d rm.Driver) error {
 		return nil
 	}
 	var fsync string
-	if err := queryRow(ctx, q, "SHOW fsync", &fsync); err != nil {
+	if err := read(ctx, "SHOW fsync", &fsync); err != nil {
 		return fmt.Errorf("decision: read the durability settings: %w", err)
 	}
 	if fsync != "on" {

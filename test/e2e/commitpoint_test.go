@@ -224,6 +224,12 @@ func TestCommitPointPinnedOnPostgresWithMariaDB(t *testing.T) {
 // money adds up, nothing stays prepared; a transfer killed after the
 // decision is committed on both.
 func TestCommitPointClientKilledAtEachStep(t *testing.T) {
+	killTransferAtEachStep(t, "e2ecp_")
+}
+
+// killTransferAtEachStep is TestCommitPointClientKilledAtEachStep with the
+// transfer's tables under prefix and extra flags (--pg-driver pgx).
+func killTransferAtEachStep(t *testing.T, prefix string, extra ...string) {
 	bin := filepath.Join(t.TempDir(), "transfer")
 	build := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, "./examples/transfer")
 	build.Dir = repoRoot
@@ -231,7 +237,7 @@ func TestCommitPointClientKilledAtEachStep(t *testing.T) {
 		t.Fatalf("build the transfer example with failpoints: %v\n%s", err, out)
 	}
 	c := startCoordinator(t, coordOpts{})
-	common := []string{"--pg", pgDSN, "--mysql", myDSN, "--coordinator", c.addr, "--prefix", "e2ecp_", "--accounts", "10"}
+	common := append([]string{"--pg", pgDSN, "--mysql", myDSN, "--coordinator", c.addr, "--prefix", prefix, "--accounts", "10"}, extra...)
 	if out, err := exec.Command(bin, append(common, "--reset-only")...).CombinedOutput(); err != nil {
 		t.Fatalf("transfer --reset-only: %v\n%s", err, out)
 	}
@@ -246,10 +252,10 @@ func TestCommitPointClientKilledAtEachStep(t *testing.T) {
 		}
 		eventually(t, 30*time.Second, fp+": nothing left prepared", func() bool { return len(d.prepared(t)) == 0 })
 		var pgN, myN int
-		if err := d.pg.QueryRow("SELECT count(*) FROM e2ecp_transfer_journal").Scan(&pgN); err != nil {
+		if err := d.pg.QueryRow("SELECT count(*) FROM " + prefix + "transfer_journal").Scan(&pgN); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.my.QueryRow("SELECT count(*) FROM e2ecp_transfer_journal").Scan(&myN); err != nil {
+		if err := d.my.QueryRow("SELECT count(*) FROM " + prefix + "transfer_journal").Scan(&myN); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("%s: transfers in the journal: postgres %d, mariadb %d", fp, pgN, myN)
