@@ -25,6 +25,11 @@ type httpLimits struct {
 	// database; a demotion waits for the standby).
 	RoleWrite      time.Duration
 	MaxHeaderBytes int
+	// MaxConns bounds the connections the listener holds; past it a new
+	// one is closed at once (capListener), so that a flood of connections,
+	// which need no token, cannot take the file descriptors the decision
+	// log and the database pools need. A console tab holds a few.
+	MaxConns int
 }
 
 // grpcLimits bound what one client of the gRPC API can hold.
@@ -48,7 +53,7 @@ type grpcLimits struct {
 
 var (
 	adminLimits = httpLimits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second,
-		Idle: time.Minute, RoleWrite: 10 * time.Minute, MaxHeaderBytes: 16 << 10}
+		Idle: time.Minute, RoleWrite: 10 * time.Minute, MaxHeaderBytes: 16 << 10, MaxConns: 256}
 	apiLimits = grpcLimits{Handshake: 10 * time.Second, MaxRecvMsg: 16 << 10, MaxStreams: 1024, MaxConns: 4096,
 		PingMinTime: 10 * time.Second, Ping: time.Minute, PingTimeout: 20 * time.Second, Idle: 15 * time.Minute}
 )
@@ -93,6 +98,7 @@ func (l grpcLimits) serverOptions() []grpc.ServerOption {
 // kernel's backlog. A warning says so at most every 10 s.
 type capListener struct {
 	net.Listener
+	name   string // for the warning: "API listener"
 	max    int
 	log    *slog.Logger
 	mu     sync.Mutex
@@ -118,7 +124,7 @@ func (l *capListener) Accept() (net.Conn, error) {
 			l.mu.Unlock()
 			_ = c.Close()
 			if warn && l.log != nil {
-				l.log.Warn("API listener: too many connections: closing new ones at once", "max", l.max, "closed", n, "latest", c.RemoteAddr().String())
+				l.log.Warn(l.name+": too many connections: closing new ones at once", "max", l.max, "closed", n, "latest", c.RemoteAddr().String())
 			}
 			continue
 		}
