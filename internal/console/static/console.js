@@ -447,6 +447,7 @@
     e.textContent = msg;
   }
   function authHint(r, what) {
+    if (r.status === 401 && !READS_NEED_TOKEN) return what + ": this listener needs a token for reads (it listens off loopback too): open the console at its network address, over HTTPS, and enter the admin token there";
     if (r.status === 401) return what + ": this listener needs a token for reads: enter the admin token above";
     if (r.status === 403) return what + ": refused (403): " + String(r.body).slice(0, 200);
     return what + ": HTTP " + r.status;
