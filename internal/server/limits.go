@@ -60,8 +60,14 @@ var (
 
 // server is the admin listener's HTTP server with these limits.
 func (l httpLimits) server(h http.Handler, tlsCfg *tls.Config, logger *slog.Logger) *http.Server {
+	// HTTP/1.1 only: one request at a time per connection, so MaxConns
+	// bounds the answers held at once (HTTP/2 would allow hundreds per
+	// connection, each up to a MiB of /console/data kept until the write
+	// deadline by a client that does not read).
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
 	srv := &http.Server{Handler: h, TLSConfig: tlsCfg, ReadHeaderTimeout: l.ReadHeader, ReadTimeout: l.Read,
-		WriteTimeout: l.Write, IdleTimeout: l.Idle, MaxHeaderBytes: l.MaxHeaderBytes}
+		WriteTimeout: l.Write, IdleTimeout: l.Idle, MaxHeaderBytes: l.MaxHeaderBytes, Protocols: protocols}
 	if logger != nil {
 		// Failed TLS handshakes and the like: debug, not stderr.
 		srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelDebug)
