@@ -175,7 +175,9 @@ func crossSite(r *http.Request) bool {
 	if console.IsAsset(r.URL.Path) && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		return false
 	}
-	topLevel := r.Header.Get("Sec-Fetch-Mode") == "navigate" && r.Header.Get("Sec-Fetch-Dest") == "document"
+	// A prefetch or prerender (Sec-Purpose) is the page's doing, not a click.
+	topLevel := r.Header.Get("Sec-Fetch-Mode") == "navigate" && r.Header.Get("Sec-Fetch-Dest") == "document" &&
+		r.Header.Get("Sec-Purpose") == "" && r.Header.Get("Purpose") == ""
 	return !(topLevel && (r.Method == http.MethodGet || r.Method == http.MethodHead))
 }
 
