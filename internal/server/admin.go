@@ -146,7 +146,8 @@ func (g *adminGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // A page elsewhere that rebinds its name to this address has the same
 // Origin and Host, which is why a plaintext loopback listener also refuses
 // a Host that is not loopback, and why data off loopback needs a token the
-// rebinding page does not have (sessionStorage is kept per origin).
+// rebinding page does not have (the console keeps it in the page's memory,
+// or over HTTPS in sessionStorage, which is kept per origin).
 func sameOrigin(r *http.Request) bool {
 	scheme := "http"
 	if r.TLS != nil {
