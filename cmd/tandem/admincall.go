@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -82,13 +83,25 @@ type adminClient struct {
 // JSON answer into out. A role change (any method but GET) carries the
 // admin token and fails without it; a read carries the admin token if it
 // can be read, else the API token of TANDEM_AUTH_TOKEN_FILE, if set (a
-// listener off loopback wants one of them). An answer other than 200 OK is
+// listener off loopback wants one of them), except a read in plaintext from
+// a loopback address, which carries none (reads are open there). An answer other than 200 OK is
 // an error carrying the coordinator's text.
 func (c *adminClient) call(ctx context.Context, method, addr, path string, out any) error {
 	url := c.scheme + "://" + addr + path
 	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		return fmt.Errorf("admin address %q: %w", addr, err)
+	}
+	if method == http.MethodGet && c.scheme == "http" && server.IsLoopback(addr) {
+		// Reads are open on a plaintext loopback listener, and nothing
+		// proves who answers there (any local user can listen on the port
+		// once the coordinator stops): no token goes with them.
+		err := c.do(req, out)
+		var se *adminStatusError
+		if errors.As(err, &se) && se.code == http.StatusUnauthorized {
+			return fmt.Errorf("%w (this CLI sends no token in plaintext to a loopback address; a listener on every interface with --insecure-no-tls wants one: call it at its network address)", err)
+		}
+		return err
 	}
 	tok, err := server.ReadTokenFile(c.tokenFile)
 	if err != nil && method != http.MethodGet {
@@ -106,6 +119,12 @@ func (c *adminClient) call(ctx context.Context, method, addr, path string, out a
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
+	return c.do(req, out)
+}
+
+// do sends req and decodes the JSON answer into out (see call).
+func (c *adminClient) do(req *http.Request, out any) error {
+	method, url := req.Method, req.URL.String()
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach the coordinator's admin listener at %s (tandem serve --admin): %w", url, err)
@@ -116,7 +135,7 @@ func (c *adminClient) call(ctx context.Context, method, addr, path string, out a
 		return fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, strings.TrimSpace(string(body)))
+		return &adminStatusError{code: resp.StatusCode, msg: fmt.Sprintf("%s %s: %s: %s", method, url, resp.Status, strings.TrimSpace(string(body)))}
 	}
 	if out == nil {
 		return nil
@@ -126,3 +145,11 @@ func (c *adminClient) call(ctx context.Context, method, addr, path string, out a
 	}
 	return nil
 }
+
+// adminStatusError is an admin listener's answer other than 200 OK.
+type adminStatusError struct {
+	code int
+	msg  string // method, URL, status and the coordinator's text
+}
+
+func (e *adminStatusError) Error() string { return e.msg }

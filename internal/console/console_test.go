@@ -124,8 +124,8 @@ func TestPageScriptHygiene(t *testing.T) {
 			t.Errorf("console.js uses %s", bad)
 		}
 	}
-	if !strings.Contains(js, "sessionStorage") || !strings.Contains(js, `"Authorization"`) {
-		t.Error("console.js does not keep the token in sessionStorage and send it in Authorization")
+	if !strings.Contains(js, "sessionStorage") || !strings.Contains(js, `"Authorization"`) || !strings.Contains(js, `location.protocol === "https:"`) {
+		t.Error("console.js does not keep the token in sessionStorage over HTTPS only and send it in Authorization")
 	}
 	w := PageWeight()
 	t.Logf("page weight: %d bytes (%.1f KiB)", w, float64(w)/1024)

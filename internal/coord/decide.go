@@ -271,9 +271,15 @@ func (c *Coordinator) checkSkew(g xid.GTRID) error {
 // preparedBranches asks every resource manager whether it holds a branch of g
 // prepared. An RM that cannot answer makes it fail: resolving needs evidence.
 func (c *Coordinator) preparedBranches(ctx context.Context, g xid.GTRID) ([]BranchRef, error) {
+	return c.preparedBranchesSince(ctx, g, time.Now())
+}
+
+// preparedBranchesSince is preparedBranches from scans that started no
+// earlier than since.
+func (c *Coordinator) preparedBranchesSince(ctx context.Context, g xid.GTRID, since time.Time) ([]BranchRef, error) {
 	var out []BranchRef
 	for _, name := range c.rmList {
-		ok, err := c.isPrepared(ctx, name, g)
+		ok, err := c.isPreparedSince(ctx, name, g, since)
 		if err != nil {
 			return nil, fmt.Errorf("coord: cannot resolve gtrid %s: %w; try again when it is reachable", g, err)
 		}
@@ -287,11 +293,16 @@ func (c *Coordinator) preparedBranches(ctx context.Context, g xid.GTRID) ([]Bran
 // isPrepared asks resource manager name whether it holds g's branch
 // prepared (a fresh scan, shared with concurrent askers).
 func (c *Coordinator) isPrepared(ctx context.Context, name string, g xid.GTRID) (bool, error) {
+	return c.isPreparedSince(ctx, name, g, time.Now())
+}
+
+// isPreparedSince is isPrepared from a scan that started no earlier than since.
+func (c *Coordinator) isPreparedSince(ctx context.Context, name string, g xid.GTRID, since time.Time) (bool, error) {
 	b := xid.Branch{GTRID: g, RM: name}
 	if c.opts.prepared != nil {
 		return c.opts.prepared(ctx, name, b)
 	}
-	return c.rms[name].IsPrepared(ctx, b, time.Now())
+	return c.rms[name].IsPrepared(ctx, b, since)
 }
 
 // validate checks a request before anything is written.

@@ -72,13 +72,17 @@ func (c *Coordinator) InDoubt() []InDoubtBranch {
 func (c *Coordinator) InDoubtBranches() int { return len(c.InDoubt()) }
 
 // Holdings asks every resource manager whether it holds a branch of gtrid
-// prepared (what an operator looks at before ResolveInDoubt).
+// prepared (what an operator looks at before ResolveInDoubt, which asks
+// again). It answers from a recover scan that started at most
+// HoldingsMaxAge ago (scans are shared): asked in a loop, by anyone who may
+// read the admin listener, it makes each database scan at most about once
+// per HoldingsMaxAge.
 func (c *Coordinator) Holdings(ctx context.Context, gtrid string) (map[string]bool, error) {
 	g, err := xid.Parse(gtrid)
 	if err != nil {
 		return nil, &InputError{Field: "gtrid", Reason: err.Error()}
 	}
-	prepared, err := c.preparedBranches(ctx, g)
+	prepared, err := c.preparedBranchesSince(ctx, g, time.Now().Add(-HoldingsMaxAge))
 	if err != nil {
 		return nil, err
 	}
@@ -131,3 +135,7 @@ func (c *Coordinator) ResolveInDoubt(ctx context.Context, gtrid string, commit b
 	}
 	return r, err
 }
+
+// HoldingsMaxAge is how old a recover scan Holdings may answer from (see
+// Holdings).
+const HoldingsMaxAge = 200 * time.Millisecond

@@ -256,3 +256,53 @@ func TestIsPreparedHonoursContext(t *testing.T) {
 		t.Fatalf("IsPrepared with a scan that never answers: %v, want DeadlineExceeded", err)
 	}
 }
+
+// A shared scan is not lost to the others when the caller that started it
+// leaves: an unauthenticated GET /in-doubt?gtrid= on a loopback admin
+// listener, closed at once, must not make a concurrent phase-2 check or
+// Resolve fail with "context canceled". The waiter goes round for a scan of
+// its own.
+func TestIsPreparedOutlivesTheCallerThatStartedTheScan(t *testing.T) {
+	g := mustGTRID(t, gtridHex)
+	held := xid.Branch{GTRID: g, RM: "maria"}
+	db := &fakeDB{
+		cols: []string{"formatID", "gtrid_length", "bqual_length", "data"},
+		rows: [][]driver.Value{xaRow(xid.FormatID, gtridHex, "maria")},
+		gate: make(chan struct{}),
+	}
+	c := fakeConnFor(t, "maria", mysqlDialect{}, db)
+	since := time.Now()
+	starter, leave := context.WithCancel(context.Background())
+	starterDone := make(chan error, 1)
+	go func() {
+		_, err := c.IsPrepared(starter, held, since)
+		starterDone <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for db.queries.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	type answer struct {
+		ok  bool
+		err error
+	}
+	waiter := make(chan answer, 1)
+	go func() {
+		ok, err := c.IsPrepared(context.Background(), held, since)
+		waiter <- answer{ok, err}
+	}()
+	time.Sleep(20 * time.Millisecond) // the waiter joins the starter's scan
+	leave()
+	if err := <-starterDone; !errors.Is(err, context.Canceled) {
+		t.Errorf("the caller that left: %v, want context.Canceled", err)
+	}
+	close(db.gate) // the databases answer again
+	select {
+	case a := <-waiter:
+		if a.err != nil || !a.ok {
+			t.Fatalf("a caller that stayed: IsPrepared = %v, %v; want true, nil (a scan of its own)", a.ok, a.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a caller that stayed got no answer in 5 s")
+	}
+}

@@ -22,10 +22,15 @@ type scanCall struct {
 	done  chan struct{}
 	set   map[xid.Branch]bool
 	err   error
+	// left: the scan failed after the caller that started it left (its
+	// context ended); the others go round for a scan of their own.
+	left bool
 }
 
 // IsPrepared reports whether the database holds b prepared, according to a
-// recover scan that started no earlier than since. Callers share scans.
+// recover scan that started no earlier than since. Callers share scans; a
+// scan cut short because the caller that started it left (its context
+// ended) fails only that caller: the others scan again.
 func (c *Conn) IsPrepared(ctx context.Context, b xid.Branch, since time.Time) (bool, error) {
 	for {
 		c.scans.mu.Lock()
@@ -40,7 +45,7 @@ func (c *Conn) IsPrepared(ctx context.Context, b xid.Branch, since time.Time) (b
 			c.scans.inflight = call
 			c.scans.mu.Unlock()
 			all, err := c.Recover(ctx)
-			call.err = err
+			call.err, call.left = err, err != nil && ctx.Err() != nil
 			if err == nil {
 				call.set = make(map[xid.Branch]bool, len(all))
 				for _, d := range all {
@@ -63,6 +68,9 @@ func (c *Conn) IsPrepared(ctx context.Context, b xid.Branch, since time.Time) (b
 			return false, ctx.Err()
 		}
 		if call.err != nil {
+			if call.left && ctx.Err() == nil {
+				continue // not this caller's failure: scan again
+			}
 			return false, call.err
 		}
 		if !call.start.Before(since) {

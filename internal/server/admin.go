@@ -31,6 +31,11 @@ import (
 //     refused with 403, whatever it carries else, unless the Origin is this
 //     listener's own (scheme and Host of the request): the console's page,
 //     served from here, is the only page whose requests get through.
+//   - A browser's request from another origin that carries no Origin (an
+//     <img>, a no-cors fetch: Sec-Fetch-Site cross-site or same-site, which
+//     includes another port of localhost) is refused with 403 too, unless
+//     it is a top-level navigation (a link the user follows) or asks for
+//     one of the console's files (crossSite).
 //   - Every method but GET and HEAD needs the admin token ("Authorization:
 //     Bearer <token>", the file Options.AdminTokenFile, made at first start);
 //     401 otherwise, naming the file.
@@ -101,6 +106,10 @@ func (g *adminGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "requests from web pages (with an Origin header) are refused: use the tandem CLI, curl or Prometheus", http.StatusForbidden)
 		return
 	}
+	if crossSite(r) {
+		http.Error(w, "requests from other web pages (Sec-Fetch-Site "+strconv.Quote(r.Header.Get("Sec-Fetch-Site"))+") are refused: open the console or this address directly, or use the tandem CLI, curl or Prometheus", http.StatusForbidden)
+		return
+	}
 	if g.checkHost && r.Host != "" {
 		host := r.Host
 		if h, _, err := net.SplitHostPort(r.Host); err == nil {
@@ -137,13 +146,40 @@ func (g *adminGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // A page elsewhere that rebinds its name to this address has the same
 // Origin and Host, which is why a plaintext loopback listener also refuses
 // a Host that is not loopback, and why data off loopback needs a token the
-// rebinding page does not have (sessionStorage is kept per origin).
+// rebinding page does not have (the console keeps it in the page's memory,
+// or over HTTPS in sessionStorage, which is kept per origin).
 func sameOrigin(r *http.Request) bool {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
 	return r.Host != "" && r.Header.Get("Origin") == scheme+"://"+r.Host
+}
+
+// crossSite reports whether r is a browser's request made by a page of
+// another origin that carries no Origin header (an <img>, a no-cors fetch, a
+// prefetch: browsers send Origin only with CORS requests and with methods
+// other than GET and HEAD), by its Fetch Metadata: Sec-Fetch-Site is
+// "cross-site", or "same-site" (another port of localhost is the same site,
+// not the same origin). Such a request could not read the answer, but it
+// would make the coordinator work (GET /in-doubt?gtrid= scans every
+// database), so it reaches only the page's files (console.IsAsset: no data)
+// and top-level navigations (a link the user follows: the answer is shown
+// to the user, not to the page). A request without Fetch Metadata (the CLI,
+// curl, Prometheus, a browser too old to send it) is judged by the rest of
+// adminGuard.
+func crossSite(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+		return false
+	}
+	if console.IsAsset(r.URL.Path) && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		return false
+	}
+	// A prefetch or prerender (Sec-Purpose) is the page's doing, not a click.
+	topLevel := r.Header.Get("Sec-Fetch-Mode") == "navigate" && r.Header.Get("Sec-Fetch-Dest") == "document" &&
+		r.Header.Get("Sec-Purpose") == "" && r.Header.Get("Purpose") == ""
+	return !(topLevel && (r.Method == http.MethodGet || r.Method == http.MethodHead))
 }
 
 func truthy(s string) bool {

@@ -164,3 +164,49 @@ func TestAdminGuard(t *testing.T) {
 		}
 	}
 }
+
+// A web page's GET that carries no Origin (an <img>, a no-cors fetch, a
+// prefetch) is told apart by its Fetch Metadata: one from another site, or
+// from another origin of this site (another port of localhost), reaches no
+// data endpoint (GET /in-doubt?gtrid= scans every database), whatever the
+// listener's reads allow. The page's own requests (same-origin), a request
+// the user typed (none), a top-level navigation (a link to the console or
+// to /waits) and the page's files stay open.
+func TestAdminRefusesCrossSiteRequestsWithoutOrigin(t *testing.T) {
+	var reached []string
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached = append(reached, r.URL.String()) })
+	g := newAdminGuard(next, "admin-token-0123456789", "/data/admin.token", "", "127.0.0.1:7071", false, false)
+	for _, c := range []struct {
+		path, site, mode, dest string
+		want                   int
+		purpose                string // Sec-Purpose: a prefetch or prerender, not a user's click
+	}{
+		{"/in-doubt?gtrid=0123456789abcdef", "cross-site", "no-cors", "image", 403, ""},
+		{"/in-doubt?gtrid=0123456789abcdef", "same-site", "no-cors", "empty", 403, ""}, // http://localhost:3000
+		{"/in-doubt?gtrid=0123456789abcdef", "cross-site", "navigate", "iframe", 403, ""},
+		{"/console/data", "cross-site", "no-cors", "script", 403, ""},
+		{"/waits", "same-site", "no-cors", "empty", 403, ""},
+		{"/in-doubt?gtrid=0123456789abcdef", "same-origin", "cors", "empty", 200, ""}, // the console's own page
+		{"/in-doubt?gtrid=0123456789abcdef", "none", "navigate", "document", 200, ""}, // typed in the address bar
+		{"/waits", "cross-site", "navigate", "document", 200, ""},                     // a link clicked elsewhere
+		{"/console/console.js", "cross-site", "no-cors", "script", 200, ""},           // the page's files: no data
+		{"/", "same-site", "navigate", "iframe", 200, ""},                             // framing is refused by the headers
+		{"/waits", "", "", "", 200, ""},                                               // curl, the CLI, Prometheus
+		{"/in-doubt?gtrid=0123456789abcdef", "same-site", "navigate", "document", 403, "prefetch;prerender"},
+		{"/in-doubt?gtrid=0123456789abcdef", "cross-site", "navigate", "document", 403, "prefetch"},
+	} {
+		reached = nil
+		req := httptest.NewRequest(http.MethodGet, c.path, nil)
+		req.Host = "127.0.0.1:7071"
+		for k, v := range map[string]string{"Sec-Fetch-Site": c.site, "Sec-Fetch-Mode": c.mode, "Sec-Fetch-Dest": c.dest, "Sec-Purpose": c.purpose} {
+			if v != "" {
+				req.Header.Set(k, v)
+			}
+		}
+		rec := httptest.NewRecorder()
+		g.ServeHTTP(rec, req)
+		if rec.Code != c.want || (c.want == 403) != (len(reached) == 0) {
+			t.Errorf("GET %s Sec-Fetch-Site %s mode %s dest %s purpose %q: %d %q (handler reached: %v), want %d", c.path, c.site, c.mode, c.dest, c.purpose, rec.Code, rec.Body, reached, c.want)
+		}
+	}
+}

@@ -86,6 +86,10 @@ func LoadOrCreateToken(path string) (tok string, created bool, err error) {
 	return tok, true, nil
 }
 
+// IsLoopback reports whether addr (host:port) is a loopback address
+// ("localhost" included): a listener there accepts only local connections.
+func IsLoopback(addr string) bool { return isLoopback(addr) }
+
 // isLoopback reports whether a listen address accepts only local connections.
 // An empty host (":7070") listens on every interface.
 func isLoopback(addr string) bool {

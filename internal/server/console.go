@@ -20,6 +20,7 @@ import (
 //	GET /console/data?since=T the sampler's ring: one sample a second for the last five minutes
 //	                          (only those after unix millisecond T with since)
 //	GET /unfinished?limit=N   unfinished and in-doubt transactions, oldest first, at most N of each
+//	                          (read from the coordinator at most once a second: unfinishedEvery)
 //
 // The data endpoints are reads, exactly as open or closed as /waits (the
 // admin guard, admin.go); the page's resolve button uses POST
@@ -34,6 +35,9 @@ const (
 	// unfinishedBranchesMax bounds the branches one /unfinished lists in
 	// all (coord.MaxBranches is 64 a transaction).
 	unfinishedBranchesMax = 1000
+	// unfinishedEvery: GET /unfinished walks the coordinator's transactions
+	// at most this often, whoever asks (everyCache).
+	unfinishedEvery = time.Second
 )
 
 // consoleRoutes registers the console's page and data endpoints on mux.
@@ -53,6 +57,9 @@ func (s *Server) consoleRoutes(mux *http.ServeMux, sampler *console.Sampler) {
 		writeJSON(w, ConsoleData{IntervalS: consoleSampleEvery.Seconds(), Capacity: console.DefaultCapacity,
 			Role: s.Role().String(), Standby: standby, Samples: sampler.Since(since)})
 	})
+	// One walk of the coordinator's transactions a second at most, whoever
+	// asks (everyCache): the largest list, cut per request.
+	walk := &everyCache[unfinishedWalk]{every: unfinishedEvery, read: s.walkUnfinished}
 	mux.HandleFunc("GET /unfinished", func(w http.ResponseWriter, r *http.Request) {
 		limit := unfinishedDefault
 		if v := r.URL.Query().Get("limit"); v != "" {
@@ -63,7 +70,7 @@ func (s *Server) consoleRoutes(mux *http.ServeMux, sampler *console.Sampler) {
 			}
 			limit = n
 		}
-		writeJSON(w, s.unfinished(limit, time.Now()))
+		writeJSON(w, walk.get().response(limit, time.Now()))
 	})
 }
 
@@ -106,18 +113,29 @@ type BranchJSON struct {
 	ClientSettles bool   `json:"client_settles,omitempty"`
 }
 
-func (s *Server) unfinished(limit int, now time.Time) UnfinishedResponse {
-	out := UnfinishedResponse{Role: s.Role().String(), Unfinished: []UnfinishedJSON{}, InDoubt: []coord.InDoubtBranch{}}
-	c := s.Coordinator()
-	if c == nil {
-		return out
+// unfinishedWalk is one walk of the coordinator's transactions: the oldest
+// unfinishedMax unfinished ones, and every in-doubt branch.
+type unfinishedWalk struct {
+	role    string
+	list    []coord.UnfinishedTxn
+	total   int
+	inDoubt []coord.InDoubtBranch
+}
+
+func (s *Server) walkUnfinished() unfinishedWalk {
+	wk := unfinishedWalk{role: s.Role().String()}
+	if c := s.Coordinator(); c != nil {
+		wk.list, wk.total = c.Unfinished(unfinishedMax)
+		wk.inDoubt = c.InDoubt()
 	}
-	list, total := c.Unfinished(limit)
-	out.UnfinishedTotal = total
-	out.Unfinished = unfinishedJSON(list, now)
-	in := c.InDoubt()
-	out.InDoubtTotal = len(in)
-	out.InDoubt = append(out.InDoubt, in[:min(len(in), limit)]...)
+	return wk
+}
+
+// response is the body of GET /unfinished?limit=limit from wk.
+func (wk unfinishedWalk) response(limit int, now time.Time) UnfinishedResponse {
+	out := UnfinishedResponse{Role: wk.role, UnfinishedTotal: wk.total, InDoubtTotal: len(wk.inDoubt),
+		Unfinished: unfinishedJSON(wk.list[:min(len(wk.list), limit)], now), InDoubt: []coord.InDoubtBranch{}}
+	out.InDoubt = append(out.InDoubt, wk.inDoubt[:min(len(wk.inDoubt), limit)]...)
 	return out
 }
 

@@ -25,6 +25,11 @@ type httpLimits struct {
 	// database; a demotion waits for the standby).
 	RoleWrite      time.Duration
 	MaxHeaderBytes int
+	// MaxConns bounds the connections the listener holds; past it a new
+	// one is closed at once (capListener), so that a flood of connections,
+	// which need no token, cannot take the file descriptors the decision
+	// log and the database pools need. A console tab holds a few.
+	MaxConns int
 }
 
 // grpcLimits bound what one client of the gRPC API can hold.
@@ -48,15 +53,21 @@ type grpcLimits struct {
 
 var (
 	adminLimits = httpLimits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second,
-		Idle: time.Minute, RoleWrite: 10 * time.Minute, MaxHeaderBytes: 16 << 10}
+		Idle: time.Minute, RoleWrite: 10 * time.Minute, MaxHeaderBytes: 16 << 10, MaxConns: 256}
 	apiLimits = grpcLimits{Handshake: 10 * time.Second, MaxRecvMsg: 16 << 10, MaxStreams: 1024, MaxConns: 4096,
 		PingMinTime: 10 * time.Second, Ping: time.Minute, PingTimeout: 20 * time.Second, Idle: 15 * time.Minute}
 )
 
 // server is the admin listener's HTTP server with these limits.
 func (l httpLimits) server(h http.Handler, tlsCfg *tls.Config, logger *slog.Logger) *http.Server {
+	// HTTP/1.1 only: one request at a time per connection, so MaxConns
+	// bounds the answers held at once (HTTP/2 would allow hundreds per
+	// connection, each up to a MiB of /console/data kept until the write
+	// deadline by a client that does not read).
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
 	srv := &http.Server{Handler: h, TLSConfig: tlsCfg, ReadHeaderTimeout: l.ReadHeader, ReadTimeout: l.Read,
-		WriteTimeout: l.Write, IdleTimeout: l.Idle, MaxHeaderBytes: l.MaxHeaderBytes}
+		WriteTimeout: l.Write, IdleTimeout: l.Idle, MaxHeaderBytes: l.MaxHeaderBytes, Protocols: protocols}
 	if logger != nil {
 		// Failed TLS handshakes and the like: debug, not stderr.
 		srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelDebug)
@@ -93,6 +104,7 @@ func (l grpcLimits) serverOptions() []grpc.ServerOption {
 // kernel's backlog. A warning says so at most every 10 s.
 type capListener struct {
 	net.Listener
+	name   string // for the warning: "API listener"
 	max    int
 	log    *slog.Logger
 	mu     sync.Mutex
@@ -118,7 +130,7 @@ func (l *capListener) Accept() (net.Conn, error) {
 			l.mu.Unlock()
 			_ = c.Close()
 			if warn && l.log != nil {
-				l.log.Warn("API listener: too many connections: closing new ones at once", "max", l.max, "closed", n, "latest", c.RemoteAddr().String())
+				l.log.Warn(l.name+": too many connections: closing new ones at once", "max", l.max, "closed", n, "latest", c.RemoteAddr().String())
 			}
 			continue
 		}

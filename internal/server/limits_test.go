@@ -42,7 +42,7 @@ func closedWithin(t *testing.T, conn net.Conn, limit time.Duration) time.Duratio
 func TestAdminSlowClientsAreClosed(t *testing.T) {
 	saved := adminLimits
 	adminLimits = httpLimits{ReadHeader: 200 * time.Millisecond, Read: 300 * time.Millisecond, Write: 300 * time.Millisecond,
-		Idle: 200 * time.Millisecond, RoleWrite: time.Second, MaxHeaderBytes: 4 << 10}
+		Idle: 200 * time.Millisecond, RoleWrite: time.Second, MaxHeaderBytes: 4 << 10, MaxConns: 16}
 	defer func() { adminLimits = saved }()
 	s, _ := startAdmin(t, Options{})
 	dial := func() net.Conn {
@@ -93,8 +93,8 @@ func TestAdminSlowClientsAreClosed(t *testing.T) {
 // The production limits are all set.
 func TestAdminLimitsAreSet(t *testing.T) {
 	l := adminLimits
-	if l.ReadHeader <= 0 || l.Read <= 0 || l.Write <= 0 || l.Idle <= 0 || l.RoleWrite < time.Minute || l.MaxHeaderBytes <= 0 || l.MaxHeaderBytes > 64<<10 {
-		t.Fatalf("admin limits %+v: every timeout must be set, a role change given at least a minute, headers capped at 64 KiB", l)
+	if l.ReadHeader <= 0 || l.Read <= 0 || l.Write <= 0 || l.Idle <= 0 || l.RoleWrite < time.Minute || l.MaxHeaderBytes <= 0 || l.MaxHeaderBytes > 64<<10 || l.MaxConns <= 0 {
+		t.Fatalf("admin limits %+v: every timeout must be set, a role change given at least a minute, headers capped at 64 KiB, connections capped", l)
 	}
 	a := apiLimits
 	if a.Handshake <= 0 || a.MaxStreams == 0 || a.MaxRecvMsg <= 0 || a.MaxRecvMsg > 64<<10 {
@@ -185,5 +185,48 @@ func TestAPIConnectionCap(t *testing.T) {
 	_, err = io.Copy(io.Discard, again)
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("a connection under the cap again: %v, want it held open (read timeout)", err)
+	}
+}
+
+// The admin listener holds at most adminLimits.MaxConns connections, as the
+// API does: a flood of connections (no token needed to open one) cannot take
+// the coordinator's file descriptors; past the cap a new one is closed at
+// once, and once one closes a new one is served again.
+func TestAdminConnectionCap(t *testing.T) {
+	saved := adminLimits
+	adminLimits.MaxConns = 3
+	defer func() { adminLimits = saved }()
+	s, _ := startAdmin(t, Options{})
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 3 {
+		c, err := net.Dial("tcp", s.AdminAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	time.Sleep(100 * time.Millisecond)
+	extra, err := net.Dial("tcp", s.AdminAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	t.Logf("an admin connection past the cap closed after %v", closedWithin(t, extra, 2*time.Second))
+	held[0].Close()
+	time.Sleep(100 * time.Millisecond)
+	again, err := net.Dial("tcp", s.AdminAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	_, _ = io.WriteString(again, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	_ = again.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(again).ReadString('\n'); err != nil || !strings.Contains(line, "200") {
+		t.Fatalf("a connection under the cap again: GET /metrics: %q %v, want 200", line, err)
 	}
 }

@@ -129,7 +129,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
 	}
-	lis = &capListener{Listener: lis, max: apiLimits.MaxConns, log: o.Logger}
+	lis = &capListener{Listener: lis, max: apiLimits.MaxConns, log: o.Logger, name: "API listener"}
 
 	so := o.Standby
 	if so.Listen == "" && (so.Transport != "" || so.Protection != "" || so.Peer != "") {
@@ -274,6 +274,7 @@ func (s *Server) serve(adminLis net.Listener, adminToken string, o Options) {
 	s.stopConsole = s.startConsole(sampler)
 	guard := newAdminGuard(mux, adminToken, o.AdminTokenFile, o.AuthToken, o.Admin, tlsconf.MutualTLS(o.TLS), o.TLS != nil)
 	s.admin = adminLimits.server(console.Secure(guard), o.TLS, o.Logger)
+	adminLis = &capListener{Listener: adminLis, max: adminLimits.MaxConns, log: o.Logger, name: "admin listener"}
 	s.adminLis = adminLis
 	go func() {
 		var err error

@@ -170,3 +170,34 @@ func TestRoleChangeOutlivesTheReadTimeout(t *testing.T) {
 		}
 	}
 }
+
+// The admin listener speaks HTTP/1.1 only, also over TLS: with HTTP/2 one
+// connection could hold hundreds of answers at once (each up to a MiB of
+// /console/data, kept until the write deadline by a client that does not
+// read), past the connection cap's bound on memory.
+func TestAdminListenerSpeaksHTTP1Only(t *testing.T) {
+	ca := testcerts.NewCA(t, "tandem test CA")
+	files := ca.WriteFiles(t, t.TempDir(), "server", "127.0.0.1", "localhost")
+	srvTLS, err := tlsconf.Server(tlsconf.Files{Cert: files.Cert, Key: files.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := startAdmin(t, Options{TLS: srvTLS})
+	cfg, err := tlsconf.Client(tlsconf.Files{CA: files.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}, Timeout: 5 * time.Second}
+	resp, err := c.Get("https://" + s.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 1 {
+		t.Fatalf("GET /metrics over TLS offering h2: answered in %s, want HTTP/1.1", resp.Proto)
+	}
+	// The API, which shares the TLS configuration, still speaks gRPC (HTTP/2).
+	if err := health(t, s.Addr(), cfg); err != nil {
+		t.Fatalf("Health over TLS: %v", err)
+	}
+}

@@ -1,7 +1,14 @@
 // Tandem console: polls the admin listener's JSON endpoints and draws them.
 // Everything the server sends is put into the page with textContent, never
-// as markup. The admin token, when the operator enters one, is kept in this
-// tab's sessionStorage and sent in an Authorization header: never a cookie.
+// as markup. The admin token, when the operator enters one, goes in an
+// Authorization header, never a cookie, and only where it is needed: with
+// every POST, and with reads only where the listener can need it for them
+// (HTTPS, or a plaintext listener off loopback). On a plaintext loopback
+// listener, whose port any local user can take once the coordinator stops,
+// reads are open, so polls never carry it, and the page keeps it in memory
+// only: a page served later on the same origin (by whatever then listens
+// there) finds nothing in this tab's storage. Over HTTPS (the certificate
+// proves who answers) it is kept in the tab's sessionStorage.
 "use strict";
 (function () {
   var TOKEN_KEY = "tandem.adminToken";
@@ -28,15 +35,30 @@
   }
   function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
 
-  function token() { try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch (e) { return ""; } }
+  var SECURE = location.protocol === "https:";
+  function loopbackName(h) { return h === "localhost" || h === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(h); }
+  // READS_NEED_TOKEN: the listener may refuse a read without a token (off
+  // loopback without mutual TLS); over HTTPS the token is safe to send anyway.
+  var READS_NEED_TOKEN = SECURE || !loopbackName(location.hostname);
+  var memToken = ""; // the token where it is not kept in sessionStorage
+
+  function token() {
+    if (!SECURE) return memToken;
+    try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch (e) { return ""; }
+  }
+  function setToken(v) {
+    memToken = SECURE ? "" : v;
+    try { if (SECURE && v) sessionStorage.setItem(TOKEN_KEY, v); else sessionStorage.removeItem(TOKEN_KEY); } catch (e) { if (SECURE && v) showError("cannot keep the token: " + e); }
+  }
 
   // api fetches path from this listener; the token, if any, goes in the
-  // Authorization header. It resolves to {status, body} and never throws
-  // for an HTTP error.
+  // Authorization header of a POST, and of a read where the listener may
+  // need it (READS_NEED_TOKEN). It resolves to {status, body} and never
+  // throws for an HTTP error.
   function api(path, method) {
     var h = { "Accept": "application/json" };
     var t = token();
-    if (t) h["Authorization"] = "Bearer " + t;
+    if (t && (READS_NEED_TOKEN || (method && method !== "GET"))) h["Authorization"] = "Bearer " + t;
     return fetch(path, { method: method || "GET", headers: h, cache: "no-store", credentials: "omit" }).then(function (r) {
       return r.text().then(function (text) {
         var body = null;
@@ -425,6 +447,7 @@
     e.textContent = msg;
   }
   function authHint(r, what) {
+    if (r.status === 401 && !READS_NEED_TOKEN) return what + ": this listener needs a token for reads (it listens off loopback too): open the console at its network address, over HTTPS, and enter the admin token there";
     if (r.status === 401) return what + ": this listener needs a token for reads: enter the admin token above";
     if (r.status === 403) return what + ": refused (403): " + String(r.body).slice(0, 200);
     return what + ": HTTP " + r.status;
@@ -475,18 +498,18 @@
 
   // ---- token ----
   function showTokenState() {
-    $("tokenstate").textContent = token() ? "token set for this tab" : "no token: read-only";
+    $("tokenstate").textContent = !token() ? "no token: read-only" : SECURE ? "token set for this tab" : "token set for this tab (until it reloads)";
   }
   $("tokenform").addEventListener("submit", function (ev) {
     ev.preventDefault();
     var v = $("token").value.trim();
-    try { if (v) sessionStorage.setItem(TOKEN_KEY, v); } catch (e) { showError("cannot keep the token: " + e); }
+    if (v) setToken(v);
     $("token").value = "";
     showTokenState();
     pollUnfinished();
   });
   $("tokenclear").addEventListener("click", function () {
-    try { sessionStorage.removeItem(TOKEN_KEY); } catch (e) { /* nothing kept */ }
+    setToken("");
     showTokenState();
     pollUnfinished();
   });
@@ -500,6 +523,7 @@
     });
     ro.observe(document.querySelector("main"));
   }
+  if (!SECURE) setToken(""); // drop a token an earlier version of the page kept here
   showTokenState();
   tick();
 })();
