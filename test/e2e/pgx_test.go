@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -681,8 +682,14 @@ func TestPgxBenchComparesDrivers(t *testing.T) {
 				t.Errorf("%s: result %d: %s, %d txns, %d errors; want %s, 40, 0", pair, i, r.Workload, r.Txns, r.Errors, want[i])
 			}
 		}
+		// oltp re-inserts the row it deleted only when the DELETE found it:
+		// with two threads picking rows at random, another transaction
+		// sometimes took it first, and that transaction makes one round trip
+		// fewer (seen: 8 and 7.975 over 40). Either driver may meet that; a
+		// driver that made a round trip more or fewer on every transaction
+		// would differ by 1.
 		a, b := rep.Results[0].RMRoundtripsPerTxn["pg"], rep.Results[1].RMRoundtripsPerTxn["pg"]
-		if a != b || a == 0 {
+		if math.Abs(a-b) > 0.25 || a == 0 {
 			t.Errorf("%s: PostgreSQL round trips per transaction %v (sql) and %v (pgx): want the same", pair, a, b)
 		}
 		t.Logf("%s: TPS %.0f and %.0f (ratio %.2f; 40 transactions, not a measurement)", pair, rep.Results[0].TPS, rep.Results[1].TPS, *rep.Ratio)
