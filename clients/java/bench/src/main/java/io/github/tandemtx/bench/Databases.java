@@ -47,6 +47,11 @@ final class Databases {
         return DriverManager.getConnection(mariaUrl);
     }
 
+    /** A MariaDB connection that takes several statements in one round trip. */
+    Connection mariaMulti() throws SQLException {
+        return DriverManager.getConnection(Dsn.withDefault(mariaUrl, "allowMultiQueries", "true"));
+    }
+
     XAConnection pgXA() throws SQLException {
         PGXADataSource ds = new PGXADataSource();
         ds.setURL(pgUrl);
@@ -60,8 +65,8 @@ final class Databases {
     /**
      * Checks both databases answer, creates tandem_bench where missing (the
      * Go benchmark's table: id bigint PRIMARY KEY, v varchar(64)), empties
-     * it, and rolls back raw2pc branches (format BENC) that a run which died
-     * left prepared. Returns what it rolled back, for the log.
+     * it, and rolls back raw2pc branches (GID bench:…, format BENC) that a
+     * run which died left prepared. Returns what it rolled back, for the log.
      */
     List<String> setup() throws Unreachable {
         List<String> rolledBack = new ArrayList<>();
@@ -78,6 +83,19 @@ final class Databases {
             Statement s = c.createStatement();
             s.execute("CREATE TABLE IF NOT EXISTS tandem_bench (id bigint PRIMARY KEY, v varchar(64) NOT NULL)");
             s.execute("DELETE FROM tandem_bench");
+            if (rm.equals(PG)) {
+                // raw2pc's own GIDs (and the Go benchmark's): not in pgjdbc's XID format.
+                List<String> gids = new ArrayList<>();
+                try (var r = s.executeQuery("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'bench:%' AND database = current_database()")) {
+                    while (r.next()) {
+                        gids.add(r.getString(1));
+                    }
+                }
+                for (String g : gids) {
+                    s.execute("ROLLBACK PREPARED '" + g.replace("'", "''") + "'");
+                    rolledBack.add(rm + ":" + g);
+                }
+            }
             XAResource xa = xc.getXAResource();
             for (Xid x : xa.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN)) {
                 if (x.getFormatId() == Xids.BENCH_FORMAT) {

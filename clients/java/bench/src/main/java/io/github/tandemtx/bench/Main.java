@@ -134,6 +134,7 @@ public final class Main {
                 Workload wl = switch (name) {
                     case "sql" -> new SqlWorkload(db);
                     case "raw2pc" -> new Raw2pcWorkload(db);
+                    case "raw2pc-xa" -> new Raw2pcXAWorkload(db);
                     default -> Tandem.workload(db, f.coordinator);
                 };
                 Stats st = new Stats(wl, f.threads);

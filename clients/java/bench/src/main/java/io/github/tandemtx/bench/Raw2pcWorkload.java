@@ -2,23 +2,24 @@ package io.github.tandemtx.bench;
 
 import java.sql.Connection;
 import java.sql.PreparedStatement;
-import javax.sql.XAConnection;
-import javax.transaction.xa.XAResource;
+import java.sql.Statement;
+import java.util.HexFormat;
 
 /**
- * raw2pc: the databases' own two-phase commit driven by hand through the JDBC
- * drivers' XAResources (pgjdbc's PGXAConnection: PREPARE TRANSACTION /
- * COMMIT PREPARED; MariaDB Connector/J's: XA START … XA COMMIT), with no
- * coordinator and no decision log: insert on each, end and prepare both in
- * parallel, commit both in parallel, each on the connection that prepared it.
- * A crash between the commits breaks atomicity. It is the floor of any XA
- * transaction manager over these drivers: what one costs with no log.
+ * raw2pc: the databases' own two-phase commit driven by hand in SQL, with the
+ * Go benchmark's statements and round trips, and no coordinator and no
+ * decision log: insert on each (PostgreSQL: BEGIN rides with it; MariaDB:
+ * {@code XA START …; INSERT …} in one multi-statement), prepare both in
+ * parallel (PREPARE TRANSACTION; {@code XA END …; XA PREPARE …}), commit both
+ * in parallel (COMMIT PREPARED; XA COMMIT), each on the session that prepared
+ * it. 3 round trips to PostgreSQL, 3 to MariaDB. A crash between the commits
+ * breaks atomicity: the floor of any XA transaction manager, which tandem-jta
+ * (driving its branches in SQL too) can be set against directly.
  *
- * <p>Round trips: PostgreSQL 3 (BEGIN rides with the insert, PREPARE, COMMIT
- * PREPARED), as in Go; MariaDB 5 (XA START, insert, XA END, XA PREPARE, XA
- * COMMIT: Connector/J sends each XAResource call on its own, where the Go
- * benchmark's raw2pc sends XA START with the insert and XA END with XA
- * PREPARE, 4).
+ * <p>Branch names: PostgreSQL GID {@code bench:<gtrid hex>:pg}; MariaDB XID
+ * ('gtrid hex', 'maria', format BENC): never Tandem's, so a coordinator's
+ * in-doubt scan leaves them alone, and the setup of the next run (Java's or
+ * Go's) rolls back what a run that died left prepared.
  */
 final class Raw2pcWorkload implements Workload {
     private final Databases db;
@@ -34,7 +35,7 @@ final class Raw2pcWorkload implements Workload {
 
     @Override
     public String summary() {
-        return "the same inserts with the databases' own 2PC through the drivers' XAResources (prepare both, commit both): no coordinator, no log";
+        return "the same inserts with the databases' own 2PC in SQL (prepare both, commit both), the Go benchmark's statements: no coordinator, no log";
     }
 
     @Override
@@ -46,11 +47,10 @@ final class Raw2pcWorkload implements Workload {
 
     private final class W implements Worker {
         private final Side side;
-        private XAConnection pgX, mariaX;
         private Connection pg, maria;
-        private XAResource pgXA, mariaXA;
-        private PreparedStatement pgIns, mariaIns;
-        private Xids pgXid, mariaXid; // the current branches, for recover
+        private PreparedStatement pgIns, mariaStartIns;
+        private Statement pgS, mariaS;
+        private String pgGid, mariaXid; // the current branches, for recover
 
         W(Side side) {
             this.side = side;
@@ -58,79 +58,86 @@ final class Raw2pcWorkload implements Workload {
 
         void connect() throws Exception {
             close();
-            pgX = db.pgXA();
-            pg = pgX.getConnection();
-            pgXA = pgX.getXAResource();
+            pg = db.pg();
+            pg.setAutoCommit(false);
             pgIns = pg.prepareStatement(INSERT);
-            mariaX = db.mariaXA();
-            maria = mariaX.getConnection();
-            mariaXA = mariaX.getXAResource();
-            mariaIns = maria.prepareStatement(INSERT);
+            pgS = pg.createStatement();
+            maria = db.mariaMulti();
+            mariaStartIns = maria.prepareStatement("XA START ?, ?, " + Xids.BENCH_FORMAT + "; " + INSERT);
+            mariaS = maria.createStatement();
         }
 
         @Override
         public void txn(long id) throws Exception {
             String v = Workload.value(id);
-            byte[] g = Xids.newGtrid();
-            Xids xp = Xids.branch(g, Databases.PG), xm = Xids.branch(g, Databases.MARIA);
-            pgXid = xp;
-            mariaXid = xm;
-            pgXA.start(xp, XAResource.TMNOFLAGS);
+            String g = HexFormat.of().formatHex(Xids.newGtrid());
+            String gid = "'bench:" + g + ":" + Databases.PG + "'";
+            String xid = "'" + g + "','" + Databases.MARIA + "'," + Xids.BENCH_FORMAT;
+            pgGid = gid;
             pgIns.setLong(1, id);
             pgIns.setString(2, v);
-            pgIns.executeUpdate();
-            mariaXA.start(xm, XAResource.TMNOFLAGS);
-            mariaIns.setLong(1, id);
-            mariaIns.setString(2, v);
-            mariaIns.executeUpdate();
+            pgIns.executeUpdate(); // BEGIN; INSERT
+            mariaXid = xid;
+            mariaStartIns.setString(1, g);
+            mariaStartIns.setString(2, Databases.MARIA);
+            mariaStartIns.setLong(3, id);
+            mariaStartIns.setString(4, v);
+            mariaStartIns.execute(); // XA START; INSERT
+            side.both(() -> pgS.execute("PREPARE TRANSACTION " + gid), () -> mariaS.execute("XA END " + xid + "; XA PREPARE " + xid));
             side.both(() -> {
-                pgXA.end(xp, XAResource.TMSUCCESS);
-                pgXA.prepare(xp);
-            }, () -> {
-                mariaXA.end(xm, XAResource.TMSUCCESS);
-                mariaXA.prepare(xm);
-            });
-            side.both(() -> pgXA.commit(xp, false), () -> mariaXA.commit(xm, false));
-            pgXid = mariaXid = null;
+                pg.setAutoCommit(true); // no round trip: the session is idle after PREPARE
+                try {
+                    pgS.execute("COMMIT PREPARED " + gid);
+                } finally {
+                    pg.setAutoCommit(false);
+                }
+            }, () -> mariaS.execute("XA COMMIT " + xid));
+            pgGid = mariaXid = null;
         }
 
         /**
-         * Rolls back whatever of the failed transaction's branches is still
-         * there (active or prepared); no decision was taken, so abort is the
+         * Rolls back whatever of the failed transaction is still there
+         * (active or prepared): no decision was taken, so abort is the
          * outcome, as the databases' own 2PC gives with no coordinator.
          */
         @Override
         public void recover() throws Exception {
             boolean ok = true;
-            ok &= abort(pgXA, pgXid);
-            ok &= abort(mariaXA, mariaXid);
-            pgXid = mariaXid = null;
+            try {
+                pg.rollback();
+                pg.setAutoCommit(true);
+                if (pgGid != null) {
+                    try {
+                        pgS.execute("ROLLBACK PREPARED " + pgGid);
+                    } catch (java.sql.SQLException e) {
+                        ok &= "42704".equals(e.getSQLState()); // not prepared: nothing to undo
+                    }
+                }
+                pg.setAutoCommit(false);
+            } catch (Exception e) {
+                ok = false;
+            }
+            if (mariaXid != null) {
+                try {
+                    mariaS.execute("XA END " + mariaXid);
+                } catch (Exception e) {
+                    // not active: ended, prepared or never started
+                }
+                try {
+                    mariaS.execute("XA ROLLBACK " + mariaXid);
+                } catch (java.sql.SQLException e) {
+                    ok &= e.getErrorCode() == 1397; // XAER_NOTA: not there
+                }
+            }
+            pgGid = mariaXid = null;
             if (!ok || !pg.isValid(2) || !maria.isValid(2)) {
                 connect();
-            }
-        }
-
-        private boolean abort(XAResource xa, Xids x) {
-            if (x == null) {
-                return true;
-            }
-            try {
-                xa.end(x, XAResource.TMFAIL);
-            } catch (Exception e) {
-                // not active: it was ended or prepared, or never started
-            }
-            try {
-                xa.rollback(x);
-                return true;
-            } catch (javax.transaction.xa.XAException e) {
-                return e.errorCode == javax.transaction.xa.XAException.XAER_NOTA;
             }
         }
 
         @Override
         public void close() {
             Util.closeQuietly(pg, maria);
-            Util.closeQuietly(pgX, mariaX);
         }
     }
 }
