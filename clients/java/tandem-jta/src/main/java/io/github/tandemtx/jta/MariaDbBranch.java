@@ -1,0 +1,78 @@
+package io.github.tandemtx.jta;
+
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.util.function.Consumer;
+
+/**
+ * A MariaDB (or MySQL) XA branch over one connection, named
+ * {@code '<gtrid>','<rm>',1413566020}. MariaDB binds a prepared branch to the
+ * session that prepared it, so this branch is {@link #sessionBound()}: it is
+ * committed here right after the coordinator's decision, and if it cannot be,
+ * the session is closed, which detaches the branch for the coordinator.
+ */
+final class MariaDbBranch extends SqlBranch {
+    MariaDbBranch(String rm, Connection conn, Consumer<SqlBranch> onCompleted) {
+        super(rm, conn, onCompleted);
+    }
+
+    @Override
+    public boolean sessionBound() {
+        return true;
+    }
+
+    /** Telling whether an XA branch wrote needs the PROCESS privilege: every MariaDB branch counts as a writer. */
+    @Override
+    public boolean readOnly() {
+        return false;
+    }
+
+    @Override
+    void begin() throws SQLException {
+        if (!conn.getAutoCommit()) {
+            conn.setAutoCommit(true);
+        }
+        exec("XA START " + xid.mysqlXid());
+    }
+
+    @Override
+    void prepareSql() throws SQLException {
+        exec("XA END " + xid.mysqlXid());
+        exec("XA PREPARE " + xid.mysqlXid());
+    }
+
+    @Override
+    void commitOnePhaseSql() throws SQLException {
+        exec("XA END " + xid.mysqlXid());
+        exec("XA COMMIT " + xid.mysqlXid() + " ONE PHASE");
+    }
+
+    @Override
+    void rollbackActiveSql() throws SQLException {
+        try {
+            exec("XA END " + xid.mysqlXid());
+        } catch (SQLException e) {
+            if (errorCode(e) != javax.transaction.xa.XAException.XA_RBROLLBACK) {
+                throw e;
+            }
+            // The branch had already ended (a failed XA PREPARE): roll back alone.
+        }
+        exec("XA ROLLBACK " + xid.mysqlXid());
+    }
+
+    @Override
+    String commitPreparedSql() {
+        return "XA COMMIT " + xid.mysqlXid();
+    }
+
+    @Override
+    String rollbackPreparedSql() {
+        return "XA ROLLBACK " + xid.mysqlXid();
+    }
+
+    /** Error 1397, XAER_NOTA "Unknown XID". */
+    @Override
+    boolean notFound(SQLException e) {
+        return e.getErrorCode() == 1397;
+    }
+}

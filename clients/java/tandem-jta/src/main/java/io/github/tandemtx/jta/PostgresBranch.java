@@ -1,0 +1,91 @@
+package io.github.tandemtx.jta;
+
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.function.Consumer;
+import javax.transaction.xa.XAException;
+import org.postgresql.core.BaseConnection;
+import org.postgresql.core.TransactionState;
+
+/**
+ * A PostgreSQL branch over a pgjdbc connection. The BEGIN goes out with the
+ * first statement (pgjdbc with autocommit off); phase 1 is
+ * {@code PREPARE TRANSACTION 'tandem:<gtrid>:<rm>'}. A branch that wrote
+ * nothing ({@code txid_current_if_assigned() IS NULL}) commits locally.
+ * After the prepare the connection is free: the coordinator commits the
+ * prepared transaction from its own connections.
+ */
+final class PostgresBranch extends SqlBranch {
+    PostgresBranch(String rm, Connection conn, Consumer<SqlBranch> onCompleted) {
+        super(rm, conn, onCompleted);
+    }
+
+    @Override
+    public boolean sessionBound() {
+        return false;
+    }
+
+    @Override
+    void begin() throws SQLException {
+        conn.setAutoCommit(false);
+    }
+
+    @Override
+    public boolean readOnly() throws XAException {
+        try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery("SELECT txid_current_if_assigned() IS NULL")) {
+            rs.next();
+            return rs.getBoolean(1);
+        } catch (SQLException e) {
+            throw xa(errorCode(e), "rm \"" + rm + "\": read-only check of " + xid, e);
+        }
+    }
+
+    /**
+     * PREPARE TRANSACTION in a failed transaction rolls it back instead (and
+     * answers no error), so a failed transaction is refused here.
+     */
+    private void refuseFailed(String what) throws SQLException {
+        if (conn.isWrapperFor(BaseConnection.class)
+                && conn.unwrap(BaseConnection.class).getTransactionState() == TransactionState.FAILED) {
+            throw new SQLException("rm \"" + rm + "\": " + what + " refused: a statement of the transaction failed, so PostgreSQL can only roll it back", "25P02");
+        }
+    }
+
+    @Override
+    void prepareSql() throws SQLException {
+        refuseFailed("PREPARE TRANSACTION");
+        exec("PREPARE TRANSACTION '" + xid.postgresGid() + "'");
+        conn.setAutoCommit(true); // the session is idle now: nothing is sent
+    }
+
+    @Override
+    void commitOnePhaseSql() throws SQLException {
+        refuseFailed("COMMIT");
+        conn.commit();
+        conn.setAutoCommit(true);
+    }
+
+    @Override
+    void rollbackActiveSql() throws SQLException {
+        conn.rollback();
+        conn.setAutoCommit(true);
+    }
+
+    @Override
+    String commitPreparedSql() {
+        return "COMMIT PREPARED '" + xid.postgresGid() + "'";
+    }
+
+    @Override
+    String rollbackPreparedSql() {
+        return "ROLLBACK PREPARED '" + xid.postgresGid() + "'";
+    }
+
+    /** SQLSTATE 42704: "prepared transaction with identifier ... does not exist". */
+    @Override
+    boolean notFound(SQLException e) {
+        return "42704".equals(e.getSQLState());
+    }
+}

@@ -1,0 +1,244 @@
+package io.github.tandemtx.jta;
+
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.SQLNonTransientConnectionException;
+import java.sql.SQLTransientConnectionException;
+import java.sql.Statement;
+import java.util.function.Consumer;
+import javax.transaction.xa.XAException;
+import javax.transaction.xa.XAResource;
+import javax.transaction.xa.Xid;
+
+/**
+ * A branch driven with SQL statements on one JDBC connection. The subclasses
+ * give the statements of each database. One instance serves one branch.
+ */
+abstract class SqlBranch implements TandemResource {
+    enum State { IDLE, ACTIVE, PREPARED, DONE }
+
+    final String rm;
+    final Connection conn;
+    private final Consumer<SqlBranch> onCompleted;
+    State state = State.IDLE;
+    TandemXid xid;
+    boolean released;
+    private int timeout;
+
+    SqlBranch(String rm, Connection conn, Consumer<SqlBranch> onCompleted) {
+        this.rm = rm;
+        this.conn = conn;
+        this.onCompleted = onCompleted;
+    }
+
+    @Override
+    public String rmName() {
+        return rm;
+    }
+
+    /** The JDBC connection the branch runs on (the application's statements go here too). */
+    Connection connection() {
+        return conn;
+    }
+
+    /** Begins the branch on the database. */
+    abstract void begin() throws SQLException;
+
+    /** Phase 1. */
+    abstract void prepareSql() throws SQLException, XAException;
+
+    abstract void commitOnePhaseSql() throws SQLException;
+
+    abstract void rollbackActiveSql() throws SQLException;
+
+    abstract String commitPreparedSql();
+
+    abstract String rollbackPreparedSql();
+
+    /** True when e says the branch is unknown to the database. */
+    abstract boolean notFound(SQLException e);
+
+    @Override
+    public void start(Xid x, int flags) throws XAException {
+        if (flags == TMJOIN || flags == TMRESUME) {
+            if (state != State.ACTIVE || !x.equals(xid)) {
+                throw xa(XAException.XAER_PROTO, "rm \"" + rm + "\": join or resume of a branch that is not active here", null);
+            }
+            return;
+        }
+        TandemXid t = TandemXid.from(x);
+        if (t == null || !t.rm().equals(rm)) {
+            throw xa(XAException.XAER_INVAL, "rm \"" + rm + "\": XID " + x + " is not a Tandem XID for this resource manager", null);
+        }
+        if (state != State.IDLE) {
+            throw xa(XAException.XAER_PROTO, "rm \"" + rm + "\": the connection already carries a branch", null);
+        }
+        xid = t;
+        try {
+            begin();
+        } catch (SQLException e) {
+            throw xa(errorCode(e), "rm \"" + rm + "\": begin branch " + t, e);
+        }
+        state = State.ACTIVE;
+    }
+
+    /** Ending is recorded only: the SQL ending the branch goes with its prepare or commit. */
+    @Override
+    public void end(Xid x, int flags) throws XAException {
+        check(x);
+    }
+
+    @Override
+    public int prepare(Xid x) throws XAException {
+        check(x);
+        if (state != State.ACTIVE) {
+            throw xa(XAException.XAER_PROTO, "rm \"" + rm + "\": prepare of a branch in state " + state, null);
+        }
+        try {
+            prepareSql();
+        } catch (SQLException e) {
+            // The branch stays ACTIVE: rollback ends it (the database answered) or
+            // the session's end does (the connection broke).
+            throw xa(errorCode(e), "rm \"" + rm + "\": prepare " + xid, e);
+        }
+        state = State.PREPARED;
+        return XA_OK;
+    }
+
+    @Override
+    public void commit(Xid x, boolean onePhase) throws XAException {
+        check(x);
+        try {
+            if (onePhase) {
+                if (state != State.ACTIVE) {
+                    throw xa(XAException.XAER_PROTO, "rm \"" + rm + "\": one-phase commit of a branch in state " + state, null);
+                }
+                commitOnePhaseSql();
+            } else {
+                if (state != State.PREPARED) {
+                    throw xa(XAException.XAER_PROTO, "rm \"" + rm + "\": commit of a branch in state " + state, null);
+                }
+                exec(commitPreparedSql());
+            }
+            state = State.DONE;
+        } catch (SQLException e) {
+            if (!onePhase && notFound(e)) {
+                throw xa(XAException.XAER_NOTA, "rm \"" + rm + "\": commit prepared " + xid + ": the database does not know the branch", e);
+            }
+            int code = errorCode(e);
+            if (onePhase && code == XAException.XA_RBROLLBACK) {
+                state = State.DONE;
+            }
+            throw xa(code, "rm \"" + rm + "\": " + (onePhase ? "one-phase commit " : "commit prepared ") + xid, e);
+        }
+    }
+
+    @Override
+    public void rollback(Xid x) throws XAException {
+        check(x);
+        try {
+            switch (state) {
+                case ACTIVE -> rollbackActiveSql();
+                case PREPARED -> exec(rollbackPreparedSql());
+                default -> {
+                    return;
+                }
+            }
+            state = State.DONE;
+        } catch (SQLException e) {
+            if (notFound(e)) {
+                state = State.DONE; // nothing left to roll back
+                return;
+            }
+            throw xa(errorCode(e), "rm \"" + rm + "\": rollback " + xid, e);
+        }
+    }
+
+    @Override
+    public void forget(Xid x) {
+    }
+
+    /** Recovery is the coordinator's: it scans every database for Tandem's branches. */
+    @Override
+    public Xid[] recover(int flag) {
+        return new Xid[0];
+    }
+
+    @Override
+    public boolean isSameRM(XAResource other) {
+        return other instanceof TandemResource r && r.rmName().equals(rm);
+    }
+
+    @Override
+    public int getTransactionTimeout() {
+        return timeout;
+    }
+
+    @Override
+    public boolean setTransactionTimeout(int seconds) {
+        timeout = seconds;
+        return true;
+    }
+
+    @Override
+    public void releaseSession() {
+        released = true;
+        try {
+            conn.close();
+        } catch (SQLException ignored) {
+            // closing is best effort: the database ends the session when the socket goes
+        }
+    }
+
+    @Override
+    public void completed() {
+        onCompleted.accept(this);
+    }
+
+    /** Whether the connection can go back to its pool. */
+    boolean reusable() {
+        if (released || state == State.ACTIVE || state == State.PREPARED && sessionBound()) {
+            return false;
+        }
+        try {
+            return !conn.isClosed();
+        } catch (SQLException e) {
+            return false;
+        }
+    }
+
+    void exec(String sql) throws SQLException {
+        try (Statement st = conn.createStatement()) {
+            st.execute(sql);
+        }
+    }
+
+    private void check(Xid x) throws XAException {
+        if (xid == null || !xid.equals(x)) {
+            throw xa(XAException.XAER_NOTA, "rm \"" + rm + "\": XID " + x + " is not this connection's branch (" + xid + ")", null);
+        }
+    }
+
+    /**
+     * XA_RBROLLBACK when the database answered (the statement's effect is
+     * known: it did not happen), XAER_RMFAIL when the connection broke (it
+     * may or may not have happened).
+     */
+    static int errorCode(SQLException e) {
+        String st = e.getSQLState();
+        if (e instanceof SQLNonTransientConnectionException || e instanceof SQLTransientConnectionException
+                || st == null || st.startsWith("08")) {
+            return XAException.XAER_RMFAIL;
+        }
+        return XAException.XA_RBROLLBACK;
+    }
+
+    static XAException xa(int code, String msg, Throwable cause) {
+        XAException e = new XAException(msg + (cause != null ? ": " + cause.getMessage() : ""));
+        e.errorCode = code;
+        if (cause != null) {
+            e.initCause(cause);
+        }
+        return e;
+    }
+}

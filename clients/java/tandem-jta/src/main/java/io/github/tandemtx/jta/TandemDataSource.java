@@ -1,0 +1,326 @@
+package io.github.tandemtx.jta;
+
+import jakarta.transaction.RollbackException;
+import jakarta.transaction.Status;
+import jakarta.transaction.SystemException;
+import java.io.PrintWriter;
+import java.lang.reflect.InvocationHandler;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
+import java.lang.reflect.Proxy;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.SQLFeatureNotSupportedException;
+import java.util.concurrent.ConcurrentLinkedDeque;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.logging.Logger;
+import javax.sql.CommonDataSource;
+import javax.sql.DataSource;
+import javax.sql.XAConnection;
+import javax.sql.XADataSource;
+
+/**
+ * A pooled {@link DataSource} whose connections join the calling thread's
+ * Tandem transaction: inside {@code begin()}/{@code commit()}, the first
+ * {@link #getConnection()} begins this resource manager's branch and every
+ * later one in the same transaction returns a handle on the same connection
+ * (Tandem has one branch per resource manager per transaction). Outside a
+ * transaction it hands out ordinary pooled connections in autocommit mode.
+ *
+ * <p>Inside a transaction, {@code commit()}, {@code rollback()} and
+ * {@code setAutoCommit(true)} on a handle throw: the transaction manager ends
+ * the transaction. Closing a handle does not end the branch; the connection
+ * goes back to the pool when the transaction is over.
+ *
+ * <p>The source is any {@link DataSource} or {@link XADataSource} of the
+ * database (pgjdbc's {@code PGSimpleDataSource} or {@code PGXADataSource},
+ * MariaDB Connector/J's {@code MariaDbDataSource}); only its plain
+ * connections are used: the branch is driven with SQL in Tandem's XID format.
+ * For PostgreSQL the driver must be pgjdbc.
+ */
+public final class TandemDataSource implements DataSource, AutoCloseable {
+    /** {@link #setMaxPoolSize(int)}'s default. */
+    public static final int DEFAULT_MAX_POOL_SIZE = 16;
+
+    private enum Kind { POSTGRES, MARIADB }
+
+    private static final class Physical {
+        final Connection conn;
+        final XAConnection owner; // when the source was an XADataSource
+
+        Physical(Connection conn, XAConnection owner) {
+            this.conn = conn;
+            this.owner = owner;
+        }
+
+        void close() {
+            try {
+                if (owner != null) {
+                    owner.close();
+                } else {
+                    conn.close();
+                }
+            } catch (SQLException ignored) {
+                // the connection is being thrown away
+            }
+        }
+    }
+
+    private final TandemTransactionManager tm;
+    private final String rm;
+    private final Kind kind;
+    private final CommonDataSource source;
+    private final ConcurrentLinkedDeque<Physical> idle = new ConcurrentLinkedDeque<>();
+    private volatile Semaphore permits = new Semaphore(DEFAULT_MAX_POOL_SIZE);
+    private volatile int maxPoolSize = DEFAULT_MAX_POOL_SIZE;
+    private volatile long acquireTimeoutMillis = 30_000;
+    private volatile boolean closed;
+
+    private TandemDataSource(TandemTransactionManager tm, String rm, Kind kind, CommonDataSource source) {
+        TandemXid.validateRmName(rm);
+        if (!(source instanceof DataSource) && !(source instanceof XADataSource)) {
+            throw new IllegalArgumentException("TandemDataSource \"" + rm + "\": the source must be a DataSource or an XADataSource, got "
+                    + (source == null ? "null" : source.getClass().getName()));
+        }
+        this.tm = tm;
+        this.rm = rm;
+        this.kind = kind;
+        this.source = source;
+        tm.registerRm(rm);
+    }
+
+    /**
+     * A data source for the PostgreSQL resource manager named rm (its name in
+     * the coordinator's {@code --rm rm=postgres:...}), over pgjdbc's source.
+     */
+    public static TandemDataSource postgres(TandemTransactionManager tm, String rm, CommonDataSource source) {
+        return new TandemDataSource(tm, rm, Kind.POSTGRES, source);
+    }
+
+    /**
+     * A data source for the MariaDB (or MySQL) resource manager named rm (its
+     * name in the coordinator's {@code --rm rm=mysql:...}).
+     */
+    public static TandemDataSource mariadb(TandemTransactionManager tm, String rm, CommonDataSource source) {
+        return new TandemDataSource(tm, rm, Kind.MARIADB, source);
+    }
+
+    /** The resource manager's name. */
+    public String rmName() {
+        return rm;
+    }
+
+    /** Caps the connections open at once (in use and idle); set it before use. */
+    public TandemDataSource setMaxPoolSize(int n) {
+        if (n < 1) {
+            throw new IllegalArgumentException("TandemDataSource \"" + rm + "\": pool size must be at least 1, got " + n);
+        }
+        maxPoolSize = n;
+        permits = new Semaphore(n);
+        return this;
+    }
+
+    /** How long {@link #getConnection()} waits for a free connection when the pool is full. */
+    public TandemDataSource setAcquireTimeout(java.time.Duration d) {
+        acquireTimeoutMillis = d.toMillis();
+        return this;
+    }
+
+    @Override
+    public Connection getConnection() throws SQLException {
+        TandemTransaction tx = tm.current();
+        if (tx == null) {
+            Physical p = acquire();
+            return handle(p, null);
+        }
+        int st = tx.getStatus();
+        if (st != Status.STATUS_ACTIVE && st != Status.STATUS_MARKED_ROLLBACK) {
+            throw new SQLException("TandemDataSource \"" + rm + "\": transaction " + tx.gtrid() + " is "
+                    + TandemTransaction.statusName(st) + ": no new connection can join it", "25000");
+        }
+        TandemResource r = tx.resourceFor(rm);
+        if (r instanceof SqlBranch b) {
+            return handle(null, b);
+        }
+        Physical p = acquire();
+        SqlBranch b = kind == Kind.POSTGRES
+                ? new PostgresBranch(rm, p.conn, done -> giveBack(p, done.reusable()))
+                : new MariaDbBranch(rm, p.conn, done -> giveBack(p, done.reusable()));
+        try {
+            tx.enlistResource(b);
+        } catch (RollbackException | SystemException | IllegalStateException e) {
+            giveBack(p, false);
+            throw new SQLException("TandemDataSource \"" + rm + "\": could not join transaction " + tx.gtrid() + ": " + e.getMessage(), "25000", e);
+        }
+        return handle(null, b);
+    }
+
+    @Override
+    public Connection getConnection(String username, String password) throws SQLException {
+        throw new SQLFeatureNotSupportedException("TandemDataSource \"" + rm + "\": set the credentials on the source data source");
+    }
+
+    private Physical acquire() throws SQLException {
+        if (closed) {
+            throw new SQLException("TandemDataSource \"" + rm + "\" is closed", "08003");
+        }
+        Semaphore s = permits;
+        try {
+            if (!s.tryAcquire(acquireTimeoutMillis, TimeUnit.MILLISECONDS)) {
+                throw new SQLException("TandemDataSource \"" + rm + "\": all " + maxPoolSize + " connections in use for "
+                        + acquireTimeoutMillis + "ms; raise setMaxPoolSize or close connections (end transactions) sooner", "08001");
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new SQLException("TandemDataSource \"" + rm + "\": interrupted waiting for a connection", "08001", e);
+        }
+        try {
+            Physical p;
+            while ((p = idle.pollFirst()) != null) {
+                if (!p.conn.isClosed()) {
+                    return p;
+                }
+                p.close();
+            }
+            if (source instanceof DataSource ds) {
+                return new Physical(ds.getConnection(), null);
+            }
+            XAConnection xc = ((XADataSource) source).getXAConnection();
+            return new Physical(xc.getConnection(), xc);
+        } catch (SQLException | RuntimeException e) {
+            s.release();
+            throw e;
+        }
+    }
+
+    private void giveBack(Physical p, boolean reusable) {
+        try {
+            if (reusable && !closed) {
+                if (!p.conn.getAutoCommit()) {
+                    p.conn.rollback();
+                    p.conn.setAutoCommit(true);
+                }
+                idle.addFirst(p);
+            } else {
+                p.close();
+            }
+        } catch (SQLException e) {
+            p.close();
+        } finally {
+            permits.release();
+        }
+    }
+
+    /** A handle: pooled (branch == null) or on a transaction's branch. */
+    private Connection handle(Physical pooled, SqlBranch branch) {
+        Connection target = branch != null ? branch.connection() : pooled.conn;
+        InvocationHandler h = new InvocationHandler() {
+            private boolean handleClosed;
+
+            @Override
+            public Object invoke(Object proxy, Method m, Object[] args) throws Throwable {
+                String name = m.getName();
+                switch (name) {
+                    case "close":
+                        if (!handleClosed) {
+                            handleClosed = true;
+                            if (pooled != null) {
+                                giveBack(pooled, !pooled.conn.isClosed());
+                            }
+                        }
+                        return null;
+                    case "isClosed":
+                        return handleClosed || target.isClosed();
+                    case "equals":
+                        return proxy == args[0];
+                    case "hashCode":
+                        return System.identityHashCode(proxy);
+                    case "toString":
+                        return "TandemConnection{" + rm + (branch != null ? ", in " + branch.xid : "") + "}";
+                    default:
+                }
+                if (handleClosed) {
+                    throw new SQLException("TandemDataSource \"" + rm + "\": connection handle already closed", "08003");
+                }
+                if (branch != null) {
+                    switch (name) {
+                        case "commit", "rollback" -> {
+                            if (args == null || args.length == 0) {
+                                throw new SQLException("TandemDataSource \"" + rm + "\": this connection is in global transaction "
+                                        + branch.xid.gtrid() + ": end it with the transaction manager's commit or rollback", "25000");
+                            }
+                        }
+                        case "setAutoCommit" -> {
+                            if ((Boolean) args[0]) {
+                                throw new SQLException("TandemDataSource \"" + rm + "\": this connection is in global transaction "
+                                        + branch.xid.gtrid() + ": autocommit cannot be turned on", "25000");
+                            }
+                            return null;
+                        }
+                        case "getAutoCommit" -> {
+                            return false;
+                        }
+                        default -> {
+                        }
+                    }
+                }
+                try {
+                    return m.invoke(target, args);
+                } catch (InvocationTargetException e) {
+                    throw e.getCause();
+                }
+            }
+        };
+        return (Connection) Proxy.newProxyInstance(Connection.class.getClassLoader(), new Class<?>[] {Connection.class}, h);
+    }
+
+    /** Closes the idle connections; connections in use close when given back. */
+    @Override
+    public void close() {
+        closed = true;
+        Physical p;
+        while ((p = idle.pollFirst()) != null) {
+            p.close();
+        }
+    }
+
+    @Override
+    public PrintWriter getLogWriter() {
+        return null;
+    }
+
+    @Override
+    public void setLogWriter(PrintWriter out) {
+    }
+
+    @Override
+    public void setLoginTimeout(int seconds) {
+    }
+
+    @Override
+    public int getLoginTimeout() {
+        return 0;
+    }
+
+    @Override
+    public Logger getParentLogger() throws SQLFeatureNotSupportedException {
+        throw new SQLFeatureNotSupportedException();
+    }
+
+    @Override
+    public <T> T unwrap(Class<T> iface) throws SQLException {
+        if (iface.isInstance(this)) {
+            return iface.cast(this);
+        }
+        if (iface.isInstance(source)) {
+            return iface.cast(source);
+        }
+        throw new SQLException("TandemDataSource does not wrap " + iface.getName());
+    }
+
+    @Override
+    public boolean isWrapperFor(Class<?> iface) {
+        return iface.isInstance(this) || iface.isInstance(source);
+    }
+}

@@ -1,0 +1,49 @@
+package io.github.tandemtx.jta;
+
+import javax.transaction.xa.XAResource;
+
+/**
+ * An {@link XAResource} that knows which Tandem resource manager it is a
+ * branch on. {@link TandemTransaction#enlistResource} accepts only these: the
+ * branch's XID is {@link TandemXid} (bqual = {@link #rmName()}), so the
+ * coordinator can settle it by name. {@link TandemDataSource} makes them; an
+ * application rarely touches one directly.
+ *
+ * <p>The implementations here issue SQL on one JDBC connection
+ * ({@code BEGIN}/{@code PREPARE TRANSACTION 'tandem:…'} on PostgreSQL,
+ * {@code XA START/END/PREPARE '<gtrid>','<rm>',1413566020} on MariaDB),
+ * because pgjdbc's own {@code PGXAResource} names branches in a format the
+ * coordinator's recovery does not scan.
+ */
+public interface TandemResource extends XAResource {
+    /** The resource manager's name as configured in the coordinator ({@code --rm NAME=...}). */
+    String rmName();
+
+    /**
+     * True when a prepared branch stays bound to the session that prepared it
+     * (MariaDB): it is then committed on that session right after the
+     * decision ({@code client_settles} in the Commit call), and the session
+     * is closed if it cannot, which hands the branch to the coordinator.
+     */
+    boolean sessionBound();
+
+    /**
+     * Reports whether the active branch wrote nothing, so it can commit locally
+     * and stay out of two-phase commit. False when the database cannot tell
+     * cheaply (MariaDB): the branch then counts as a writer.
+     */
+    boolean readOnly() throws javax.transaction.xa.XAException;
+
+    /**
+     * Closes the branch's session without ending the branch: a session-bound
+     * prepared branch is then detached and the coordinator can settle it.
+     */
+    void releaseSession();
+
+    /**
+     * Called once the global transaction is over (committed, rolled back or
+     * handed to the coordinator): the connection goes back to its pool, or is
+     * discarded when it was released or broken.
+     */
+    void completed();
+}

@@ -1,0 +1,587 @@
+package io.github.tandemtx.jta;
+
+import jakarta.transaction.RollbackException;
+import jakarta.transaction.Status;
+import jakarta.transaction.Synchronization;
+import jakarta.transaction.SystemException;
+import jakarta.transaction.Transaction;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.atomic.AtomicReference;
+import javax.transaction.xa.XAException;
+import javax.transaction.xa.XAResource;
+import tandem.v1.Tandem.AbortRequest;
+import tandem.v1.Tandem.Branch;
+import tandem.v1.Tandem.CommitRequest;
+import tandem.v1.Tandem.Outcome;
+
+/**
+ * One global transaction, with at most one branch per resource manager. Its
+ * commit follows the Go SDK's path:
+ *
+ * <ul>
+ *   <li>no branch wrote: each commits locally;
+ *   <li>one wrote: it commits in one phase, the others locally; no coordinator call;
+ *   <li>two or more: all prepare in parallel (a PostgreSQL branch that wrote
+ *       nothing commits locally instead; an {@code XA_RDONLY} vote leaves
+ *       phase 2), then one Commit call to the coordinator decides. MariaDB
+ *       branches are committed on their own sessions as soon as the coordinator
+ *       says the decision is durable; the coordinator commits the others.
+ * </ul>
+ *
+ * <p>Errors: {@link RollbackException} when nothing committed (safe to
+ * retry the unit of work); {@link OutcomeUnknownException} (a
+ * {@link SystemException} naming the gtrid) when the outcome could not be
+ * learnt. {@code HeuristicMixedException} is never thrown: Tandem never
+ * splits a transaction.
+ */
+public final class TandemTransaction implements Transaction {
+    private enum Phase { ACTIVE, PREPARED, IN_DOUBT }
+
+    private static final class Enlisted {
+        final TandemResource res;
+        final TandemXid xid;
+        boolean suspended;
+        Phase phase = Phase.ACTIVE;
+
+        Enlisted(TandemResource res, TandemXid xid) {
+            this.res = res;
+            this.xid = xid;
+        }
+    }
+
+    private final TandemTransactionManager tm;
+    private final String gtrid;
+    private final List<Enlisted> branches = new ArrayList<>();
+    private final List<Synchronization> syncs = new ArrayList<>();
+    private final List<Synchronization> interposed = new ArrayList<>();
+    private final Map<Object, Object> resources = new ConcurrentHashMap<>();
+    private int status = Status.STATUS_ACTIVE;
+    private String rollbackReason;
+    private ScheduledFuture<?> timer;
+
+    TandemTransaction(TandemTransactionManager tm, String gtrid) {
+        this.tm = tm;
+        this.gtrid = gtrid;
+    }
+
+    /** The global transaction id: 32 lowercase hex digits, the name to give `tandem status`. */
+    public String gtrid() {
+        return gtrid;
+    }
+
+    synchronized void setTimer(ScheduledFuture<?> t) {
+        timer = t;
+    }
+
+    synchronized void timedOut(int seconds) {
+        if (status == Status.STATUS_ACTIVE) {
+            status = Status.STATUS_MARKED_ROLLBACK;
+            rollbackReason = "the transaction timed out after " + seconds + "s";
+        }
+    }
+
+    @Override
+    public synchronized boolean enlistResource(XAResource xa) throws RollbackException, IllegalStateException, SystemException {
+        if (status == Status.STATUS_MARKED_ROLLBACK) {
+            throw new RollbackException("tandem: transaction " + gtrid + " is marked rollback-only (" + rollbackReason + "): cannot enlist");
+        }
+        if (status != Status.STATUS_ACTIVE) {
+            throw new IllegalStateException("tandem: transaction " + gtrid + " is " + statusName(status) + ": cannot enlist");
+        }
+        if (!(xa instanceof TandemResource r)) {
+            throw new SystemException("tandem: transaction " + gtrid + ": cannot enlist " + xa.getClass().getName()
+                    + ": Tandem needs to know each branch's resource manager name; get connections from a TandemDataSource");
+        }
+        for (Enlisted e : branches) {
+            if (e.res == r) {
+                e.suspended = false;
+                return true;
+            }
+            if (e.res.rmName().equals(r.rmName())) {
+                throw new SystemException("tandem: transaction " + gtrid + " already has a branch on resource manager \"" + r.rmName()
+                        + "\": Tandem allows one branch per resource manager per transaction (a TandemDataSource hands out the same connection)");
+            }
+        }
+        if (!tm.knowsRm(r.rmName())) {
+            throw new SystemException("tandem: transaction " + gtrid + ": resource manager \"" + r.rmName() + "\" was not registered with this transaction manager");
+        }
+        TandemXid x = TandemXid.of(gtrid, r.rmName());
+        try {
+            r.start(x, XAResource.TMNOFLAGS);
+        } catch (XAException e) {
+            throw systemException("begin the branch on \"" + r.rmName() + "\" failed", e);
+        }
+        branches.add(new Enlisted(r, x));
+        return true;
+    }
+
+    @Override
+    public synchronized boolean delistResource(XAResource xa, int flag) throws IllegalStateException, SystemException {
+        for (Enlisted e : branches) {
+            if (e.res == xa) {
+                switch (flag) {
+                    case XAResource.TMSUSPEND -> e.suspended = true;
+                    case XAResource.TMFAIL -> markRollback("a resource on \"" + e.res.rmName() + "\" was delisted with TMFAIL");
+                    default -> {
+                        try {
+                            e.res.end(e.xid, flag);
+                        } catch (XAException ex) {
+                            markRollback("ending the branch on \"" + e.res.rmName() + "\" failed: " + ex.getMessage());
+                        }
+                    }
+                }
+                return true;
+            }
+        }
+        throw new IllegalStateException("tandem: transaction " + gtrid + ": delist of a resource that is not enlisted");
+    }
+
+    /** The enlisted resource on resource manager rm, or null. */
+    synchronized TandemResource resourceFor(String rm) {
+        for (Enlisted e : branches) {
+            if (e.res.rmName().equals(rm)) {
+                return e.res;
+            }
+        }
+        return null;
+    }
+
+    @Override
+    public synchronized void registerSynchronization(Synchronization s) throws RollbackException, IllegalStateException {
+        checkRegister();
+        syncs.add(s);
+    }
+
+    synchronized void registerInterposed(Synchronization s) {
+        if (status != Status.STATUS_ACTIVE && status != Status.STATUS_MARKED_ROLLBACK) {
+            throw new IllegalStateException("tandem: transaction " + gtrid + " is " + statusName(status) + ": cannot register a synchronization");
+        }
+        interposed.add(s);
+    }
+
+    private void checkRegister() throws RollbackException {
+        if (status == Status.STATUS_MARKED_ROLLBACK) {
+            throw new RollbackException("tandem: transaction " + gtrid + " is marked rollback-only (" + rollbackReason + ")");
+        }
+        if (status != Status.STATUS_ACTIVE) {
+            throw new IllegalStateException("tandem: transaction " + gtrid + " is " + statusName(status) + ": cannot register a synchronization");
+        }
+    }
+
+    Map<Object, Object> resources() {
+        return resources;
+    }
+
+    @Override
+    public synchronized int getStatus() {
+        return status;
+    }
+
+    @Override
+    public synchronized void setRollbackOnly() throws IllegalStateException {
+        if (status != Status.STATUS_ACTIVE && status != Status.STATUS_MARKED_ROLLBACK && status != Status.STATUS_PREPARING) {
+            throw new IllegalStateException("tandem: transaction " + gtrid + " is " + statusName(status) + ": cannot mark it rollback-only");
+        }
+        markRollback("setRollbackOnly was called");
+    }
+
+    private synchronized void markRollback(String reason) {
+        if (status == Status.STATUS_ACTIVE || status == Status.STATUS_PREPARING) {
+            status = Status.STATUS_MARKED_ROLLBACK;
+            rollbackReason = reason;
+        }
+    }
+
+    synchronized boolean rollbackOnly() {
+        return status == Status.STATUS_MARKED_ROLLBACK;
+    }
+
+    private synchronized void setStatus(int s) {
+        status = s;
+    }
+
+    /** Starts finishing: only once, from ACTIVE or MARKED_ROLLBACK. */
+    private synchronized void startFinishing(String what) {
+        if (status != Status.STATUS_ACTIVE && status != Status.STATUS_MARKED_ROLLBACK) {
+            throw new IllegalStateException("tandem: transaction " + gtrid + " is " + statusName(status) + ": cannot " + what);
+        }
+        if (timer != null) {
+            timer.cancel(false);
+        }
+    }
+
+    @Override
+    public void commit() throws RollbackException, SecurityException, IllegalStateException, SystemException {
+        startFinishing("commit");
+        try {
+            beforeCompletion();
+            if (rollbackOnly()) {
+                setStatus(Status.STATUS_ROLLING_BACK);
+                rollbackAll(snapshot());
+                setStatus(Status.STATUS_ROLLEDBACK);
+                throw rollback("it was marked rollback-only: " + rollbackReason, null);
+            }
+            setStatus(Status.STATUS_PREPARING);
+            doCommit();
+        } catch (RollbackException | RuntimeException | OutcomeUnknownException e) {
+            synchronized (this) {
+                if (status != Status.STATUS_COMMITTED && status != Status.STATUS_UNKNOWN && status != Status.STATUS_ROLLEDBACK) {
+                    status = Status.STATUS_ROLLEDBACK; // every path that rolls back sets it first; this is for a RuntimeException
+                }
+            }
+            throw e;
+        } finally {
+            afterCompletion();
+        }
+    }
+
+    @Override
+    public void rollback() throws IllegalStateException, SystemException {
+        startFinishing("roll back");
+        setStatus(Status.STATUS_ROLLING_BACK);
+        try {
+            rollbackAll(snapshot());
+        } finally {
+            setStatus(Status.STATUS_ROLLEDBACK);
+            afterCompletion();
+        }
+    }
+
+    private synchronized List<Enlisted> snapshot() {
+        return new ArrayList<>(branches);
+    }
+
+    private void beforeCompletion() {
+        // Synchronizations may register more (interposed ones run last).
+        for (int i = 0; ; i++) {
+            Synchronization s;
+            synchronized (this) {
+                if (rollbackOnly()) {
+                    return;
+                }
+                if (i < syncs.size()) {
+                    s = syncs.get(i);
+                } else if (i - syncs.size() < interposed.size()) {
+                    s = interposed.get(i - syncs.size());
+                } else {
+                    return;
+                }
+            }
+            try {
+                s.beforeCompletion();
+            } catch (RuntimeException e) {
+                markRollback("a Synchronization's beforeCompletion failed: " + e);
+                return;
+            }
+        }
+    }
+
+    private void afterCompletion() {
+        List<Synchronization> all;
+        int st;
+        synchronized (this) {
+            all = new ArrayList<>(interposed);
+            all.addAll(syncs);
+            st = status;
+        }
+        for (Enlisted e : snapshot()) {
+            e.res.completed();
+        }
+        tm.finished(this);
+        for (Synchronization s : all) {
+            try {
+                s.afterCompletion(st);
+            } catch (RuntimeException ignored) {
+                // JTA: afterCompletion cannot change the outcome
+            }
+        }
+    }
+
+    private void doCommit() throws RollbackException, SystemException {
+        List<Enlisted> all = snapshot();
+        boolean[] readOnly = new boolean[all.size()];
+        List<Callable<Void>> checks = new ArrayList<>();
+        for (int i = 0; i < all.size(); i++) {
+            int k = i;
+            checks.add(() -> {
+                readOnly[k] = all.get(k).res.readOnly();
+                return null;
+            });
+        }
+        Throwable err = tm.parallel(checks);
+        if (err != null) {
+            abort(all);
+            throw rollback("could not classify branches", err);
+        }
+        List<Enlisted> writers = new ArrayList<>();
+        List<Enlisted> readers = new ArrayList<>();
+        for (int i = 0; i < all.size(); i++) {
+            (readOnly[i] ? readers : writers).add(all.get(i));
+        }
+        List<Callable<Void>> commitReaders = new ArrayList<>();
+        for (Enlisted r : readers) {
+            commitReaders.add(() -> {
+                r.res.commit(r.xid, true);
+                return null;
+            });
+        }
+        if (writers.size() <= 1) {
+            err = tm.parallel(commitReaders);
+            if (err != null) {
+                abort(all);
+                throw rollback("local commit of a read-only branch failed", err);
+            }
+            if (writers.isEmpty()) {
+                setStatus(Status.STATUS_COMMITTED);
+                return;
+            }
+            commitOnePhase(writers.get(0));
+            return;
+        }
+        commitTwoPhase(all, writers, commitReaders);
+    }
+
+    private void commitOnePhase(Enlisted w) throws RollbackException, SystemException {
+        setStatus(Status.STATUS_COMMITTING);
+        try {
+            w.res.commit(w.xid, true);
+            setStatus(Status.STATUS_COMMITTED);
+        } catch (XAException e) {
+            if (isRollback(e)) {
+                abort(List.of(w));
+                throw rollback("one-phase commit on \"" + w.res.rmName() + "\" failed", e);
+            }
+            setStatus(Status.STATUS_UNKNOWN);
+            w.res.releaseSession();
+            throw new OutcomeUnknownException(gtrid, "the one-phase commit on \"" + w.res.rmName()
+                    + "\" got no answer: it committed if the database received the COMMIT (no other branch wrote,"
+                    + " so the transaction is whole either way; the coordinator was not involved)", e, false);
+        }
+    }
+
+    private void commitTwoPhase(List<Enlisted> all, List<Enlisted> writers, List<Callable<Void>> commitReaders)
+            throws RollbackException, SystemException {
+        // Phase 1: every writer prepares in parallel; read-only branches commit meanwhile.
+        int[] votes = new int[writers.size()];
+        List<Callable<Void>> phase1 = new ArrayList<>(commitReaders);
+        for (int i = 0; i < writers.size(); i++) {
+            Enlisted w = writers.get(i);
+            int k = i;
+            phase1.add(() -> {
+                try {
+                    votes[k] = w.res.prepare(w.xid);
+                    w.phase = Phase.PREPARED;
+                } catch (XAException e) {
+                    if (!isRollback(e)) {
+                        w.phase = Phase.IN_DOUBT;
+                    }
+                    throw e;
+                }
+                return null;
+            });
+        }
+        Throwable err = tm.parallel(phase1);
+        if (err != null) {
+            abort(all);
+            throw rollback("phase 1 failed", err);
+        }
+        List<Enlisted> prepared = new ArrayList<>();
+        for (int i = 0; i < writers.size(); i++) {
+            if (votes[i] != XAResource.XA_RDONLY) {
+                prepared.add(writers.get(i));
+            }
+        }
+        if (prepared.isEmpty()) {
+            setStatus(Status.STATUS_COMMITTED);
+            return;
+        }
+        setStatus(Status.STATUS_PREPARED);
+        // The decision: one call.
+        CommitRequest.Builder req = CommitRequest.newBuilder().setGtrid(gtrid);
+        boolean bound = false;
+        for (Enlisted w : prepared) {
+            req.addBranches(Branch.newBuilder().setRm(w.res.rmName()).setClientSettles(w.res.sessionBound()));
+            bound |= w.res.sessionBound();
+        }
+        AtomicReference<CompletableFuture<Boolean>> settled = new AtomicReference<>();
+        Runnable onCommitted = bound
+                ? () -> settled.set(CompletableFuture.supplyAsync(() -> settleOwn(prepared, true), tm.executor()))
+                : null;
+        setStatus(Status.STATUS_COMMITTING);
+        CoordinatorClient.CommitResult r = tm.coordinator().commit(req.build(), tm.config().decisionTimeout(), onCommitted);
+        if (settled.get() != null) {
+            // The durable decision was COMMIT: the outcome is known whatever the rest of the call did.
+            settled.get().join();
+            setStatus(Status.STATUS_COMMITTED);
+            return;
+        }
+        if (r.response != null && r.response.getOutcome() == Outcome.COMMITTED) {
+            settleOwn(prepared, true);
+            setStatus(Status.STATUS_COMMITTED);
+            return;
+        }
+        if (r.response != null && r.response.getOutcome() == Outcome.ABORTED) {
+            settleOwn(prepared, false);
+            setStatus(Status.STATUS_ROLLEDBACK);
+            throw rollback("the coordinator decided ABORT: " + r.response.getMessage(), null);
+        }
+        if (r.response != null) {
+            releaseOwn(prepared);
+            setStatus(Status.STATUS_UNKNOWN);
+            throw new OutcomeUnknownException(gtrid, "the coordinator answered outcome " + r.response.getOutcome(), null);
+        }
+        if (r.refused != null) {
+            // Every attempt was answered and this one refused the request as a
+            // whole: no decision was written anywhere, so rolling back is safe.
+            abort(all);
+            throw rollback("the coordinator at " + tm.coordinator().target + " refused the commit: " + CoordinatorClient.describe(r.refused), r.refused);
+        }
+        if (r.logFull != null) {
+            abort(all);
+            throw rollback("the coordinator's decision log stayed full for the whole decision timeout (" + r.calls
+                    + " tries); nothing was decided and the branches were rolled back: " + CoordinatorClient.describe(r.logFull), r.logFull);
+        }
+        // Unknown: let go of the session-bound branches so that the
+        // coordinator, which may know the outcome, can settle them.
+        releaseOwn(prepared);
+        setStatus(Status.STATUS_UNKNOWN);
+        throw new OutcomeUnknownException(gtrid, r.unknown, null);
+    }
+
+    /** Commits (or rolls back) the session-bound prepared branches on their own sessions; true if every one was settled here. */
+    private boolean settleOwn(List<Enlisted> prepared, boolean commit) {
+        List<Callable<Void>> own = new ArrayList<>();
+        for (Enlisted w : prepared) {
+            if (!w.res.sessionBound()) {
+                continue; // the coordinator's to settle
+            }
+            own.add(() -> {
+                try {
+                    if (commit) {
+                        w.res.commit(w.xid, false);
+                    } else {
+                        w.res.rollback(w.xid);
+                    }
+                } catch (XAException e) {
+                    w.res.releaseSession(); // hands the branch to the coordinator
+                    throw e;
+                }
+                return null;
+            });
+        }
+        return tm.parallel(own) == null;
+    }
+
+    private void releaseOwn(List<Enlisted> prepared) {
+        for (Enlisted w : prepared) {
+            if (w.res.sessionBound()) {
+                w.res.releaseSession();
+            }
+        }
+    }
+
+    /** Rolls back after an abort decision or a failure before any decision: the outcome is abort whatever this does. */
+    private void abort(List<Enlisted> bs) {
+        setStatus(Status.STATUS_ROLLING_BACK);
+        try {
+            rollbackAll(bs);
+        } catch (SystemException ignored) {
+            // the branches left are the coordinator's (Abort) or its orphan scan's
+        }
+        setStatus(Status.STATUS_ROLLEDBACK);
+    }
+
+    /**
+     * Rolls every branch back on its own connection, in parallel. A prepared
+     * branch that cannot be rolled back here is handed to the coordinator's
+     * Abort; failing that, its orphan scan rolls it back.
+     */
+    private void rollbackAll(List<Enlisted> bs) throws SystemException {
+        List<Enlisted> stuck = new ArrayList<>();
+        List<Callable<Void>> tasks = new ArrayList<>();
+        for (Enlisted e : bs) {
+            tasks.add(() -> {
+                try {
+                    e.res.rollback(e.xid);
+                } catch (XAException ex) {
+                    if (e.res.sessionBound() || e.phase == Phase.ACTIVE) {
+                        e.res.releaseSession(); // an active branch rolls back when its session ends
+                    }
+                    synchronized (stuck) {
+                        stuck.add(e);
+                    }
+                    throw ex;
+                }
+                return null;
+            });
+        }
+        Throwable err = tm.parallel(tasks);
+        if (err == null) {
+            return;
+        }
+        AbortRequest.Builder req = AbortRequest.newBuilder().setGtrid(gtrid);
+        for (Enlisted e : stuck) {
+            if (e.phase != Phase.ACTIVE) {
+                req.addBranches(Branch.newBuilder().setRm(e.res.rmName()));
+            }
+        }
+        if (req.getBranchesCount() == 0) {
+            return; // only active branches: their sessions' end rolled them back
+        }
+        try {
+            tm.coordinator().abort(req.build(), java.time.Duration.ofSeconds(10));
+        } catch (RuntimeException ae) {
+            throw systemException("rollback failed and handing the prepared branches to the coordinator failed too"
+                    + " (its orphan scan will roll them back): " + ae.getMessage(), err);
+        }
+    }
+
+    static boolean isRollback(XAException e) {
+        return e.errorCode >= XAException.XA_RBBASE && e.errorCode <= XAException.XA_RBEND;
+    }
+
+    private RollbackException rollback(String reason, Throwable cause) {
+        RollbackException e = new RollbackException("tandem: transaction " + gtrid + " rolled back: " + reason
+                + (cause != null && cause.getMessage() != null ? ": " + cause.getMessage() : ""));
+        if (cause != null) {
+            e.initCause(cause);
+        }
+        return e;
+    }
+
+    private SystemException systemException(String what, Throwable cause) {
+        SystemException e = new SystemException("tandem: transaction " + gtrid + ": " + what
+                + (cause != null && cause.getMessage() != null ? ": " + cause.getMessage() : ""));
+        if (cause != null) {
+            e.initCause(cause);
+        }
+        return e;
+    }
+
+    static String statusName(int s) {
+        return switch (s) {
+            case Status.STATUS_ACTIVE -> "active";
+            case Status.STATUS_MARKED_ROLLBACK -> "marked rollback-only";
+            case Status.STATUS_PREPARED -> "prepared";
+            case Status.STATUS_COMMITTED -> "committed";
+            case Status.STATUS_ROLLEDBACK -> "rolled back";
+            case Status.STATUS_UNKNOWN -> "of unknown outcome";
+            case Status.STATUS_NO_TRANSACTION -> "no transaction";
+            case Status.STATUS_PREPARING -> "preparing";
+            case Status.STATUS_COMMITTING -> "committing";
+            case Status.STATUS_ROLLING_BACK -> "rolling back";
+            default -> "in status " + s;
+        };
+    }
+
+    @Override
+    public String toString() {
+        return "TandemTransaction{" + gtrid + ", " + statusName(getStatus()) + "}";
+    }
+}

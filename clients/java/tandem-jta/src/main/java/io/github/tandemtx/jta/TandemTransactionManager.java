@@ -1,0 +1,298 @@
+package io.github.tandemtx.jta;
+
+import io.grpc.StatusRuntimeException;
+import jakarta.transaction.HeuristicMixedException;
+import jakarta.transaction.HeuristicRollbackException;
+import jakarta.transaction.InvalidTransactionException;
+import jakarta.transaction.NotSupportedException;
+import jakarta.transaction.RollbackException;
+import jakarta.transaction.Status;
+import jakarta.transaction.SystemException;
+import jakarta.transaction.Transaction;
+import jakarta.transaction.TransactionManager;
+import jakarta.transaction.TransactionSynchronizationRegistry;
+import jakarta.transaction.UserTransaction;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.Callable;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import tandem.v1.Tandem.HealthResponse;
+import tandem.v1.Tandem.RMHealth;
+
+/**
+ * A Jakarta Transactions transaction manager whose two-phase commits are
+ * decided by a Tandem coordinator. It is also the {@link UserTransaction};
+ * {@link #synchronizationRegistry()} is its
+ * {@link TransactionSynchronizationRegistry}. Transactions are bound to the
+ * calling thread. No transaction log is kept in the JVM: the coordinator's
+ * log is the only one, and its recovery settles the branches a dead JVM left
+ * prepared.
+ *
+ * <pre>{@code
+ * TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator("127.0.0.1:7070"));
+ * DataSource pg = TandemDataSource.postgres(tm, "pg", pgDataSource);
+ * DataSource maria = TandemDataSource.mariadb(tm, "maria", mariaDataSource);
+ * tm.verify(); // the coordinator is reachable and knows "pg" and "maria"
+ * tm.begin();
+ * try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+ *     ... plain JDBC on a and b ...
+ * }
+ * tm.commit();
+ * }</pre>
+ */
+public final class TandemTransactionManager implements TransactionManager, UserTransaction, AutoCloseable {
+    private final TandemConfig config;
+    private final CoordinatorClient coordinator;
+    private final ThreadLocal<TandemTransaction> current = new ThreadLocal<>();
+    private final ThreadLocal<Integer> timeout = new ThreadLocal<>();
+    private final Set<String> rms = ConcurrentHashMap.newKeySet();
+    private final ExecutorService executor;
+    private final ScheduledExecutorService timers;
+    private final TandemSynchronizationRegistry registry = new TandemSynchronizationRegistry(this);
+
+    private TandemTransactionManager(TandemConfig config) {
+        this.config = config;
+        this.coordinator = new CoordinatorClient(config.coordinator(), config.authToken());
+        AtomicInteger n = new AtomicInteger();
+        this.executor = Executors.newCachedThreadPool(r -> {
+            Thread t = new Thread(r, "tandem-branch-" + n.incrementAndGet());
+            t.setDaemon(true);
+            return t;
+        });
+        this.timers = Executors.newSingleThreadScheduledExecutor(r -> {
+            Thread t = new Thread(r, "tandem-timeouts");
+            t.setDaemon(true);
+            return t;
+        });
+    }
+
+    /** Makes a transaction manager for the coordinator in config. No call is made yet: see {@link #verify()}. */
+    public static TandemTransactionManager create(TandemConfig config) {
+        return new TandemTransactionManager(config);
+    }
+
+    public TandemConfig config() {
+        return config;
+    }
+
+    /** This manager as a {@link UserTransaction} (the same object). */
+    public UserTransaction userTransaction() {
+        return this;
+    }
+
+    /** The {@link TransactionSynchronizationRegistry} of this manager's transactions. */
+    public TransactionSynchronizationRegistry synchronizationRegistry() {
+        return registry;
+    }
+
+    /**
+     * Checks the configuration against the coordinator: it answers, can
+     * decide, and knows every resource manager a {@link TandemDataSource} of
+     * this manager names. Call it at start-up to fail early with a clear
+     * message rather than at the first two-phase commit.
+     *
+     * @throws SystemException saying what is wrong and what to do
+     */
+    public void verify() throws SystemException {
+        HealthResponse h;
+        try {
+            h = coordinator.health(Duration.ofSeconds(5));
+        } catch (StatusRuntimeException e) {
+            throw new SystemException("tandem: the coordinator at " + config.coordinator() + " did not answer Health: "
+                    + CoordinatorClient.describe(e) + "; check the address (tandem serve --listen), that it runs, and the auth token");
+        }
+        if (!h.getServing()) {
+            throw new SystemException("tandem: the coordinator at " + config.coordinator() + " cannot decide transactions: " + h.getMessage());
+        }
+        Set<String> known = new TreeSet<>();
+        for (RMHealth r : h.getRmsList()) {
+            known.add(r.getName());
+        }
+        Set<String> missing = new TreeSet<>(rms);
+        missing.removeAll(known);
+        if (!missing.isEmpty()) {
+            throw new SystemException("tandem: the coordinator at " + config.coordinator() + " knows no resource manager named "
+                    + missing + " (it knows " + known + "): give it --rm NAME=driver:DSN for each, with the same names as the TandemDataSources");
+        }
+    }
+
+    void registerRm(String rm) {
+        rms.add(rm);
+    }
+
+    boolean knowsRm(String rm) {
+        return rms.contains(rm);
+    }
+
+    CoordinatorClient coordinator() {
+        return coordinator;
+    }
+
+    ExecutorService executor() {
+        return executor;
+    }
+
+    /** The calling thread's transaction, or null. */
+    TandemTransaction current() {
+        return current.get();
+    }
+
+    void finished(TandemTransaction tx) {
+        if (current.get() == tx) {
+            current.remove();
+        }
+    }
+
+    @Override
+    public void begin() throws NotSupportedException, SystemException {
+        TandemTransaction tx = current.get();
+        if (tx != null) {
+            throw new NotSupportedException("tandem: this thread is already in transaction " + tx.gtrid() + ": nested transactions are not supported");
+        }
+        tx = new TandemTransaction(this, TandemXid.newGtrid());
+        Integer t = timeout.get();
+        int secs = t != null ? t : config.defaultTransactionTimeout();
+        if (secs > 0) {
+            TandemTransaction tt = tx;
+            tx.setTimer(timers.schedule(() -> tt.timedOut(secs), secs, TimeUnit.SECONDS));
+        }
+        current.set(tx);
+    }
+
+    private TandemTransaction require(String what) {
+        TandemTransaction tx = current.get();
+        if (tx == null) {
+            throw new IllegalStateException("tandem: " + what + ": no transaction on this thread (call begin first)");
+        }
+        return tx;
+    }
+
+    @Override
+    public void commit() throws RollbackException, HeuristicMixedException, HeuristicRollbackException, SecurityException,
+            IllegalStateException, SystemException {
+        TandemTransaction tx = require("commit");
+        try {
+            tx.commit();
+        } finally {
+            current.remove();
+        }
+    }
+
+    @Override
+    public void rollback() throws IllegalStateException, SecurityException, SystemException {
+        TandemTransaction tx = require("rollback");
+        try {
+            tx.rollback();
+        } finally {
+            current.remove();
+        }
+    }
+
+    @Override
+    public void setRollbackOnly() throws IllegalStateException {
+        require("setRollbackOnly").setRollbackOnly();
+    }
+
+    @Override
+    public int getStatus() {
+        TandemTransaction tx = current.get();
+        return tx == null ? Status.STATUS_NO_TRANSACTION : tx.getStatus();
+    }
+
+    @Override
+    public Transaction getTransaction() {
+        return current.get();
+    }
+
+    /** Sets the timeout of transactions this thread begins next; 0 restores the default. Past it, the transaction is marked rollback-only. */
+    @Override
+    public void setTransactionTimeout(int seconds) throws SystemException {
+        if (seconds < 0) {
+            throw new SystemException("tandem: transaction timeout must not be negative, got " + seconds);
+        }
+        if (seconds == 0) {
+            timeout.remove();
+        } else {
+            timeout.set(seconds);
+        }
+    }
+
+    @Override
+    public Transaction suspend() {
+        TandemTransaction tx = current.get();
+        current.remove();
+        return tx;
+    }
+
+    @Override
+    public void resume(Transaction tobj) throws InvalidTransactionException, IllegalStateException {
+        if (!(tobj instanceof TandemTransaction tx)) {
+            throw new InvalidTransactionException("tandem: cannot resume " + tobj + ": not a transaction of this manager");
+        }
+        if (current.get() != null) {
+            throw new IllegalStateException("tandem: this thread is already in transaction " + current.get().gtrid());
+        }
+        int st = tx.getStatus();
+        if (st != Status.STATUS_ACTIVE && st != Status.STATUS_MARKED_ROLLBACK) {
+            throw new InvalidTransactionException("tandem: cannot resume transaction " + tx.gtrid() + ": it is " + TandemTransaction.statusName(st));
+        }
+        current.set(tx);
+    }
+
+    /**
+     * Runs the tasks concurrently (the last on the calling thread) and returns
+     * null, or the first failure with the others suppressed.
+     */
+    Throwable parallel(List<Callable<Void>> tasks) {
+        if (tasks.isEmpty()) {
+            return null;
+        }
+        List<Future<Void>> fs = new ArrayList<>();
+        for (int i = 0; i < tasks.size() - 1; i++) {
+            fs.add(executor.submit(tasks.get(i)));
+        }
+        Throwable first = null;
+        try {
+            tasks.get(tasks.size() - 1).call();
+        } catch (Exception e) {
+            first = e;
+        }
+        for (Future<Void> f : fs) {
+            try {
+                f.get();
+            } catch (ExecutionException e) {
+                first = add(first, e.getCause());
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                first = add(first, e);
+            }
+        }
+        return first;
+    }
+
+    private static Throwable add(Throwable first, Throwable t) {
+        if (first == null) {
+            return t;
+        }
+        first.addSuppressed(t);
+        return first;
+    }
+
+    /** Closes the connection to the coordinator and the manager's threads. */
+    @Override
+    public void close() {
+        coordinator.close();
+        executor.shutdown();
+        timers.shutdownNow();
+    }
+}
