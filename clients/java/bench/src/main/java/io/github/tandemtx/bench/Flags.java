@@ -25,6 +25,7 @@ final class Flags {
     String maria = System.getenv().getOrDefault("TANDEM_MYSQL_DSN", "");
     String coordinator = System.getenv().getOrDefault("TANDEM_COORDINATOR", "");
     boolean help;
+    boolean cpuByThread;
 
     static final Map<String, String> USAGE = new LinkedHashMap<>();
 
@@ -37,6 +38,7 @@ final class Flags {
         USAGE.put("--pg URL", "PostgreSQL: a jdbc:postgresql: URL or a postgres:// DSN (default $TANDEM_PG_DSN)");
         USAGE.put("--maria URL", "MariaDB: a jdbc:mariadb: URL or a Go user:pass@tcp(host:port)/db DSN (default $TANDEM_MYSQL_DSN)");
         USAGE.put("--coordinator HOST:PORT", "the Tandem coordinator's gRPC address, for the tandem workload (default $TANDEM_COORDINATOR)");
+        USAGE.put("--cpu-by-thread", "also print the JVM's CPU by thread (JIT, GC, gRPC, the TM's executors) over the measured slices");
         USAGE.put("--progress D", "a progress line on stderr this often (default 5s; 0 for none)");
     }
 
@@ -46,6 +48,10 @@ final class Flags {
             String a = args[i];
             if (a.equals("-h") || a.equals("--help") || a.equals("help")) {
                 f.help = true;
+                continue;
+            }
+            if (a.equals("--cpu-by-thread")) {
+                f.cpuByThread = true;
                 continue;
             }
             if (!a.startsWith("--")) {

@@ -107,14 +107,6 @@ public final class Main {
         } catch (IllegalArgumentException e) {
             throw new Fatal(e.getMessage(), e);
         }
-        try {
-            List<String> rolled = db.setup();
-            if (!rolled.isEmpty()) {
-                log.println("bench: rolled back raw2pc branches a previous run left prepared: " + rolled);
-            }
-        } catch (Databases.Unreachable e) {
-            throw new Fatal(e.getMessage(), e);
-        }
         List<Stats> states = new ArrayList<>();
         Side[] sides = new Side[f.threads];
         ExecutorService pool = Executors.newFixedThreadPool(f.threads, r -> {
@@ -130,15 +122,27 @@ public final class Main {
                 sides[t] = new Side("bench-side-" + t);
                 threadIds.add(sides[t].threadId);
             }
+            // The coordinator is checked first: a wrong address leaves the databases untouched.
             for (String name : f.workloads) {
                 Workload wl = switch (name) {
                     case "sql" -> new SqlWorkload(db);
                     case "raw2pc" -> new Raw2pcWorkload(db);
                     case "raw2pc-xa" -> new Raw2pcXAWorkload(db);
-                    default -> Tandem.workload(db, f.coordinator);
+                    default -> Tandem.workload(db, f.coordinator, f.threads);
                 };
-                Stats st = new Stats(wl, f.threads);
-                states.add(st);
+                states.add(new Stats(wl, f.threads));
+            }
+            try {
+                List<String> rolled = db.setup();
+                if (!rolled.isEmpty()) {
+                    log.println("bench: rolled back raw2pc branches a previous run left prepared: " + rolled);
+                }
+            } catch (Databases.Unreachable e) {
+                throw new Fatal(e.getMessage(), e);
+            }
+            for (Stats st : states) {
+                Workload wl = st.wl;
+                String name = wl.name();
                 for (int t = 0; t < f.threads; t++) {
                     try {
                         st.workers[t] = wl.open(t, sides[t]);
@@ -201,6 +205,7 @@ public final class Main {
         }
         long sliceN = f.slice.toNanos(), durN = f.duration.toNanos();
         MachineCpu.Sample m0 = MachineCpu.sample();
+        java.util.Map<String, Long> cpu0 = f.cpuByThread ? allThreadsCpu() : null;
         long start = System.nanoTime(), lastProgress = start;
         while (true) {
             int active = 0;
@@ -226,6 +231,34 @@ public final class Main {
         }
         MachineCpu.Sample m1 = MachineCpu.sample();
         report(f, states, MachineCpu.describe(m0, m1), out);
+        if (f.cpuByThread) {
+            cpuByThread(cpu0, allThreadsCpu(), out);
+        }
+    }
+
+    /** CPU time of every live thread, by name with digits folded (pool-1-thread-3 → pool-#-thread-#). */
+    private java.util.Map<String, Long> allThreadsCpu() {
+        java.util.Map<String, Long> m = new java.util.HashMap<>();
+        for (java.lang.management.ThreadInfo ti : tmx.getThreadInfo(tmx.getAllThreadIds())) {
+            if (ti != null) {
+                long c = tmx.getThreadCpuTime(ti.getThreadId());
+                if (c > 0) {
+                    m.merge(ti.getThreadName().replaceAll("\\d+", "#"), c, Long::sum);
+                }
+            }
+        }
+        return m;
+    }
+
+    /** The measured time's JVM CPU by thread group, largest first (what the JIT, GC, gRPC and the TM's own threads take). */
+    private static void cpuByThread(java.util.Map<String, Long> a, java.util.Map<String, Long> b, PrintStream out) {
+        out.println("JVM CPU by thread during the measured slices (all workloads):");
+        b.entrySet().stream()
+                .map(e -> java.util.Map.entry(e.getKey(), e.getValue() - a.getOrDefault(e.getKey(), 0L)))
+                .filter(e -> e.getValue() > 0)
+                .sorted((x, y) -> Long.compare(y.getValue(), x.getValue()))
+                .limit(12)
+                .forEach(e -> out.printf("  %-40s %8.0f ms%n", e.getKey(), e.getValue() / 1e6));
     }
 
     private long threadsCpu() {
