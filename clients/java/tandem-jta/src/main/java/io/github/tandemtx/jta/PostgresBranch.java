@@ -34,6 +34,11 @@ final class PostgresBranch extends SqlBranch {
 
     @Override
     public boolean readOnly() throws XAException {
+        try {
+            refuseFailed("commit");
+        } catch (SQLException e) {
+            throw xa(XAException.XA_RBROLLBACK, e.getMessage(), null);
+        }
         try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery("SELECT txid_current_if_assigned() IS NULL")) {
             rs.next();
             return rs.getBoolean(1);

@@ -222,9 +222,7 @@ public final class TandemTransaction implements Transaction {
         try {
             beforeCompletion();
             if (rollbackOnly()) {
-                setStatus(Status.STATUS_ROLLING_BACK);
-                rollbackAll(snapshot());
-                setStatus(Status.STATUS_ROLLEDBACK);
+                abort(snapshot());
                 throw rollback("it was marked rollback-only: " + rollbackReason, null);
             }
             setStatus(Status.STATUS_PREPARING);

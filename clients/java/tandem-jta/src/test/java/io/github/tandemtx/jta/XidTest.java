@@ -1,0 +1,94 @@
+package io.github.tandemtx.jta;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.Statement;
+import javax.sql.XAConnection;
+import javax.transaction.xa.XAResource;
+import org.junit.jupiter.api.Test;
+
+/** Tandem's XID format, as the Go package xid writes it. */
+class XidTest {
+    @Test
+    void gtridFormat() {
+        long before = System.currentTimeMillis();
+        String g = TandemXid.newGtrid();
+        assertTrue(g.matches("[0-9a-f]{32}"), g);
+        assertEquals("0000", g.substring(0, 4), "shard prefix 0");
+        long ms = Long.parseLong(g.substring(4, 16), 16);
+        assertTrue(ms >= before && ms <= System.currentTimeMillis(), "milliseconds since the epoch: " + ms);
+        assertNotEquals(g, TandemXid.newGtrid());
+    }
+
+    @Test
+    void names() {
+        TandemXid x = TandemXid.of("0000019a8f3c2b1e5d0c7a9b3e41f2aa", "pg");
+        assertEquals("tandem:0000019a8f3c2b1e5d0c7a9b3e41f2aa:pg", x.postgresGid());
+        assertEquals("'0000019a8f3c2b1e5d0c7a9b3e41f2aa','pg',1413566020", x.mysqlXid());
+        assertEquals(0x54414E44, x.getFormatId());
+        assertEquals("pg", new String(x.getBranchQualifier(), StandardCharsets.US_ASCII));
+        assertEquals(x, TandemXid.from(x));
+        assertThrows(IllegalArgumentException.class, () -> TandemXid.of("0000019A8F3C2B1E5D0C7A9B3E41F2AA", "pg"));
+        assertThrows(IllegalArgumentException.class, () -> TandemXid.of("00000000000000000000000000000000", "pg"));
+        assertThrows(IllegalArgumentException.class, () -> TandemXid.of("0000019a8f3c2b1e5d0c7a9b3e41f2aa", "_pg"));
+        assertThrows(IllegalArgumentException.class, () -> TandemXid.of("0000019a8f3c2b1e5d0c7a9b3e41f2aa", "PG"));
+        assertThrows(IllegalArgumentException.class, () -> TandemXid.of("0000019a8f3c2b1e5d0c7a9b3e41f2aa", "a".repeat(33)));
+        assertNull(TandemXid.from(new javax.transaction.xa.Xid() {
+            public int getFormatId() {
+                return 1;
+            }
+
+            public byte[] getGlobalTransactionId() {
+                return new byte[0];
+            }
+
+            public byte[] getBranchQualifier() {
+                return new byte[0];
+            }
+        }));
+    }
+
+    /**
+     * MariaDB Connector/J's own XAResource, given a TandemXid, prepares a
+     * branch that XA RECOVER lists exactly as the coordinator's scan expects
+     * (format 1413566020, gtrid 32 characters, bqual the RM name). Tandem still
+     * drives MariaDB with SQL so that it can close the session on an unknown
+     * outcome; this checks the two namings agree.
+     */
+    @Test
+    void connectorJXaResourceNamesBranchesTheSame() throws Exception {
+        TandemXid x = TandemXid.of(TandemXid.newGtrid(), "maria");
+        XAConnection xc = TestEnv.mariaSource().getXAConnection();
+        try {
+            XAResource r = xc.getXAResource();
+            r.start(x, XAResource.TMNOFLAGS);
+            try (Statement st = xc.getConnection().createStatement()) {
+                st.execute("SELECT 1");
+            }
+            r.end(x, XAResource.TMSUCCESS);
+            r.prepare(x);
+            boolean found = false;
+            try (Connection c = TestEnv.maria(); Statement st = c.createStatement(); ResultSet rs = st.executeQuery("XA RECOVER")) {
+                while (rs.next()) {
+                    if (rs.getString("data").equals(x.gtrid() + "maria")) {
+                        found = true;
+                        assertEquals(TandemXid.FORMAT_ID, rs.getLong("formatID"));
+                        assertEquals(32, rs.getInt("gtrid_length"));
+                        assertEquals(5, rs.getInt("bqual_length"));
+                    }
+                }
+            }
+            assertTrue(found, "XA RECOVER lists " + x.mysqlXid());
+            r.rollback(x);
+        } finally {
+            xc.close();
+        }
+    }
+}
