@@ -206,6 +206,8 @@ public final class Main {
         long sliceN = f.slice.toNanos(), durN = f.duration.toNanos();
         MachineCpu.Sample m0 = MachineCpu.sample();
         java.util.Map<String, Long> cpu0 = f.cpuByThread ? allThreadsCpu() : null;
+        long[] gc0 = {gcMillis(), gcCount()};
+        long jit0 = jitMillis();
         long start = System.nanoTime(), lastProgress = start;
         while (true) {
             int active = 0;
@@ -233,6 +235,8 @@ public final class Main {
         report(f, states, MachineCpu.describe(m0, m1), out);
         if (f.cpuByThread) {
             cpuByThread(cpu0, allThreadsCpu(), out);
+            out.printf("  (not in the list: the JVM's own threads) garbage collection %d ms in %d collections, JIT compilation %d ms (wall time, all CPUs)%n",
+                    gcMillis() - gc0[0], gcCount() - gc0[1], jitMillis() - jit0);
         }
     }
 
@@ -259,6 +263,19 @@ public final class Main {
                 .sorted((x, y) -> Long.compare(y.getValue(), x.getValue()))
                 .limit(12)
                 .forEach(e -> out.printf("  %-40s %8.0f ms%n", e.getKey(), e.getValue() / 1e6));
+    }
+
+    private static long gcMillis() {
+        return ManagementFactory.getGarbageCollectorMXBeans().stream().mapToLong(b -> Math.max(0, b.getCollectionTime())).sum();
+    }
+
+    private static long gcCount() {
+        return ManagementFactory.getGarbageCollectorMXBeans().stream().mapToLong(b -> Math.max(0, b.getCollectionCount())).sum();
+    }
+
+    private static long jitMillis() {
+        var c = ManagementFactory.getCompilationMXBean();
+        return c != null && c.isCompilationTimeMonitoringSupported() ? c.getTotalCompilationTime() : 0;
     }
 
     private long threadsCpu() {

@@ -64,7 +64,12 @@ public class Bank {
         }
     }
 
-    /** Sets up, runs n transfers on the given number of threads (every fifth fails on purpose), and checks. */
+    /**
+     * Sets up, runs n transfers on the given number of threads (every fifth
+     * fails on purpose; the amounts, at most 50, never overdraw an account
+     * within ACCOUNT_COUNT × 20 transfers), then one that overdraws and must
+     * be refused, and checks.
+     */
     public Report run(int n, int threads) throws InterruptedException {
         setup();
         Set<String> committed = ConcurrentSet.create(), failed = ConcurrentSet.create();
@@ -72,13 +77,26 @@ public class Bank {
         int[] insufficient = new int[1];
         ExecutorService pool = Executors.newFixedThreadPool(threads);
         List<Future<?>> fs = new ArrayList<>();
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i <= n; i++) {
             boolean failAtEnd = i % 5 == 4;
+            int from = i % ACCOUNT_COUNT + 1;
+            long amount = i == n ? 2 * INITIAL_BALANCE : ThreadLocalRandom.current().nextLong(1, 51);
+            if (i == n) {
+                // The overdraft, once the others are done.
+                for (Future<?> f : fs) {
+                    try {
+                        f.get();
+                    } catch (java.util.concurrent.ExecutionException e) {
+                        errors.add(String.valueOf(e.getCause()));
+                    }
+                }
+                fs.clear();
+            }
             fs.add(pool.submit(() -> {
                 ThreadLocalRandom r = ThreadLocalRandom.current();
                 String ref = UUID.randomUUID().toString();
                 try {
-                    transfers.transfer(ref, r.nextInt(1, ACCOUNT_COUNT + 1), r.nextInt(1, ACCOUNT_COUNT + 1), r.nextLong(1, 300), failAtEnd);
+                    transfers.transfer(ref, from, r.nextInt(1, ACCOUNT_COUNT + 1), amount, failAtEnd);
                     committed.add(ref);
                 } catch (TransferService.FailedOnPurpose e) {
                     failed.add(ref);
