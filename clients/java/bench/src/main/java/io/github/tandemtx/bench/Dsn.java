@@ -91,6 +91,6 @@ final class Dsn {
 
     /** The URL without its password, for error messages. */
     static String redact(String url) {
-        return url.replaceAll("(password=)[^&]*", "$1***").replaceAll("(//[^:/@]*:)[^@/]*@", "$1***@").replaceAll("^([^:@/]*:)[^@/]*@tcp", "$1***@tcp");
+        return url.replaceAll("(password=)[^&]*", "$1***").replaceAll("(//[^:/@]*:)[^@/]*@", "$1***@").replaceAll("^([^:@/]*:)[^@]*@", "$1***@");
     }
 }

@@ -20,7 +20,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * database or the coordinator cannot be reached or a worker cannot reconnect.
  */
 public final class Main {
-    private Main() {}
+    Main() {}
 
     public static void main(String[] args) {
         PrintStream err = System.err;
@@ -100,7 +100,10 @@ public final class Main {
     private final ThreadMXBean tmx = ManagementFactory.getThreadMXBean();
     private final List<Long> threadIds = new ArrayList<>();
 
-    void run(Flags f, PrintStream out, PrintStream log) throws Fatal {
+    /** What a run measured, and the rows it left in tandem_bench: {pg, maria}. */
+    record Result(List<Stats> workloads, long[] rows) {}
+
+    Result run(Flags f, PrintStream out, PrintStream log) throws Fatal {
         Databases db;
         try {
             db = new Databases(Dsn.postgres(f.pg), Dsn.mariadb(f.maria));
@@ -161,6 +164,7 @@ public final class Main {
             long committed = nextId.get();
             out.printf("rows in tandem_bench: pg %d, maria %d (ids handed out %d, failed transactions %d)%n",
                     rows[0], rows[1], committed, states.stream().mapToLong(s -> s.errs).sum());
+            return new Result(states, rows);
         } finally {
             for (Stats st : states) {
                 for (Workload.Worker w : st.workers) {
