@@ -6,6 +6,10 @@ import io.grpc.ClientCall;
 import io.grpc.ClientInterceptor;
 import io.grpc.ForwardingClientCall;
 import io.grpc.ForwardingClientCallListener;
+import io.grpc.Grpc;
+import io.grpc.TlsChannelCredentials;
+import java.io.IOException;
+import java.nio.file.Path;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
 import io.grpc.Metadata;
@@ -37,8 +41,27 @@ final class CoordinatorClient implements AutoCloseable {
     private final CoordinatorGrpc.CoordinatorBlockingStub stub;
 
     CoordinatorClient(String target, String authToken) {
+        this(target, authToken, null, null, null);
+    }
+
+    CoordinatorClient(String target, String authToken, Path tlsCa, Path tlsCert, Path tlsKey) {
         this.target = target;
-        ManagedChannelBuilder<?> b = ManagedChannelBuilder.forTarget(target).usePlaintext();
+        ManagedChannelBuilder<?> b;
+        if (tlsCa == null) {
+            b = ManagedChannelBuilder.forTarget(target).usePlaintext();
+        } else {
+            TlsChannelCredentials.Builder tls = TlsChannelCredentials.newBuilder();
+            try {
+                tls.trustManager(tlsCa.toFile());
+                if (tlsCert != null) {
+                    tls.keyManager(tlsCert.toFile(), tlsKey.toFile());
+                }
+            } catch (IOException e) {
+                throw new IllegalArgumentException("tandem: reading the TLS files for the coordinator at " + target + " (CA " + tlsCa
+                        + (tlsCert != null ? ", certificate " + tlsCert + ", key " + tlsKey : "") + "): " + e.getMessage(), e);
+            }
+            b = Grpc.newChannelBuilder(target, tls.build());
+        }
         if (authToken != null && !authToken.isEmpty()) {
             b.intercept(headers(AUTHORIZATION, "Bearer " + authToken));
         }
@@ -76,8 +99,19 @@ final class CoordinatorClient implements AutoCloseable {
         long deadline = System.nanoTime() + timeout.toNanos();
         long backoffMs = 10;
         StatusRuntimeException ambiguous = null;
+        StatusRuntimeException last = null;
         for (r.calls = 1; ; r.calls++) {
             long left = deadline - System.nanoTime();
+            if (left <= 0 && last != null) {
+                // The time ran out between attempts: no call is in flight.
+                r.calls--;
+                if (ambiguous == null) {
+                    r.logFull = last; // refused (log full) every time: nothing was written
+                } else {
+                    r.unknown = unknown(ambiguous, last, r.calls, timeout);
+                }
+                return r;
+            }
             try {
                 r.response = s.withDeadlineAfter(Math.max(left, 1), TimeUnit.NANOSECONDS).commit(req);
                 return r;
@@ -87,6 +121,7 @@ final class CoordinatorClient implements AutoCloseable {
                             .setMessage("the coordinator decided COMMIT (durable); its reply after phase 2 was lost: " + e.getMessage()).build();
                     return r;
                 }
+                last = e;
                 Status.Code code = e.getStatus().getCode();
                 boolean rejection = isRejection(code);
                 if (ambiguous == null && !rejection && code != Status.Code.RESOURCE_EXHAUSTED) {
@@ -99,15 +134,17 @@ final class CoordinatorClient implements AutoCloseable {
                     } else if (ambiguous == null) {
                         r.logFull = e;
                     } else {
-                        r.unknown = "no decision from the coordinator at " + target + " after " + r.calls + " attempts in "
-                                + Duration.ofNanos(System.nanoTime() - deadline + timeout.toNanos()).toMillis() + "ms: "
-                                + describe(ambiguous) + (ambiguous != e ? " (last attempt: " + describe(e) + ")" : "");
+                        r.unknown = unknown(ambiguous, e, r.calls, timeout);
                     }
                     return r;
                 }
             }
             try {
-                Thread.sleep(Math.min(backoffMs, Math.max(1, (deadline - System.nanoTime()) / 1_000_000)));
+                // Sleep the backoff, or past the deadline if it comes first
+                // (as the Go SDK's select on ctx.Done): then no new attempt
+                // starts with a sliver of time that would end unanswered.
+                long leftMs = (deadline - System.nanoTime()) / 1_000_000 + 1;
+                Thread.sleep(Math.max(1, Math.min(backoffMs, leftMs)));
             } catch (InterruptedException ie) {
                 Thread.currentThread().interrupt();
                 r.unknown = "interrupted while retrying the Commit call to " + target + ": " + (ambiguous != null ? describe(ambiguous) : "");
@@ -115,6 +152,11 @@ final class CoordinatorClient implements AutoCloseable {
             }
             backoffMs = Math.min(2 * backoffMs, 1000);
         }
+    }
+
+    private String unknown(StatusRuntimeException ambiguous, StatusRuntimeException last, int calls, Duration timeout) {
+        return "no decision from the coordinator at " + target + " after " + calls + " attempts within the decision timeout ("
+                + timeout.toMillis() + "ms): " + describe(ambiguous) + (ambiguous != last ? " (last attempt: " + describe(last) + ")" : "");
     }
 
     /** Abort decides ABORT for gtrid and rolls back the listed prepared branches from the coordinator. */

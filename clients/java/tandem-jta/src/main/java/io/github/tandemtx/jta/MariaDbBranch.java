@@ -37,14 +37,47 @@ final class MariaDbBranch extends SqlBranch {
 
     @Override
     void prepareSql() throws SQLException {
-        exec("XA END " + xid.mysqlXid());
-        exec("XA PREPARE " + xid.mysqlXid());
+        steps("XA END " + xid.mysqlXid(), "XA PREPARE " + xid.mysqlXid());
     }
 
     @Override
     void commitOnePhaseSql() throws SQLException {
-        exec("XA END " + xid.mysqlXid());
-        exec("XA COMMIT " + xid.mysqlXid() + " ONE PHASE");
+        steps("XA END " + xid.mysqlXid(), "XA COMMIT " + xid.mysqlXid() + " ONE PHASE");
+    }
+
+    Boolean multi; // null until the first steps()
+
+    /**
+     * Runs the statements in order: in one round trip when the connection
+     * allows several statements at once (Connector/J's allowMultiQueries),
+     * else one by one.
+     */
+    void steps(String... stmts) throws SQLException {
+        if (multi == null) {
+            multi = conn.isWrapperFor(org.mariadb.jdbc.Connection.class)
+                    && conn.unwrap(org.mariadb.jdbc.Connection.class).getContext().getConf().allowMultiQueries();
+        }
+        if (!multi) {
+            for (String s : stmts) {
+                exec(s);
+            }
+            return;
+        }
+        execAll(String.join("; ", stmts));
+    }
+
+    /**
+     * Executes a multi-statement and reads every result, so that the error
+     * of any statement (the server stops at the first) is thrown here: a
+     * failed XA PREPARE after a good XA END must never pass for a prepare.
+     */
+    void execAll(String sql) throws SQLException {
+        try (java.sql.Statement st = conn.createStatement()) {
+            st.execute(sql);
+            while (st.getMoreResults() || st.getUpdateCount() != -1) {
+                // each call reads the next statement's result, or throws its error
+            }
+        }
     }
 
     @Override

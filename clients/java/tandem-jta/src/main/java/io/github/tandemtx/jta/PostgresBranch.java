@@ -39,6 +39,9 @@ final class PostgresBranch extends SqlBranch {
         } catch (SQLException e) {
             throw xa(XAException.XA_RBROLLBACK, e.getMessage(), null);
         }
+        if (wrote) {
+            return false; // no round trip: an update ran
+        }
         try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery("SELECT txid_current_if_assigned() IS NULL")) {
             rs.next();
             return rs.getBoolean(1);

@@ -23,6 +23,12 @@ abstract class SqlBranch implements TandemResource {
     State state = State.IDLE;
     TandemXid xid;
     boolean released;
+    /**
+     * A statement that writes ran (executeUpdate or a batch through a
+     * TandemDataSource handle): the branch is a writer, no need to ask the
+     * database. Set by the application's thread before commit.
+     */
+    volatile boolean wrote;
     private int timeout;
 
     SqlBranch(String rm, Connection conn, Consumer<SqlBranch> onCompleted) {

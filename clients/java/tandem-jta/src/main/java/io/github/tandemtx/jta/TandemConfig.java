@@ -1,5 +1,6 @@
 package io.github.tandemtx.jta;
 
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Objects;
 
@@ -22,12 +23,19 @@ public final class TandemConfig {
     private final String authToken;
     private final Duration decisionTimeout;
     private final int defaultTimeoutSeconds;
+    private final Path tlsCa;
+    private final Path tlsCert;
+    private final Path tlsKey;
 
-    private TandemConfig(String coordinator, String authToken, Duration decisionTimeout, int defaultTimeoutSeconds) {
+    private TandemConfig(String coordinator, String authToken, Duration decisionTimeout, int defaultTimeoutSeconds,
+            Path tlsCa, Path tlsCert, Path tlsKey) {
         this.coordinator = coordinator;
         this.authToken = authToken;
         this.decisionTimeout = decisionTimeout;
         this.defaultTimeoutSeconds = defaultTimeoutSeconds;
+        this.tlsCa = tlsCa;
+        this.tlsCert = tlsCert;
+        this.tlsKey = tlsKey;
     }
 
     /**
@@ -40,12 +48,12 @@ public final class TandemConfig {
         if (target == null || target.isBlank()) {
             throw new IllegalArgumentException("TandemConfig: the coordinator address is empty; want host:port of `tandem serve --listen`");
         }
-        return new TandemConfig(target, null, DEFAULT_DECISION_TIMEOUT, 0);
+        return new TandemConfig(target, null, DEFAULT_DECISION_TIMEOUT, 0, null, null, null);
     }
 
     /** Sends the coordinator's shared token ({@code --auth-token-file}) on every call as "authorization: Bearer …". */
     public TandemConfig withAuthToken(String token) {
-        return new TandemConfig(coordinator, token, decisionTimeout, defaultTimeoutSeconds);
+        return new TandemConfig(coordinator, token, decisionTimeout, defaultTimeoutSeconds, tlsCa, tlsCert, tlsKey);
     }
 
     /**
@@ -57,7 +65,7 @@ public final class TandemConfig {
         if (d == null || d.isNegative() || d.isZero()) {
             throw new IllegalArgumentException("TandemConfig: decision timeout must be positive, got " + d);
         }
-        return new TandemConfig(coordinator, authToken, d, defaultTimeoutSeconds);
+        return new TandemConfig(coordinator, authToken, d, defaultTimeoutSeconds, tlsCa, tlsCert, tlsKey);
     }
 
     /** The transaction timeout of transactions begun after no setTransactionTimeout (0: none). */
@@ -65,7 +73,30 @@ public final class TandemConfig {
         if (seconds < 0) {
             throw new IllegalArgumentException("TandemConfig: transaction timeout must not be negative, got " + seconds);
         }
-        return new TandemConfig(coordinator, authToken, decisionTimeout, seconds);
+        return new TandemConfig(coordinator, authToken, decisionTimeout, seconds, tlsCa, tlsCert, tlsKey);
+    }
+
+    /**
+     * Speaks TLS to the coordinator ({@code tandem serve --tls-cert}),
+     * trusting the CA certificates in caPem (PEM). Off loopback the
+     * coordinator serves TLS only.
+     */
+    public TandemConfig withTls(Path caPem) {
+        if (caPem == null) {
+            throw new IllegalArgumentException("TandemConfig: withTls needs the CA file (PEM) that signed the coordinator's certificate");
+        }
+        return new TandemConfig(coordinator, authToken, decisionTimeout, defaultTimeoutSeconds, caPem, tlsCert, tlsKey);
+    }
+
+    /**
+     * Presents a client certificate (mutual TLS, {@code tandem serve
+     * --tls-client-ca}); the key must be PEM, PKCS#8. Needs {@link #withTls}.
+     */
+    public TandemConfig withClientCertificate(Path certPem, Path keyPem) {
+        if (certPem == null || keyPem == null) {
+            throw new IllegalArgumentException("TandemConfig: a client certificate needs both the certificate and its key (PEM)");
+        }
+        return new TandemConfig(coordinator, authToken, decisionTimeout, defaultTimeoutSeconds, tlsCa, certPem, keyPem);
     }
 
     public String coordinator() {
@@ -74,6 +105,18 @@ public final class TandemConfig {
 
     String authToken() {
         return authToken;
+    }
+
+    Path tlsCa() {
+        return tlsCa;
+    }
+
+    Path tlsCert() {
+        return tlsCert;
+    }
+
+    Path tlsKey() {
+        return tlsKey;
     }
 
     public Duration decisionTimeout() {
@@ -87,13 +130,15 @@ public final class TandemConfig {
     @Override
     public String toString() {
         return "TandemConfig{coordinator=" + coordinator + ", authToken=" + (authToken == null ? "none" : "set")
-                + ", decisionTimeout=" + decisionTimeout + ", defaultTransactionTimeout=" + defaultTimeoutSeconds + "s}";
+                + ", decisionTimeout=" + decisionTimeout + ", defaultTransactionTimeout=" + defaultTimeoutSeconds + "s"
+                + ", tls=" + (tlsCa == null ? "off" : tlsCa + (tlsCert != null ? ", client certificate " + tlsCert : "")) + "}";
     }
 
     @Override
     public boolean equals(Object o) {
         return o instanceof TandemConfig c && c.coordinator.equals(coordinator) && Objects.equals(c.authToken, authToken)
-                && c.decisionTimeout.equals(decisionTimeout) && c.defaultTimeoutSeconds == defaultTimeoutSeconds;
+                && c.decisionTimeout.equals(decisionTimeout) && c.defaultTimeoutSeconds == defaultTimeoutSeconds
+                && Objects.equals(c.tlsCa, tlsCa) && Objects.equals(c.tlsCert, tlsCert) && Objects.equals(c.tlsKey, tlsKey);
     }
 
     @Override

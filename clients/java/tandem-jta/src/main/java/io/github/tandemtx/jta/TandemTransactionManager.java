@@ -24,6 +24,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import tandem.v1.Tandem.HealthResponse;
@@ -62,18 +63,20 @@ public final class TandemTransactionManager implements TransactionManager, UserT
 
     private TandemTransactionManager(TandemConfig config) {
         this.config = config;
-        this.coordinator = new CoordinatorClient(config.coordinator(), config.authToken());
+        this.coordinator = new CoordinatorClient(config.coordinator(), config.authToken(), config.tlsCa(), config.tlsCert(), config.tlsKey());
         AtomicInteger n = new AtomicInteger();
         this.executor = Executors.newCachedThreadPool(r -> {
             Thread t = new Thread(r, "tandem-branch-" + n.incrementAndGet());
             t.setDaemon(true);
             return t;
         });
-        this.timers = Executors.newSingleThreadScheduledExecutor(r -> {
+        ScheduledThreadPoolExecutor timers = new ScheduledThreadPoolExecutor(1, r -> {
             Thread t = new Thread(r, "tandem-timeouts");
             t.setDaemon(true);
             return t;
         });
+        timers.setRemoveOnCancelPolicy(true); // a finished transaction's timer goes at once, not at its timeout
+        this.timers = timers;
     }
 
     /** Makes a transaction manager for the coordinator in config. No call is made yet: see {@link #verify()}. */

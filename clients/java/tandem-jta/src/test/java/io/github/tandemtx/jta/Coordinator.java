@@ -1,7 +1,6 @@
 package io.github.tandemtx.jta;
 
 import io.grpc.ManagedChannel;
-import io.grpc.ManagedChannelBuilder;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
@@ -26,10 +25,15 @@ final class Coordinator implements AutoCloseable {
     private final ManagedChannel channel;
 
     Coordinator(String failpoints, String... extra) throws Exception {
+        this(failpoints, io.grpc.InsecureChannelCredentials.create(), extra);
+    }
+
+    /** creds: how the test itself reaches the coordinator (its Health and Status calls). */
+    Coordinator(String failpoints, io.grpc.ChannelCredentials creds, String... extra) throws Exception {
         this.addr = "127.0.0.1:" + TestEnv.freePort();
         this.dataDir = Files.createTempDirectory("tandem-jta-coord");
         this.extra = List.of(extra);
-        this.channel = ManagedChannelBuilder.forTarget(addr).usePlaintext().build();
+        this.channel = io.grpc.Grpc.newChannelBuilder(addr, creds).build();
         start(failpoints);
     }
 
@@ -78,7 +82,10 @@ final class Coordinator implements AutoCloseable {
             try {
                 CoordinatorGrpc.newBlockingStub(channel).withDeadlineAfter(500, TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
                 return;
-            } catch (RuntimeException e) {
+            } catch (io.grpc.StatusRuntimeException e) {
+                if (e.getStatus().getCode() == io.grpc.Status.Code.UNAUTHENTICATED) {
+                    return; // up, and wants its token
+                }
                 if (!proc.isAlive()) {
                     throw new IllegalStateException("coordinator exited at start:\n" + output());
                 }
@@ -112,11 +119,16 @@ final class Coordinator implements AutoCloseable {
     }
 
     @Override
-    public void close() throws Exception {
+    public void close() throws IOException {
         if (proc.isAlive()) {
             proc.destroy();
-            if (!proc.waitFor(15, TimeUnit.SECONDS)) {
-                kill();
+            try {
+                if (!proc.waitFor(15, TimeUnit.SECONDS)) {
+                    kill();
+                }
+            } catch (InterruptedException e) {
+                proc.destroyForcibly();
+                Thread.currentThread().interrupt();
             }
         }
         channel.shutdownNow();

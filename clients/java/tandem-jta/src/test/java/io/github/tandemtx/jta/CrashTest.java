@@ -64,6 +64,48 @@ class CrashTest {
     }
 
     /**
+     * A child JVM is killed while the coordinator holds its Commit (the
+     * decision record written, the reply held back 3 s by a failpoint), so
+     * the JVM dies with its MariaDB branch prepared on its own session and
+     * never settles it. The coordinator settles both branches by itself —
+     * committed, as it decided; the assertion is only that the outcome is
+     * whole and matches the coordinator's Status, since the instant of the
+     * kill is not synchronised with the decision.
+     */
+    @Test
+    void jvmKilledDuringTheDecisionIsSettledWhole() throws Exception {
+        try (Coordinator coord = new Coordinator("after-commit-record=sleep(3s)")) {
+            String id = TandemJtaTest.id();
+            String java = System.getProperty("java.home") + File.separator + "bin" + File.separator + "java";
+            Process child = new ProcessBuilder(java, "-cp", System.getProperty("java.class.path"),
+                    PrepareAndHang.class.getName(), coord.addr, id).redirectErrorStream(true).start();
+            try {
+                BufferedReader out = new BufferedReader(new InputStreamReader(child.getInputStream(), StandardCharsets.UTF_8));
+                String line;
+                while ((line = out.readLine()) != null && !line.startsWith("GTRID ")) {
+                    // the drivers' logging
+                }
+                assertTrue(line != null, "the child printed no gtrid");
+                String g = line.substring(6);
+                assertTrue(TestEnv.eventually(20_000, () -> TestEnv.prepared(g).size() == 2), "both prepared: " + TestEnv.prepared(g));
+                Thread.sleep(1000); // the Commit call is in the coordinator's hands now (nearly always)
+                child.destroyForcibly();
+                assertTrue(child.waitFor(10, TimeUnit.SECONDS), "child killed");
+                assertTrue(TestEnv.eventually(30_000, () -> TestEnv.prepared(g).isEmpty()),
+                        "the coordinator settled the dead JVM's branches: " + TestEnv.prepared(g) + "\n" + coord.output());
+                Outcome o = coord.status(g);
+                boolean pgRow = TestEnv.pgHas(id);
+                boolean myRow = TestEnv.mariaHas(id);
+                System.out.println("jvmKilledDuringTheDecisionIsSettledWhole: outcome " + o + ", pg row " + pgRow + ", maria row " + myRow);
+                assertEquals(pgRow, myRow, "never split");
+                assertEquals(o == Outcome.COMMITTED, pgRow, "the rows match the coordinator's decision " + o);
+            } finally {
+                child.destroyForcibly();
+            }
+        }
+    }
+
+    /**
      * The coordinator dies right after its COMMIT record is durable, before
      * it answers. The client reports an unknown outcome naming the gtrid and
      * lets go of its MariaDB session; the restarted coordinator replays its

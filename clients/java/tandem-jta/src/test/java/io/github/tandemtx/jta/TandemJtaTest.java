@@ -112,6 +112,24 @@ class TandemJtaTest {
         assertTrue(TestEnv.eventually(10_000, () -> TestEnv.prepared(g).isEmpty()), "no branch left prepared: " + TestEnv.prepared(g));
     }
 
+    /** A write through Statement.execute (not executeUpdate) is found by the read-only check: still two-phase. */
+    @Test
+    void writeThroughExecuteIsFoundByTheReadOnlyCheck() throws Exception {
+        String id = id();
+        tm.begin();
+        String g = gtrid();
+        try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+            try (Statement st = a.createStatement()) {
+                assertSame(a, st.getConnection(), "the statement's connection is the handle");
+                st.execute("INSERT INTO jta_rows (id, v) VALUES ('" + id + "', 1)");
+            }
+            insert(b, id);
+        }
+        tm.commit();
+        assertTrue(TestEnv.pgHas(id) && TestEnv.mariaHas(id));
+        assertEquals(Outcome.COMMITTED, coord.status(g), "decided by the coordinator: both were writers");
+    }
+
     @Test
     void sameConnectionForTheSameRmInOneTransaction() throws Exception {
         String id = id();

@@ -55,6 +55,18 @@ class XidTest {
         }));
     }
 
+    /** With allowMultiQueries, the error of the second statement of a multi-statement is thrown, not lost. */
+    @Test
+    void multiStatementErrorsAreThrown() throws Exception {
+        try (java.sql.Connection c = TestEnv.mariaSource().getConnection()) {
+            MariaDbBranch b = new MariaDbBranch("maria", c, x -> { });
+            java.sql.SQLException e = assertThrows(java.sql.SQLException.class, () -> b.steps("DO 1", "SELECT * FROM jta_no_such_table"));
+            assertTrue(e.getMessage().contains("jta_no_such_table"), e.getMessage());
+            assertEquals(Boolean.TRUE, b.multi, "one round trip: the tests' MariaDB URL has allowMultiQueries");
+            b.steps("DO 1", "DO 2"); // and a good one passes
+        }
+    }
+
     /**
      * MariaDB Connector/J's own XAResource, given a TandemXid, prepares a
      * branch that XA RECOVER lists exactly as the coordinator's scan expects

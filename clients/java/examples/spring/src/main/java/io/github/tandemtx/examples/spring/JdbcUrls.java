@@ -37,7 +37,7 @@ final class JdbcUrls {
 
     private static final Pattern MYSQL = Pattern.compile("^([^:@]*)(?::([^@]*))?@tcp\\(([^)]*)\\)/([^?]*)");
 
-    /** user:pass@tcp(host:port)/db?… (the Go driver's form) → jdbc:mariadb://host:port/db?user=…&amp;password=…. */
+    /** user:pass@tcp(host:port)/db?… (the Go driver's form) → jdbc:mariadb://host:port/db?user=…&amp;password=…&amp;allowMultiQueries=true. */
     static String mariadb(String dsn) {
         if (dsn.startsWith("jdbc:")) {
             return dsn;
@@ -46,6 +46,8 @@ final class JdbcUrls {
         if (!m.find()) {
             throw new IllegalArgumentException("example.maria.url is neither a jdbc:mariadb: URL nor user:password@tcp(host:port)/db");
         }
-        return "jdbc:mariadb://" + m.group(3) + "/" + m.group(4) + "?user=" + m.group(1) + (m.group(2) == null ? "" : "&password=" + m.group(2));
+        // allowMultiQueries: tandem-jta then sends XA END with XA PREPARE in one round trip.
+        return "jdbc:mariadb://" + m.group(3) + "/" + m.group(4) + "?user=" + m.group(1) + (m.group(2) == null ? "" : "&password=" + m.group(2))
+                + "&allowMultiQueries=true";
     }
 }

@@ -248,6 +248,7 @@ public final class Transfer {
     /** Refuses to drop a table of the demo's names that this demo did not create. */
     private void setup() throws SQLException {
         try (Connection c = pgSource.getConnection(); Statement st = c.createStatement()) {
+            c.setAutoCommit(false); // the tables and their mark appear together, or not at all
             for (String t : List.of(accounts, journal)) {
                 try (PreparedStatement ps = c.prepareStatement(
                         "SELECT to_regclass(?) IS NOT NULL, COALESCE(obj_description(to_regclass(?), 'pg_class'), '')")) {
@@ -269,6 +270,7 @@ public final class Transfer {
                     "INSERT INTO " + accounts + " SELECT g, " + cfg.initialBalance + " FROM generate_series(1, " + cfg.accounts + ") g")) {
                 st.execute(s);
             }
+            c.commit();
         }
         try (Connection c = mariaSource.getConnection(); Statement st = c.createStatement()) {
             for (String t : List.of(accounts, journal)) {
