@@ -63,7 +63,7 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long to run (ignored with --transfers)")
 	fs.IntVar(&cfg.Transfers, "transfers", 0, "stop after this many committed transfers in all (0: run for --duration)")
 	fs.IntVar(&cfg.Accounts, "accounts", cfg.Accounts, "accounts on each database")
-	fs.StringVar(&cfg.Coordinator, "coordinator", "", "address of a running coordinator (default: start one in this process)")
+	fs.StringVar(&cfg.Coordinator, "coordinator", "", "address of a running coordinator, or the addresses of a primary and its standbys separated by commas: the client follows whichever serves (default: start one in this process)")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "decision log directory of the in-process coordinator")
 	fs.StringVar(&cfg.PGDSN, "pg", os.Getenv("TANDEM_PG_DSN"), "PostgreSQL DSN (default $TANDEM_PG_DSN)")
 	fs.StringVar(&cfg.MySQLDSN, "mysql", os.Getenv("TANDEM_MYSQL_DSN"), "MariaDB/MySQL DSN (default $TANDEM_MYSQL_DSN)")

@@ -32,7 +32,7 @@ type Config struct {
 	Transfers      int
 	Accounts       int
 	InitialBalance int64
-	Coordinator    string
+	Coordinator    string // one address, or several of one cluster separated by commas
 	DataDir        string
 	PGDSN          string
 	MySQLDSN       string
@@ -220,7 +220,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		cfg.Coordinator = srv.Addr()
 	}
 	cliCfg := client.Config{
-		Coordinator: cfg.Coordinator,
+		Coordinators: coordinatorList(cfg.Coordinator),
 		RMs: []client.RM{{Name: cfg.names().pg, Driver: "postgres", DB: pg},
 			{Name: cfg.names().maria, Driver: "mysql", MultiStatements: true, DB: my}},
 		Defaults: client.CommitOptions{DecideAt: cfg.DecideAt},
@@ -695,4 +695,16 @@ func journal(ctx context.Context, n names, db *sql.DB) (map[string]bool, error) 
 		m[g] = true
 	}
 	return m, rows.Err()
+}
+
+// coordinatorList splits --coordinator's comma-separated addresses (the
+// coordinators of one cluster: the client follows whichever is the primary).
+func coordinatorList(s string) []string {
+	var addrs []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs
 }

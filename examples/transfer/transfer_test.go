@@ -5,11 +5,17 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tandem-tx/tandem/client"
+	"github.com/tandem-tx/tandem/internal/config"
+	"github.com/tandem-tx/tandem/internal/server"
 )
 
 // A short run against the real databases keeps every invariant, with
@@ -194,5 +200,51 @@ func TestResetNeverDropsATableItDidNotCreate(t *testing.T) {
 		if _, err := Run(ctx, cfg, io.Discard); err != nil {
 			t.Fatalf("reset of the demo's own tables: %v", err)
 		}
+	}
+}
+
+// --coordinator with several addresses: the client finds the one that
+// serves. The first listed is a port where nothing listens, so every
+// transfer the coordinator decides goes through the client's move to the
+// second.
+func TestTransferFollowsTheListedCoordinators(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.PGDSN, cfg.MySQLDSN = os.Getenv("TANDEM_PG_DSN"), os.Getenv("TANDEM_MYSQL_DSN")
+	if cfg.PGDSN == "" || cfg.MySQLDSN == "" {
+		if os.Getenv("TANDEM_E2E_REQUIRED") == "1" {
+			t.Fatal("TANDEM_PG_DSN and TANDEM_MYSQL_DSN are required")
+		}
+		t.Skip("TANDEM_PG_DSN / TANDEM_MYSQL_DSN not set")
+	}
+	cfg.Workers, cfg.Transfers, cfg.Accounts = 2, 60, 20
+	cfg.Prefix = fmt.Sprintf("t%dlist_", os.Getpid())
+	cfg.PGName, cfg.MariaName = fmt.Sprintf("pgl%d", os.Getpid()), fmt.Sprintf("marial%d", os.Getpid())
+	cfg.DecideAt = client.DecideAtCoordinator
+	n := cfg.names()
+	srv, err := server.Start(config.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(),
+		RMs: map[string]config.RM{n.pg: {Driver: "postgres", DSN: cfg.PGDSN}, n.maria: {Driver: "mysql", DSN: cfg.MySQLDSN}}},
+		server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AdminBestEffort: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(5 * time.Second)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	cfg.Coordinator = deadAddr + ", " + srv.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Committed != 60 || rep.AtCommitPoint != 0 || rep.JournalPG != 60 || rep.JournalMySQL != 60 || rep.Total != rep.Want || rep.Dangling != 0 {
+		t.Fatalf("through %q: report %+v; want 60 committed, decided by the coordinator at %s", cfg.Coordinator, rep, srv.Addr())
+	}
+	if got := coordinatorList(" a:1,, b:2 ,"); strings.Join(got, "|") != "a:1|b:2" {
+		t.Errorf("coordinatorList: %q", got)
 	}
 }
