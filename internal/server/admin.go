@@ -165,7 +165,7 @@ func sameOrigin(r *http.Request) bool {
 // would make the coordinator work (GET /in-doubt?gtrid= scans every
 // database), so it reaches only the page's files (console.IsAsset: no data)
 // and top-level navigations (a link the user follows: the answer is shown
-// to the user, not to the page). A request without Fetch Metadata (the CLI,
+// to the user, not to the page; Sec-Fetch-User ?1). A request without Fetch Metadata (the CLI,
 // curl, Prometheus, a browser too old to send it) is judged by the rest of
 // adminGuard.
 func crossSite(r *http.Request) bool {
@@ -176,9 +176,12 @@ func crossSite(r *http.Request) bool {
 	if console.IsAsset(r.URL.Path) && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		return false
 	}
-	// A prefetch or prerender (Sec-Purpose) is the page's doing, not a click.
+	// A prefetch or prerender (Sec-Purpose) is the page's doing, not a click,
+	// and so is a navigation without user activation (a script's
+	// location = …, which the page could repeat): Sec-Fetch-User is ?1 only
+	// when the user clicked or typed.
 	topLevel := r.Header.Get("Sec-Fetch-Mode") == "navigate" && r.Header.Get("Sec-Fetch-Dest") == "document" &&
-		r.Header.Get("Sec-Purpose") == "" && r.Header.Get("Purpose") == ""
+		r.Header.Get("Sec-Fetch-User") == "?1" && r.Header.Get("Sec-Purpose") == "" && r.Header.Get("Purpose") == ""
 	return !(topLevel && (r.Method == http.MethodGet || r.Method == http.MethodHead))
 }
 

@@ -180,25 +180,28 @@ func TestAdminRefusesCrossSiteRequestsWithoutOrigin(t *testing.T) {
 		path, site, mode, dest string
 		want                   int
 		purpose                string // Sec-Purpose: a prefetch or prerender, not a user's click
+		user                   string // Sec-Fetch-User: ?1 when the user activated the navigation
 	}{
-		{"/in-doubt?gtrid=0123456789abcdef", "cross-site", "no-cors", "image", 403, ""},
-		{"/in-doubt?gtrid=0123456789abcdef", "same-site", "no-cors", "empty", 403, ""}, // http://localhost:3000
-		{"/in-doubt?gtrid=0123456789abcdef", "cross-site", "navigate", "iframe", 403, ""},
-		{"/console/data", "cross-site", "no-cors", "script", 403, ""},
-		{"/waits", "same-site", "no-cors", "empty", 403, ""},
-		{"/in-doubt?gtrid=0123456789abcdef", "same-origin", "cors", "empty", 200, ""}, // the console's own page
-		{"/in-doubt?gtrid=0123456789abcdef", "none", "navigate", "document", 200, ""}, // typed in the address bar
-		{"/waits", "cross-site", "navigate", "document", 200, ""},                     // a link clicked elsewhere
-		{"/console/console.js", "cross-site", "no-cors", "script", 200, ""},           // the page's files: no data
-		{"/", "same-site", "navigate", "iframe", 200, ""},                             // framing is refused by the headers
-		{"/waits", "", "", "", 200, ""},                                               // curl, the CLI, Prometheus
-		{"/in-doubt?gtrid=0123456789abcdef", "same-site", "navigate", "document", 403, "prefetch;prerender"},
-		{"/in-doubt?gtrid=0123456789abcdef", "cross-site", "navigate", "document", 403, "prefetch"},
+		{"/in-doubt?gtrid=0123456789abcdef", "cross-site", "no-cors", "image", 403, "", ""},
+		{"/in-doubt?gtrid=0123456789abcdef", "same-site", "no-cors", "empty", 403, "", ""}, // http://localhost:3000
+		{"/in-doubt?gtrid=0123456789abcdef", "cross-site", "navigate", "iframe", 403, "", ""},
+		{"/console/data", "cross-site", "no-cors", "script", 403, "", ""},
+		{"/waits", "same-site", "no-cors", "empty", 403, "", ""},
+		{"/in-doubt?gtrid=0123456789abcdef", "same-origin", "cors", "empty", 200, "", ""}, // the console's own page
+		{"/in-doubt?gtrid=0123456789abcdef", "none", "navigate", "document", 200, "", ""}, // typed in the address bar
+		{"/waits", "cross-site", "navigate", "document", 200, "", "?1"},                   // a link clicked elsewhere
+		{"/console/console.js", "cross-site", "no-cors", "script", 200, "", ""},           // the page's files: no data
+		{"/", "same-site", "navigate", "iframe", 200, "", ""},                             // framing is refused by the headers
+		{"/waits", "", "", "", 200, "", ""},                                               // curl, the CLI, Prometheus
+		{"/in-doubt?gtrid=0123456789abcdef", "same-site", "navigate", "document", 403, "prefetch;prerender", ""},
+		{"/in-doubt?gtrid=0123456789abcdef", "cross-site", "navigate", "document", 403, "prefetch", ""},
+		{"/in-doubt?gtrid=0123456789abcdef", "cross-site", "navigate", "document", 403, "", ""}, // a script's location = …, no click: repeatable by the page
+		{"/waits", "same-site", "navigate", "document", 403, "", ""},
 	} {
 		reached = nil
 		req := httptest.NewRequest(http.MethodGet, c.path, nil)
 		req.Host = "127.0.0.1:7071"
-		for k, v := range map[string]string{"Sec-Fetch-Site": c.site, "Sec-Fetch-Mode": c.mode, "Sec-Fetch-Dest": c.dest, "Sec-Purpose": c.purpose} {
+		for k, v := range map[string]string{"Sec-Fetch-Site": c.site, "Sec-Fetch-Mode": c.mode, "Sec-Fetch-Dest": c.dest, "Sec-Purpose": c.purpose, "Sec-Fetch-User": c.user} {
 			if v != "" {
 				req.Header.Set(k, v)
 			}
@@ -206,7 +209,7 @@ func TestAdminRefusesCrossSiteRequestsWithoutOrigin(t *testing.T) {
 		rec := httptest.NewRecorder()
 		g.ServeHTTP(rec, req)
 		if rec.Code != c.want || (c.want == 403) != (len(reached) == 0) {
-			t.Errorf("GET %s Sec-Fetch-Site %s mode %s dest %s purpose %q: %d %q (handler reached: %v), want %d", c.path, c.site, c.mode, c.dest, c.purpose, rec.Code, rec.Body, reached, c.want)
+			t.Errorf("GET %s Sec-Fetch-Site %s mode %s dest %s purpose %q user %q: %d %q (handler reached: %v), want %d", c.path, c.site, c.mode, c.dest, c.purpose, c.user, rec.Code, rec.Body, reached, c.want)
 		}
 	}
 }
