@@ -12,8 +12,8 @@ import java.util.function.Consumer;
  * the session is closed, which detaches the branch for the coordinator.
  */
 final class MariaDbBranch extends SqlBranch {
-    MariaDbBranch(String rm, Connection conn, Consumer<SqlBranch> onCompleted) {
-        super(rm, conn, onCompleted);
+    MariaDbBranch(ResourceManager info, Connection conn, Consumer<SqlBranch> onCompleted) {
+        super(info, conn, onCompleted);
     }
 
     @Override
@@ -32,6 +32,10 @@ final class MariaDbBranch extends SqlBranch {
         if (!conn.getAutoCommit()) {
             conn.setAutoCommit(true);
         }
+        if (plain) {
+            steps(DecisionTable.mariadbBegin().toArray(new String[0]));
+            return;
+        }
         exec("XA START " + xid.mysqlXid());
     }
 
@@ -42,6 +46,10 @@ final class MariaDbBranch extends SqlBranch {
 
     @Override
     void commitOnePhaseSql() throws SQLException {
+        if (plain) {
+            exec("COMMIT");
+            return;
+        }
         steps("XA END " + xid.mysqlXid(), "XA COMMIT " + xid.mysqlXid() + " ONE PHASE");
     }
 
@@ -82,6 +90,10 @@ final class MariaDbBranch extends SqlBranch {
 
     @Override
     void rollbackActiveSql() throws SQLException {
+        if (plain) {
+            exec("ROLLBACK");
+            return;
+        }
         try {
             exec("XA END " + xid.mysqlXid());
         } catch (SQLException e) {
@@ -91,6 +103,11 @@ final class MariaDbBranch extends SqlBranch {
             // The branch had already ended (a failed XA PREPARE): roll back alone.
         }
         exec("XA ROLLBACK " + xid.mysqlXid());
+    }
+
+    @Override
+    void commitDecisionSql(java.util.List<String> stmts) throws SQLException {
+        steps(stmts.toArray(new String[0]));
     }
 
     @Override

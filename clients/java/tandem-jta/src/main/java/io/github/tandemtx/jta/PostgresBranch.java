@@ -18,8 +18,8 @@ import org.postgresql.core.TransactionState;
  * prepared transaction from its own connections.
  */
 final class PostgresBranch extends SqlBranch {
-    PostgresBranch(String rm, Connection conn, Consumer<SqlBranch> onCompleted) {
-        super(rm, conn, onCompleted);
+    PostgresBranch(ResourceManager info, Connection conn, Consumer<SqlBranch> onCompleted) {
+        super(info, conn, onCompleted);
     }
 
     @Override
@@ -79,6 +79,18 @@ final class PostgresBranch extends SqlBranch {
     void rollbackActiveSql() throws SQLException {
         conn.rollback();
         conn.setAutoCommit(true);
+    }
+
+    /**
+     * One execute of the statements joined: pgjdbc sends them in one round
+     * trip with one Sync, and PostgreSQL skips the rest of them after the
+     * first error, so a failed INSERT never reaches the COMMIT.
+     */
+    @Override
+    void commitDecisionSql(java.util.List<String> stmts) throws SQLException {
+        refuseFailed("the commit point's COMMIT");
+        exec(String.join("; ", stmts));
+        conn.setAutoCommit(true); // committed: the session is idle, nothing is sent
     }
 
     @Override

@@ -14,15 +14,23 @@ import javax.transaction.xa.Xid;
  * A branch driven with SQL statements on one JDBC connection. The subclasses
  * give the statements of each database. One instance serves one branch.
  */
-abstract class SqlBranch implements TandemResource {
+abstract sealed class SqlBranch implements TandemResource permits PostgresBranch, MariaDbBranch {
     enum State { IDLE, ACTIVE, PREPARED, DONE }
 
     final String rm;
+    /** The resource manager: its dialect, commit-point eligibility, connections of its own. */
+    final ResourceManager info;
     final Connection conn;
     private final Consumer<SqlBranch> onCompleted;
     State state = State.IDLE;
     TandemXid xid;
     boolean released;
+    /**
+     * The branch is its transaction's commit point on MariaDB: a plain
+     * transaction, not an XA branch, chosen before its begin. It never
+     * prepares; its COMMIT with the decision row decides the transaction.
+     */
+    boolean plain;
     /**
      * A statement that writes ran (executeUpdate or a batch through a
      * TandemDataSource handle): the branch is a writer, no need to ask the
@@ -31,8 +39,9 @@ abstract class SqlBranch implements TandemResource {
     volatile boolean wrote;
     private int timeout;
 
-    SqlBranch(String rm, Connection conn, Consumer<SqlBranch> onCompleted) {
-        this.rm = rm;
+    SqlBranch(ResourceManager info, Connection conn, Consumer<SqlBranch> onCompleted) {
+        this.rm = info.name;
+        this.info = info;
         this.conn = conn;
         this.onCompleted = onCompleted;
     }
@@ -63,6 +72,37 @@ abstract class SqlBranch implements TandemResource {
 
     /** True when e says the branch is unknown to the database. */
     abstract boolean notFound(SQLException e);
+
+    /**
+     * Sends the commit point's statements (DecisionTable.commitStatements)
+     * in one round trip where the connection allows, stopping at the first
+     * error: a failed INSERT never reaches the COMMIT.
+     */
+    abstract void commitDecisionSql(java.util.List<String> stmts) throws SQLException;
+
+    /**
+     * Records COMMIT for the transaction and commits, on this commit point.
+     * The SQLException is the database's (see DecisionTable.refused and
+     * serverAnswered to tell whether the COMMIT may have happened).
+     */
+    void commitDecision(java.util.List<String> stmts) throws SQLException {
+        if (state != State.ACTIVE) {
+            throw new SQLException("rm \"" + rm + "\": the commit point's branch is " + state + ", not active", "25000");
+        }
+        commitDecisionSql(stmts);
+        state = State.DONE;
+    }
+
+    /** Names the branch with the commit point cp (PostgreSQL: before its PREPARE); returns the new XID. */
+    TandemXid nameCommitPoint(String cp) {
+        xid = xid.withCommitPoint(cp);
+        return xid;
+    }
+
+    /** Whether this branch is a plain (never prepared) commit point: {@link #plain}. */
+    boolean isPlain() {
+        return plain;
+    }
 
     @Override
     public void start(Xid x, int flags) throws XAException {

@@ -19,23 +19,48 @@ public final class TandemConfig {
     /** {@link #decisionTimeout()}'s default, as the Go SDK's. */
     public static final Duration DEFAULT_DECISION_TIMEOUT = Duration.ofSeconds(30);
 
-    private final String coordinator;
-    private final String authToken;
-    private final Duration decisionTimeout;
-    private final int defaultTimeoutSeconds;
-    private final Path tlsCa;
-    private final Path tlsCert;
-    private final Path tlsKey;
+    /** {@link #maxTransactionAge()}'s default and largest value, as the Go SDK's and the coordinator's. */
+    public static final Duration MAX_TRANSACTION_AGE = Duration.ofHours(1);
 
-    private TandemConfig(String coordinator, String authToken, Duration decisionTimeout, int defaultTimeoutSeconds,
-            Path tlsCa, Path tlsCert, Path tlsKey) {
-        this.coordinator = coordinator;
-        this.authToken = authToken;
-        this.decisionTimeout = decisionTimeout;
-        this.defaultTimeoutSeconds = defaultTimeoutSeconds;
-        this.tlsCa = tlsCa;
-        this.tlsCert = tlsCert;
-        this.tlsKey = tlsKey;
+    /** Where a transaction with two or more writers is decided. */
+    public enum DecideAt {
+        /**
+         * In the databases when one can be the commit point (the default): a
+         * MariaDB branch that begins first as a plain transaction, else a
+         * PostgreSQL writer; its local COMMIT, with the decision row in its
+         * {@code tandem_decision} table, is the decision. No coordinator call.
+         * Otherwise the coordinator decides.
+         */
+        AUTO,
+        /** Always by the coordinator: every writer prepares, then one Commit call. */
+        COORDINATOR
+    }
+
+    private String coordinator;
+    private String authToken;
+    private Duration decisionTimeout = DEFAULT_DECISION_TIMEOUT;
+    private int defaultTimeoutSeconds;
+    private Path tlsCa;
+    private Path tlsCert;
+    private Path tlsKey;
+    private DecideAt decideAt = DecideAt.AUTO;
+    private Duration maxTransactionAge = MAX_TRANSACTION_AGE;
+
+    private TandemConfig() {
+    }
+
+    private TandemConfig copy() {
+        TandemConfig c = new TandemConfig();
+        c.coordinator = coordinator;
+        c.authToken = authToken;
+        c.decisionTimeout = decisionTimeout;
+        c.defaultTimeoutSeconds = defaultTimeoutSeconds;
+        c.tlsCa = tlsCa;
+        c.tlsCert = tlsCert;
+        c.tlsKey = tlsKey;
+        c.decideAt = decideAt;
+        c.maxTransactionAge = maxTransactionAge;
+        return c;
     }
 
     /**
@@ -48,24 +73,32 @@ public final class TandemConfig {
         if (target == null || target.isBlank()) {
             throw new IllegalArgumentException("TandemConfig: the coordinator address is empty; want host:port of `tandem serve --listen`");
         }
-        return new TandemConfig(target, null, DEFAULT_DECISION_TIMEOUT, 0, null, null, null);
+        TandemConfig c = new TandemConfig();
+        c.coordinator = target;
+        return c;
     }
 
     /** Sends the coordinator's shared token ({@code --auth-token-file}) on every call as "authorization: Bearer …". */
     public TandemConfig withAuthToken(String token) {
-        return new TandemConfig(coordinator, token, decisionTimeout, defaultTimeoutSeconds, tlsCa, tlsCert, tlsKey);
+        TandemConfig c = copy();
+        c.authToken = token;
+        return c;
     }
 
     /**
      * Bounds how long a two-phase commit keeps asking the coordinator for its
-     * decision (retrying while it is unreachable). Past it, commit throws
+     * decision (retrying while it is unreachable), or, after a commit point's
+     * connection broke, how long it tries to learn the outcome from the commit
+     * point's decision table. Past it, commit throws
      * {@link OutcomeUnknownException}.
      */
     public TandemConfig withDecisionTimeout(Duration d) {
         if (d == null || d.isNegative() || d.isZero()) {
             throw new IllegalArgumentException("TandemConfig: decision timeout must be positive, got " + d);
         }
-        return new TandemConfig(coordinator, authToken, d, defaultTimeoutSeconds, tlsCa, tlsCert, tlsKey);
+        TandemConfig c = copy();
+        c.decisionTimeout = d;
+        return c;
     }
 
     /** The transaction timeout of transactions begun after no setTransactionTimeout (0: none). */
@@ -73,7 +106,9 @@ public final class TandemConfig {
         if (seconds < 0) {
             throw new IllegalArgumentException("TandemConfig: transaction timeout must not be negative, got " + seconds);
         }
-        return new TandemConfig(coordinator, authToken, decisionTimeout, seconds, tlsCa, tlsCert, tlsKey);
+        TandemConfig c = copy();
+        c.defaultTimeoutSeconds = seconds;
+        return c;
     }
 
     /**
@@ -85,7 +120,9 @@ public final class TandemConfig {
         if (caPem == null) {
             throw new IllegalArgumentException("TandemConfig: withTls needs the CA file (PEM) that signed the coordinator's certificate");
         }
-        return new TandemConfig(coordinator, authToken, decisionTimeout, defaultTimeoutSeconds, caPem, tlsCert, tlsKey);
+        TandemConfig c = copy();
+        c.tlsCa = caPem;
+        return c;
     }
 
     /**
@@ -96,7 +133,44 @@ public final class TandemConfig {
         if (certPem == null || keyPem == null) {
             throw new IllegalArgumentException("TandemConfig: a client certificate needs both the certificate and its key (PEM)");
         }
-        return new TandemConfig(coordinator, authToken, decisionTimeout, defaultTimeoutSeconds, tlsCa, certPem, keyPem);
+        TandemConfig c = copy();
+        c.tlsCert = certPem;
+        c.tlsKey = keyPem;
+        return c;
+    }
+
+    /** Where transactions with two or more writers are decided ({@link DecideAt#AUTO} by default). */
+    public TandemConfig withDecideAt(DecideAt where) {
+        if (where == null) {
+            throw new IllegalArgumentException("TandemConfig: decideAt must be AUTO or COORDINATOR, got null");
+        }
+        TandemConfig c = copy();
+        c.decideAt = where;
+        return c;
+    }
+
+    /**
+     * A commit point refuses to record COMMIT for a transaction that began
+     * longer ago than this by its database's clock (the transaction then rolls
+     * back everywhere): a recoverer may take the decision after that long.
+     * At most {@link #MAX_TRANSACTION_AGE}, which is also the default.
+     */
+    public TandemConfig withMaxTransactionAge(Duration d) {
+        if (d == null || d.isNegative() || d.isZero() || d.compareTo(MAX_TRANSACTION_AGE) > 0) {
+            throw new IllegalArgumentException("TandemConfig: max transaction age must be positive and at most " + MAX_TRANSACTION_AGE
+                    + " (the longest coordinators keep the abort decisions that refuse a late commit point), got " + d);
+        }
+        TandemConfig c = copy();
+        c.maxTransactionAge = d;
+        return c;
+    }
+
+    public DecideAt decideAt() {
+        return decideAt;
+    }
+
+    public Duration maxTransactionAge() {
+        return maxTransactionAge;
     }
 
     public String coordinator() {
@@ -131,14 +205,16 @@ public final class TandemConfig {
     public String toString() {
         return "TandemConfig{coordinator=" + coordinator + ", authToken=" + (authToken == null ? "none" : "set")
                 + ", decisionTimeout=" + decisionTimeout + ", defaultTransactionTimeout=" + defaultTimeoutSeconds + "s"
-                + ", tls=" + (tlsCa == null ? "off" : tlsCa + (tlsCert != null ? ", client certificate " + tlsCert : "")) + "}";
+                + ", tls=" + (tlsCa == null ? "off" : tlsCa + (tlsCert != null ? ", client certificate " + tlsCert : ""))
+                + ", decideAt=" + decideAt + ", maxTransactionAge=" + maxTransactionAge + "}";
     }
 
     @Override
     public boolean equals(Object o) {
         return o instanceof TandemConfig c && c.coordinator.equals(coordinator) && Objects.equals(c.authToken, authToken)
                 && c.decisionTimeout.equals(decisionTimeout) && c.defaultTimeoutSeconds == defaultTimeoutSeconds
-                && Objects.equals(c.tlsCa, tlsCa) && Objects.equals(c.tlsCert, tlsCert) && Objects.equals(c.tlsKey, tlsKey);
+                && Objects.equals(c.tlsCa, tlsCa) && Objects.equals(c.tlsCert, tlsCert) && Objects.equals(c.tlsKey, tlsKey)
+                && c.decideAt == decideAt && c.maxTransactionAge.equals(maxTransactionAge);
     }
 
     @Override

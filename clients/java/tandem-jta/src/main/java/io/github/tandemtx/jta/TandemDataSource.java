@@ -72,6 +72,7 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
     private final String rm;
     private final Kind kind;
     private final CommonDataSource source;
+    private final ResourceManager info;
     private final ConcurrentLinkedDeque<Physical> idle = new ConcurrentLinkedDeque<>();
     private volatile Semaphore permits = new Semaphore(DEFAULT_MAX_POOL_SIZE);
     private volatile int maxPoolSize = DEFAULT_MAX_POOL_SIZE;
@@ -88,7 +89,33 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         this.rm = rm;
         this.kind = kind;
         this.source = source;
-        tm.registerRm(rm);
+        this.info = new ResourceManager(rm, kind == Kind.POSTGRES ? DecisionTable.Dialect.POSTGRES : DecisionTable.Dialect.MARIADB,
+                this::openOwn);
+        tm.registerRm(info);
+    }
+
+    /**
+     * A new connection straight from the source, outside the pool: the
+     * transaction manager's own (taking a commit point's decision key,
+     * deleting decided rows), closed by its user.
+     */
+    private Connection openOwn() throws SQLException {
+        if (source instanceof DataSource ds) {
+            return ds.getConnection();
+        }
+        XAConnection xc = ((XADataSource) source).getXAConnection();
+        Connection c = xc.getConnection();
+        return (Connection) Proxy.newProxyInstance(Connection.class.getClassLoader(), new Class<?>[] {Connection.class}, (proxy, m, args) -> {
+            if (m.getName().equals("close")) {
+                xc.close();
+                return null;
+            }
+            try {
+                return m.invoke(c, args);
+            } catch (InvocationTargetException e) {
+                throw e.getCause();
+            }
+        });
     }
 
     /**
@@ -146,8 +173,8 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         }
         Physical p = acquire();
         SqlBranch b = kind == Kind.POSTGRES
-                ? new PostgresBranch(rm, p.conn, done -> giveBack(p, done.reusable()))
-                : new MariaDbBranch(rm, p.conn, done -> giveBack(p, done.reusable()));
+                ? new PostgresBranch(info, p.conn, done -> giveBack(p, done.reusable()))
+                : new MariaDbBranch(info, p.conn, done -> giveBack(p, done.reusable()));
         try {
             tx.enlistResource(b);
         } catch (RollbackException | SystemException | IllegalStateException e) {

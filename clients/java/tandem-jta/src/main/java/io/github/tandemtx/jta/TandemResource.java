@@ -14,8 +14,12 @@ import javax.transaction.xa.XAResource;
  * {@code XA START/END/PREPARE '<gtrid>','<rm>',1413566020} on MariaDB),
  * because pgjdbc's own {@code PGXAResource} names branches in a format the
  * coordinator's recovery does not scan.
+ *
+ * <p>The interface is sealed: a branch's name, and whether it is its
+ * transaction's commit point, are decided before it begins, which only the
+ * implementations here know how to do.
  */
-public interface TandemResource extends XAResource {
+public sealed interface TandemResource extends XAResource permits SqlBranch {
     /** The resource manager's name as configured in the coordinator ({@code --rm NAME=...}). */
     String rmName();
 

@@ -5,6 +5,7 @@ import jakarta.transaction.Status;
 import jakarta.transaction.Synchronization;
 import jakarta.transaction.SystemException;
 import jakarta.transaction.Transaction;
+import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -45,7 +46,7 @@ public final class TandemTransaction implements Transaction {
 
     private static final class Enlisted {
         final TandemResource res;
-        final TandemXid xid;
+        TandemXid xid; // named with the commit point before a PostgreSQL branch prepares
         boolean suspended;
         Phase phase = Phase.ACTIVE;
 
@@ -62,6 +63,16 @@ public final class TandemTransaction implements Transaction {
     private final List<Synchronization> interposed = new ArrayList<>();
     private final Map<Object, Object> resources = new ConcurrentHashMap<>();
     private int status = Status.STATUS_ACTIVE;
+    /** The commit point chosen at a MariaDB branch's begin (a plain transaction), or null. */
+    private Enlisted cp;
+    /** A MariaDB branch began as an XA branch named with no commit point: the coordinator decides. */
+    private boolean unnamedXA;
+
+    /**
+     * Called at each step of the commit-point path with its name
+     * ("before-commit-point", "after-commit-point"): tests kill the JVM there.
+     */
+    static volatile java.util.function.Consumer<String> failpoint = step -> { };
     private String rollbackReason;
     private ScheduledFuture<?> timer;
 
@@ -94,7 +105,7 @@ public final class TandemTransaction implements Transaction {
         if (status != Status.STATUS_ACTIVE) {
             throw new IllegalStateException("tandem: transaction " + gtrid + " is " + statusName(status) + ": cannot enlist");
         }
-        if (!(xa instanceof TandemResource r)) {
+        if (!(xa instanceof SqlBranch r)) {
             throw new SystemException("tandem: transaction " + gtrid + ": cannot enlist " + xa.getClass().getName()
                     + ": Tandem needs to know each branch's resource manager name; get connections from a TandemDataSource");
         }
@@ -112,13 +123,39 @@ public final class TandemTransaction implements Transaction {
             throw new SystemException("tandem: transaction " + gtrid + ": resource manager \"" + r.rmName() + "\" was not registered with this transaction manager");
         }
         TandemXid x = TandemXid.of(gtrid, r.rmName());
+        boolean plain = false;
+        if (tm.config().decideAt() != TandemConfig.DecideAt.COORDINATOR) {
+            // Before the begin: the connection is outside any transaction, so the
+            // commit-point check (first use of the RM, then cached) may run on it.
+            boolean ok = r.info.qualifies(r.connection());
+            if (r.info.dialect == DecisionTable.Dialect.MARIADB) {
+                if (cp != null) {
+                    x = x.withCommitPoint(cp.res.rmName());
+                } else if (!unnamedXA && ok) {
+                    plain = true;
+                } else {
+                    unnamedXA = true;
+                }
+            }
+        }
+        r.plain = plain;
         try {
             r.start(x, XAResource.TMNOFLAGS);
         } catch (XAException e) {
+            r.plain = false;
             throw systemException("begin the branch on \"" + r.rmName() + "\" failed", e);
         }
-        branches.add(new Enlisted(r, x));
+        Enlisted e = new Enlisted(r, x);
+        branches.add(e);
+        if (plain) {
+            cp = e;
+        }
         return true;
+    }
+
+    /** The resource manager deciding this transaction at its commit point, or null (so far) when the coordinator decides. */
+    public synchronized String commitPoint() {
+        return cp == null ? null : cp.res.rmName();
     }
 
     @Override
@@ -365,6 +402,11 @@ public final class TandemTransaction implements Transaction {
 
     private void commitTwoPhase(List<Enlisted> all, List<Enlisted> writers, List<Callable<Void>> commitReaders)
             throws RollbackException, SystemException {
+        Enlisted point = commitPoint(writers);
+        if (point != null) {
+            commitAtRM(all, writers, point, commitReaders);
+            return;
+        }
         // Phase 1: every writer prepares in parallel; read-only branches commit meanwhile.
         int[] votes = new int[writers.size()];
         List<Callable<Void>> phase1 = new ArrayList<>(commitReaders);
@@ -450,6 +492,146 @@ public final class TandemTransaction implements Transaction {
         releaseOwn(prepared);
         setStatus(Status.STATUS_UNKNOWN);
         throw new OutcomeUnknownException(gtrid, r.unknown, null);
+    }
+
+    /**
+     * The commit point among the writers, or null when the coordinator
+     * decides: the plain MariaDB branch chosen at its begin, else, when every
+     * writer is on PostgreSQL, the first whose RM qualifies.
+     */
+    private Enlisted commitPoint(List<Enlisted> writers) {
+        synchronized (this) {
+            if (cp != null) {
+                return cp;
+            }
+            if (unnamedXA || tm.config().decideAt() == TandemConfig.DecideAt.COORDINATOR) {
+                return null;
+            }
+        }
+        Enlisted best = null;
+        for (Enlisted w : writers) {
+            SqlBranch b = (SqlBranch) w.res;
+            if (b.info.dialect != DecisionTable.Dialect.POSTGRES) {
+                return null; // an XA branch named with no commit point
+            }
+            if (best == null && b.info.knownCommitPoint()) {
+                best = w;
+            }
+        }
+        return best;
+    }
+
+    /**
+     * Decides at the commit point: the other writers prepare (in parallel,
+     * named with it), then the commit point records COMMIT in its decision
+     * table and commits, in one round trip; that local commit is the
+     * decision. Then the prepared branches commit on their own connections;
+     * one that cannot is left to the coordinator's scan, which reads the
+     * commit point's decision table. No coordinator call.
+     */
+    private void commitAtRM(List<Enlisted> all, List<Enlisted> writers, Enlisted cpe, List<Callable<Void>> commitReaders)
+            throws RollbackException, SystemException {
+        SqlBranch point = (SqlBranch) cpe.res;
+        List<Enlisted> prepared = new ArrayList<>();
+        for (Enlisted w : writers) {
+            if (w == cpe) {
+                continue;
+            }
+            SqlBranch b = (SqlBranch) w.res;
+            if (b.xid.commitPoint() == null) {
+                w.xid = b.nameCommitPoint(point.rm); // PostgreSQL: named at PREPARE; MariaDB: named at XA START already
+            }
+            prepared.add(w);
+        }
+        List<Callable<Void>> phase1 = new ArrayList<>(commitReaders);
+        for (Enlisted w : prepared) {
+            phase1.add(() -> {
+                try {
+                    w.res.prepare(w.xid);
+                    w.phase = Phase.PREPARED;
+                } catch (XAException e) {
+                    if (!isRollback(e)) {
+                        w.phase = Phase.IN_DOUBT;
+                    }
+                    throw e;
+                }
+                return null;
+            });
+        }
+        Throwable err = tm.parallel(phase1);
+        if (err != null) {
+            abort(all);
+            throw rollback("phase 1 failed", err);
+        }
+        failpoint.accept("before-commit-point"); // every other branch prepared, no decision anywhere
+        setStatus(Status.STATUS_COMMITTING);
+        try {
+            point.commitDecision(DecisionTable.commitStatements(point.info.dialect, gtrid, tm.config().maxTransactionAge()));
+        } catch (SQLException e) {
+            String why = DecisionTable.refused(e);
+            if (why != null || point.info.dialect == DecisionTable.Dialect.POSTGRES && DecisionTable.serverAnswered(e)) {
+                // The database answered: the INSERT (or PostgreSQL's COMMIT)
+                // failed, so the commit point did not commit and never will.
+                abort(all);
+                throw rollback("the commit point \"" + point.rm + "\" " + (why != null ? "refused the decision: " + why : "could not record the decision"), e);
+            }
+            // The call broke, or MariaDB answered an error other than a refusal
+            // (which statement failed is not known): the COMMIT may or may not
+            // have happened. End the session (an uncommitted decision row goes
+            // with it), then take the key.
+            point.releaseSession();
+            DecisionTable.Outcome o;
+            try {
+                o = point.info.resolve(gtrid, tm.config().decisionTimeout());
+            } catch (SQLException re) {
+                releaseOwn(prepared);
+                setStatus(Status.STATUS_UNKNOWN);
+                throw new OutcomeUnknownException(gtrid, "the commit point \"" + point.rm + "\"'s commit got no answer (" + e.getMessage()
+                        + ") and learning the outcome by taking the decision key failed too (" + re.getMessage() + "); nothing was rolled back:"
+                        + " the prepared branches are settled by the coordinator's scan from " + point.rm + "'s decision table"
+                        + " (ask it: tandem status " + gtrid + ")", e, true);
+            }
+            if (o == DecisionTable.Outcome.ABORT) {
+                settlePrepared(prepared, false);
+                setStatus(Status.STATUS_ROLLEDBACK);
+                throw rollback("the commit point's connection broke during its commit, and taking the decision key found no decision"
+                        + " (its COMMIT never happened; now none can)", e);
+            }
+        }
+        failpoint.accept("after-commit-point"); // decided COMMIT; the prepared branches wait for a recoverer
+        if (settlePrepared(prepared, true)) {
+            point.info.forgetLater(gtrid, tm.executor());
+        }
+        setStatus(Status.STATUS_COMMITTED);
+    }
+
+    /**
+     * Commits (or rolls back) prepared branches on their own connections, in
+     * parallel, after the decision; true when every one was settled. One that
+     * cannot be is left to a recoverer (a session-bound one has its session
+     * closed so that others can).
+     */
+    private boolean settlePrepared(List<Enlisted> prepared, boolean commit) {
+        List<Callable<Void>> tasks = new ArrayList<>();
+        for (Enlisted w : prepared) {
+            tasks.add(() -> {
+                try {
+                    if (commit) {
+                        w.res.commit(w.xid, false);
+                    } else {
+                        w.res.rollback(w.xid);
+                    }
+                } catch (XAException e) {
+                    if (e.errorCode == XAException.XAER_NOTA) {
+                        return null; // a recoverer settled it already
+                    }
+                    w.res.releaseSession();
+                    throw e;
+                }
+                return null;
+            });
+        }
+        return tm.parallel(tasks) == null;
     }
 
     /** Commits (or rolls back) the session-bound prepared branches on their own sessions; true if every one was settled here. */

@@ -15,6 +15,7 @@ import jakarta.transaction.UserTransaction;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
 import java.util.concurrent.Callable;
@@ -56,7 +57,7 @@ public final class TandemTransactionManager implements TransactionManager, UserT
     private final CoordinatorClient coordinator;
     private final ThreadLocal<TandemTransaction> current = new ThreadLocal<>();
     private final ThreadLocal<Integer> timeout = new ThreadLocal<>();
-    private final Set<String> rms = ConcurrentHashMap.newKeySet();
+    private final Map<String, ResourceManager> rms = new ConcurrentHashMap<>();
     private final ExecutorService executor;
     private final ScheduledExecutorService timers;
     private final TandemSynchronizationRegistry registry = new TandemSynchronizationRegistry(this);
@@ -121,7 +122,7 @@ public final class TandemTransactionManager implements TransactionManager, UserT
         for (RMHealth r : h.getRmsList()) {
             known.add(r.getName());
         }
-        Set<String> missing = new TreeSet<>(rms);
+        Set<String> missing = new TreeSet<>(rms.keySet());
         missing.removeAll(known);
         if (!missing.isEmpty()) {
             throw new SystemException("tandem: the coordinator at " + config.coordinator() + " knows no resource manager named "
@@ -129,12 +130,12 @@ public final class TandemTransactionManager implements TransactionManager, UserT
         }
     }
 
-    void registerRm(String rm) {
-        rms.add(rm);
+    void registerRm(ResourceManager rm) {
+        rms.put(rm.name, rm);
     }
 
     boolean knowsRm(String rm) {
-        return rms.contains(rm);
+        return rms.containsKey(rm);
     }
 
     CoordinatorClient coordinator() {

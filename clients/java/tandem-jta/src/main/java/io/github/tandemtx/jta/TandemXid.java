@@ -17,12 +17,25 @@ import javax.transaction.xa.Xid;
  * its XID is {@code '<gtrid>','<rm>',1413566020}. These are the names the
  * coordinator's recovery scans for, so a branch a dead JVM left prepared is
  * settled by the coordinator exactly like one the Go SDK left.
+ *
+ * <p>A branch decided by a commit point (another branch of the transaction,
+ * whose local commit records the decision in its database's
+ * {@code tandem_decision} table) carries that resource manager's name:
+ * {@code tandemcp:<gtrid>:<rm>:<cp>} on PostgreSQL, and on MariaDB format ID
+ * {@link #COMMIT_POINT_FORMAT_ID} ("TANC") with the commit point's name
+ * appended to the gtrid part: {@code '<gtrid><cp>','<rm>',1413566019}.
+ * Whoever finds such a branch prepared settles it only through the commit
+ * point's decision table, never by presuming abort.
  */
 public final class TandemXid implements Xid {
     /** The XA format identifier of every Tandem branch decided by the coordinator: 0x54414E44. */
     public static final int FORMAT_ID = 0x54414E44;
+    /** The XA format identifier of every Tandem branch decided by a commit point: 0x54414E43. */
+    public static final int COMMIT_POINT_FORMAT_ID = 0x54414E43;
     /** The prefix of every Tandem branch's GID on PostgreSQL. */
     public static final String POSTGRES_PREFIX = "tandem:";
+    /** The prefix of every Tandem branch's GID on PostgreSQL decided by a commit point. */
+    public static final String POSTGRES_COMMIT_POINT_PREFIX = "tandemcp:";
 
     private static final SecureRandom RANDOM = new SecureRandom();
     private static final Pattern RM_NAME = Pattern.compile("[a-z0-9][a-z0-9_-]{0,31}");
@@ -30,10 +43,12 @@ public final class TandemXid implements Xid {
 
     private final String gtrid;
     private final String rm;
+    private final String commitPoint; // null: decided by the coordinator
 
-    private TandemXid(String gtrid, String rm) {
+    private TandemXid(String gtrid, String rm, String commitPoint) {
         this.gtrid = gtrid;
         this.rm = rm;
+        this.commitPoint = commitPoint;
     }
 
     /**
@@ -66,7 +81,13 @@ public final class TandemXid implements Xid {
             throw new IllegalArgumentException("malformed gtrid \"" + gtrid + "\": want 32 lowercase hex digits, not all zero");
         }
         validateRmName(rm);
-        return new TandemXid(gtrid, rm);
+        return new TandemXid(gtrid, rm, null);
+    }
+
+    /** This branch named as decided by the commit point on resource manager cp. */
+    public TandemXid withCommitPoint(String cp) {
+        validateRmName(cp);
+        return new TandemXid(gtrid, rm, cp);
     }
 
     /** Checks a resource manager's name (the branch qualifier). */
@@ -85,12 +106,16 @@ public final class TandemXid implements Xid {
         if (x instanceof TandemXid t) {
             return t;
         }
-        if (x == null || x.getFormatId() != FORMAT_ID) {
+        if (x == null || x.getFormatId() != FORMAT_ID && x.getFormatId() != COMMIT_POINT_FORMAT_ID) {
             return null;
         }
         try {
-            return of(new String(x.getGlobalTransactionId(), StandardCharsets.US_ASCII),
-                    new String(x.getBranchQualifier(), StandardCharsets.US_ASCII));
+            String g = new String(x.getGlobalTransactionId(), StandardCharsets.US_ASCII);
+            TandemXid t = of(g.substring(0, Math.min(32, g.length())), new String(x.getBranchQualifier(), StandardCharsets.US_ASCII));
+            if (x.getFormatId() == COMMIT_POINT_FORMAT_ID) {
+                return t.withCommitPoint(g.length() > 32 ? g.substring(32) : "");
+            }
+            return g.length() == 32 ? t : null;
         } catch (IllegalArgumentException e) {
             return null;
         }
@@ -106,24 +131,42 @@ public final class TandemXid implements Xid {
         return rm;
     }
 
-    /** The prepared transaction's GID on PostgreSQL: {@code tandem:<gtrid>:<rm>}. */
+    /** The resource manager whose commit decides this branch, or null when the coordinator decides. */
+    public String commitPoint() {
+        return commitPoint;
+    }
+
+    /**
+     * The prepared transaction's GID on PostgreSQL: {@code tandem:<gtrid>:<rm>},
+     * or {@code tandemcp:<gtrid>:<rm>:<cp>} when a commit point decides.
+     */
     public String postgresGid() {
+        if (commitPoint != null) {
+            return POSTGRES_COMMIT_POINT_PREFIX + gtrid + ":" + rm + ":" + commitPoint;
+        }
         return POSTGRES_PREFIX + gtrid + ":" + rm;
     }
 
-    /** The XID as written in MariaDB's XA statements: {@code '<gtrid>','<rm>',1413566020}. */
+    /**
+     * The XID as written in MariaDB's XA statements:
+     * {@code '<gtrid>','<rm>',1413566020}, or
+     * {@code '<gtrid><cp>','<rm>',1413566019} when a commit point decides.
+     */
     public String mysqlXid() {
+        if (commitPoint != null) {
+            return "'" + gtrid + commitPoint + "','" + rm + "'," + COMMIT_POINT_FORMAT_ID;
+        }
         return "'" + gtrid + "','" + rm + "'," + FORMAT_ID;
     }
 
     @Override
     public int getFormatId() {
-        return FORMAT_ID;
+        return commitPoint != null ? COMMIT_POINT_FORMAT_ID : FORMAT_ID;
     }
 
     @Override
     public byte[] getGlobalTransactionId() {
-        return gtrid.getBytes(StandardCharsets.US_ASCII);
+        return (commitPoint != null ? gtrid + commitPoint : gtrid).getBytes(StandardCharsets.US_ASCII);
     }
 
     @Override
@@ -133,7 +176,7 @@ public final class TandemXid implements Xid {
 
     @Override
     public boolean equals(Object o) {
-        return o instanceof Xid x && x.getFormatId() == FORMAT_ID
+        return o instanceof Xid x && x.getFormatId() == getFormatId()
                 && Arrays.equals(x.getGlobalTransactionId(), getGlobalTransactionId())
                 && Arrays.equals(x.getBranchQualifier(), getBranchQualifier());
     }
@@ -145,6 +188,6 @@ public final class TandemXid implements Xid {
 
     @Override
     public String toString() {
-        return gtrid + ":" + rm;
+        return gtrid + ":" + rm + (commitPoint != null ? ":" + commitPoint : "");
     }
 }

@@ -23,7 +23,7 @@ class AuthTest {
         Files.setPosixFilePermissions(file, PosixFilePermissions.fromString("rw-------"));
         try (Coordinator coord = new Coordinator(null, "--auth-token-file", file.toString())) {
             try (TandemTransactionManager tm = TandemTransactionManager.create(
-                    TandemConfig.coordinator(coord.addr).withAuthToken("s3cret-token-for-the-java-test"))) {
+                    TandemConfig.coordinator(coord.addr).withDecideAt(TandemConfig.DecideAt.COORDINATOR).withAuthToken("s3cret-token-for-the-java-test"))) {
                 TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
                 TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
                 tm.verify();
@@ -38,7 +38,7 @@ class AuthTest {
                 pg.close();
                 maria.close();
             }
-            try (TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr))) {
+            try (TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr).withDecideAt(TandemConfig.DecideAt.COORDINATOR))) {
                 TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
                 TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
                 SystemException v = assertThrows(SystemException.class, tm::verify);

@@ -115,7 +115,7 @@ class CrashTest {
     void coordinatorKilledAfterTheDecisionCommitsOnRestart() throws Exception {
         try (Coordinator coord = new Coordinator("after-commit-record=kill");
                 TandemTransactionManager tm = TandemTransactionManager.create(
-                        TandemConfig.coordinator(coord.addr).withDecisionTimeout(java.time.Duration.ofSeconds(2)))) {
+                        TandemConfig.coordinator(coord.addr).withDecisionTimeout(java.time.Duration.ofSeconds(2)).withDecideAt(TandemConfig.DecideAt.COORDINATOR))) {
             TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
             TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
             String id = TandemJtaTest.id();

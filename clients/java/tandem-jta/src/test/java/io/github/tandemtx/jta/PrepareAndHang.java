@@ -13,7 +13,7 @@ import java.time.Duration;
 public final class PrepareAndHang {
     public static void main(String[] args) throws Exception {
         TandemTransactionManager tm = TandemTransactionManager.create(
-                TandemConfig.coordinator(args[0]).withDecisionTimeout(Duration.ofMinutes(5)));
+                TandemConfig.coordinator(args[0]).withDecisionTimeout(Duration.ofMinutes(5)).withDecideAt(TandemConfig.DecideAt.COORDINATOR));
         TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
         TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
         tm.begin();

@@ -54,7 +54,8 @@ class TandemJtaTest {
 
     @BeforeEach
     void setUp() {
-        tm = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr));
+        // These tests are about the coordinator's path (CommitPointTest has the databases deciding).
+        tm = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr).withDecideAt(TandemConfig.DecideAt.COORDINATOR));
         pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
         maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
     }
@@ -363,7 +364,7 @@ class TandemJtaTest {
         xads.setURL(TestEnv.PG_URL);
         xads.setUser(TestEnv.PG_USER);
         xads.setPassword(TestEnv.PG_PASSWORD);
-        try (TandemTransactionManager m = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr))) {
+        try (TandemTransactionManager m = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr).withDecideAt(TandemConfig.DecideAt.COORDINATOR))) {
             TandemDataSource p = TandemDataSource.postgres(m, "pg", xads);
             TandemDataSource q = TandemDataSource.mariadb(m, "maria", TestEnv.mariaSource());
             String id = id();
@@ -382,7 +383,7 @@ class TandemJtaTest {
 
     @Test
     void unknownResourceManagerIsAClearError() throws Exception {
-        try (TandemTransactionManager m = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr))) {
+        try (TandemTransactionManager m = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr).withDecideAt(TandemConfig.DecideAt.COORDINATOR))) {
             TandemDataSource p = TandemDataSource.postgres(m, "nope", TestEnv.pgSource());
             TandemDataSource q = TandemDataSource.mariadb(m, "maria", TestEnv.mariaSource());
             SystemException v = assertThrows(SystemException.class, m::verify);
@@ -415,7 +416,7 @@ class TandemJtaTest {
     void unreachableCoordinatorIsAClearError() throws Exception {
         String addr = "127.0.0.1:" + TestEnv.freePort();
         try (TandemTransactionManager m = TandemTransactionManager.create(
-                TandemConfig.coordinator(addr).withDecisionTimeout(Duration.ofSeconds(1)))) {
+                TandemConfig.coordinator(addr).withDecideAt(TandemConfig.DecideAt.COORDINATOR).withDecisionTimeout(Duration.ofSeconds(1)))) {
             TandemDataSource p = TandemDataSource.postgres(m, "pg", TestEnv.pgSource());
             TandemDataSource q = TandemDataSource.mariadb(m, "maria", TestEnv.mariaSource());
             SystemException v = assertThrows(SystemException.class, m::verify);

@@ -28,6 +28,9 @@ final class TestEnv {
     static final String PG_USER;
     static final String PG_PASSWORD;
     static final String MY_URL;
+    /** MariaDB's host:port. */
+    static final String MY_HOST_PORT;
+    private static final String MY_DB;
     static final String MY_USER;
     static final String MY_PASSWORD;
 
@@ -52,6 +55,8 @@ final class TestEnv {
         // allowMultiQueries: a prepare is XA END and XA PREPARE in one round
         // trip (the example's test runs without it, statement by statement).
         MY_URL = "jdbc:mariadb://" + m.group(3) + "/" + m.group(4) + "?allowMultiQueries=true";
+        MY_HOST_PORT = m.group(3);
+        MY_DB = m.group(4);
     }
 
     private TestEnv() {
@@ -68,6 +73,18 @@ final class TestEnv {
     static MariaDbDataSource mariaSource() {
         try {
             MariaDbDataSource ds = new MariaDbDataSource(MY_URL);
+            ds.setUser(MY_USER);
+            ds.setPassword(MY_PASSWORD);
+            return ds;
+        } catch (SQLException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    /** MariaDB reached through 127.0.0.1:port (a TcpProxy). */
+    static MariaDbDataSource mariaSourceVia(int port) {
+        try {
+            MariaDbDataSource ds = new MariaDbDataSource("jdbc:mariadb://127.0.0.1:" + port + "/" + MY_DB + "?allowMultiQueries=true");
             ds.setUser(MY_USER);
             ds.setPassword(MY_PASSWORD);
             return ds;

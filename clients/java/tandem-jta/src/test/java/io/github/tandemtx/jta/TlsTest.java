@@ -66,10 +66,10 @@ class TlsTest {
         try (Coordinator coord = new Coordinator(null, creds, "--tls-cert", dir.resolve("server.pem").toString(),
                 "--tls-key", dir.resolve("server.key").toString())) {
             try (TandemTransactionManager tm = TandemTransactionManager.create(
-                    TandemConfig.coordinator(coord.addr).withTls(dir.resolve("ca.pem")))) {
+                    TandemConfig.coordinator(coord.addr).withDecideAt(TandemConfig.DecideAt.COORDINATOR).withTls(dir.resolve("ca.pem")))) {
                 commitBoth(tm, coord);
             }
-            try (TandemTransactionManager plain = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr))) {
+            try (TandemTransactionManager plain = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr).withDecideAt(TandemConfig.DecideAt.COORDINATOR))) {
                 TandemDataSource.postgres(plain, "pg", TestEnv.pgSource());
                 SystemException e = assertThrows(SystemException.class, plain::verify);
                 assertTrue(e.getMessage().contains(coord.addr) && e.getMessage().contains("did not answer"), e.getMessage());
@@ -83,12 +83,12 @@ class TlsTest {
                 .keyManager(dir.resolve("client.pem").toFile(), dir.resolve("client.key").toFile()).build();
         try (Coordinator coord = new Coordinator(null, creds, "--tls-cert", dir.resolve("server.pem").toString(),
                 "--tls-key", dir.resolve("server.key").toString(), "--tls-client-ca", dir.resolve("ca.pem").toString())) {
-            try (TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr)
+            try (TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr).withDecideAt(TandemConfig.DecideAt.COORDINATOR)
                     .withTls(dir.resolve("ca.pem")).withClientCertificate(dir.resolve("client.pem"), dir.resolve("client.key")))) {
                 commitBoth(tm, coord);
             }
             try (TandemTransactionManager noCert = TandemTransactionManager.create(
-                    TandemConfig.coordinator(coord.addr).withTls(dir.resolve("ca.pem")))) {
+                    TandemConfig.coordinator(coord.addr).withDecideAt(TandemConfig.DecideAt.COORDINATOR).withTls(dir.resolve("ca.pem")))) {
                 TandemDataSource.postgres(noCert, "pg", TestEnv.pgSource());
                 assertThrows(SystemException.class, noCert::verify, "no client certificate: refused");
             }

@@ -1,6 +1,7 @@
 package io.github.tandemtx.jta;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -55,11 +56,43 @@ class XidTest {
         }));
     }
 
+    /**
+     * A branch decided by a commit point carries its name exactly as the Go
+     * package xid writes it (tandemcp:g:rm:cp; format TANC with cp appended to
+     * the gtrid), and reads back.
+     */
+    @Test
+    void commitPointNamesMatchTheGoSdk() {
+        String g = "0000019a8f3c2b1e5d0c7a9b3e41f2aa";
+        TandemXid x = TandemXid.of(g, "pg").withCommitPoint("maria");
+        assertEquals("tandemcp:0000019a8f3c2b1e5d0c7a9b3e41f2aa:pg:maria", x.postgresGid());
+        assertEquals("'0000019a8f3c2b1e5d0c7a9b3e41f2aamaria','pg',1413566019", x.mysqlXid());
+        assertEquals(0x54414E43, x.getFormatId());
+        assertEquals("maria", x.commitPoint());
+        TandemXid back = TandemXid.from(new javax.transaction.xa.Xid() {
+            public int getFormatId() {
+                return 0x54414E43;
+            }
+
+            public byte[] getGlobalTransactionId() {
+                return (g + "maria").getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+            }
+
+            public byte[] getBranchQualifier() {
+                return "pg".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+            }
+        });
+        assertEquals(x, back);
+        assertEquals("maria", back.commitPoint());
+        assertEquals("tandem:" + g + ":pg", TandemXid.of(g, "pg").postgresGid(), "no commit point: the coordinator's name");
+        assertFalse(x.equals(TandemXid.of(g, "pg")), "a commit point's branch is another XID");
+    }
+
     /** With allowMultiQueries, the error of the second statement of a multi-statement is thrown, not lost. */
     @Test
     void multiStatementErrorsAreThrown() throws Exception {
         try (java.sql.Connection c = TestEnv.mariaSource().getConnection()) {
-            MariaDbBranch b = new MariaDbBranch("maria", c, x -> { });
+            MariaDbBranch b = new MariaDbBranch(new ResourceManager("maria", DecisionTable.Dialect.MARIADB, null), c, x -> { });
             java.sql.SQLException e = assertThrows(java.sql.SQLException.class, () -> b.steps("DO 1", "SELECT * FROM jta_no_such_table"));
             assertTrue(e.getMessage().contains("jta_no_such_table"), e.getMessage());
             assertEquals(Boolean.TRUE, b.multi, "one round trip: the tests' MariaDB URL has allowMultiQueries");

@@ -1,0 +1,335 @@
+package io.github.tandemtx.jta;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import jakarta.transaction.RollbackException;
+import java.io.BufferedReader;
+import java.io.File;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The commit point: a transaction writing PostgreSQL and MariaDB is decided by
+ * MariaDB's own COMMIT, with its decision row in tandem_decision, and no
+ * coordinator call. The coordinator here only made the decision tables (as
+ * any coordinator with these RMs does at start) and recovers what a dead or
+ * cut-off client leaves; the transaction managers under test point at an
+ * address nobody listens on, so any coordinator call would fail.
+ */
+class CommitPointTest {
+    static Coordinator coord;
+    static String nowhere;
+
+    @BeforeAll
+    static void start() throws Exception {
+        TestEnv.createTables();
+        coord = new Coordinator(null);
+        nowhere = "127.0.0.1:" + TestEnv.freePort();
+    }
+
+    @AfterAll
+    static void stop() throws Exception {
+        if (coord != null) {
+            coord.close();
+        }
+    }
+
+    @AfterEach
+    void cleanUp() {
+        TandemTransaction.failpoint = s -> { };
+    }
+
+    static TandemTransactionManager tm() {
+        return TandemTransactionManager.create(TandemConfig.coordinator(nowhere).withDecisionTimeout(Duration.ofSeconds(5)));
+    }
+
+    static String gtrid(TandemTransactionManager tm) {
+        return ((TandemTransaction) tm.getTransaction()).gtrid();
+    }
+
+    static void insert(Connection c, String id) throws SQLException {
+        TandemJtaTest.insert(c, id);
+    }
+
+    /** The outcome row of gtrid in the decision table behind c ("" when none). */
+    static String decisionRow(Connection conn, String g) throws SQLException {
+        try (Connection c = conn; Statement st = c.createStatement();
+                ResultSet rs = st.executeQuery("SELECT outcome FROM tandem_decision WHERE gtrid = '" + g + "'")) {
+            return rs.next() ? rs.getString(1) : "";
+        }
+    }
+
+    /**
+     * Forty transactions decided at MariaDB: both rows committed, no
+     * coordinator call (there is none to call), the first one's decision row
+     * written, nothing left prepared, and the decision rows of committed
+     * transactions deleted in batches in the background.
+     */
+    @Test
+    void decidedAtMariaDbWithNoCoordinatorCall() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String first = null;
+            for (int i = 0; i < 40; i++) {
+                String id = TandemJtaTest.id();
+                tm.begin();
+                String g = gtrid(tm);
+                try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                    insert(a, id);
+                    insert(b, id);
+                }
+                assertEquals("maria", ((TandemTransaction) tm.getTransaction()).commitPoint(), "MariaDB began as the commit point");
+                tm.commit();
+                assertTrue(TestEnv.pgHas(id) && TestEnv.mariaHas(id), "transaction " + i + " is on both databases");
+                assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+                if (first == null) {
+                    first = g;
+                    assertEquals("C", decisionRow(TestEnv.maria(), g), "MariaDB's decision row");
+                }
+            }
+            String g0 = first;
+            assertTrue(TestEnv.eventually(10_000, () -> decisionRow(TestEnv.maria(), g0).isEmpty()),
+                    "the first transaction's decision row is deleted after 39 more commits");
+        }
+    }
+
+    /**
+     * A recoverer took the key first (the transaction was slow): the commit
+     * point's INSERT meets its 'A', MariaDB does not commit, and everything
+     * rolls back — nothing of the transaction anywhere, nothing prepared.
+     */
+    @Test
+    void abortRecordedFirstRollsBackEverywhere() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id);
+                insert(b, id);
+            }
+            try (Connection c = TestEnv.maria()) {
+                assertEquals(DecisionTable.Outcome.ABORT, DecisionTable.resolve(c, DecisionTable.Dialect.MARIADB, g, Duration.ofSeconds(1)));
+            }
+            RollbackException e = assertThrows(RollbackException.class, tm::commit);
+            assertTrue(e.getMessage().contains("refused the decision") && e.getMessage().contains(g), e.getMessage());
+            assertFalse(TestEnv.pgHas(id), "SPLIT: the PostgreSQL row is committed");
+            assertFalse(TestEnv.mariaHas(id), "SPLIT: the MariaDB row is committed");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+            assertEquals("A", decisionRow(TestEnv.maria(), g));
+        }
+    }
+
+    /** Older than the maximum transaction age by MariaDB's clock: the commit point refuses, all roll back. */
+    @Test
+    void tooOldTransactionIsRefusedByTheCommitPoint() throws Exception {
+        try (TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(nowhere)
+                        .withMaxTransactionAge(Duration.ofMillis(200)));
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(b, id);
+                insert(a, id);
+            }
+            Thread.sleep(400);
+            RollbackException e = assertThrows(RollbackException.class, tm::commit);
+            assertTrue(e.getMessage().contains("maximum transaction age"), e.getMessage());
+            assertFalse(TestEnv.pgHas(id) || TestEnv.mariaHas(id), "a row of the refused transaction is committed");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+            assertEquals("", decisionRow(TestEnv.maria(), g), "no decision row");
+        }
+    }
+
+    /** A PostgreSQL prepare that fails (deferred foreign key) rolls back the commit point too. */
+    @Test
+    void prepareFailureRollsBackTheCommitPoint() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(b, id);
+                try (PreparedStatement ps = a.prepareStatement("INSERT INTO jta_child (id, parent) VALUES (?, -1)")) {
+                    ps.setString(1, id);
+                    ps.executeUpdate();
+                }
+            }
+            RollbackException e = assertThrows(RollbackException.class, tm::commit);
+            assertTrue(e.getMessage().contains("phase 1 failed"), e.getMessage());
+            assertFalse(TestEnv.mariaHas(id), "the commit point's row rolled back");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+            assertEquals("", decisionRow(TestEnv.maria(), g));
+        }
+    }
+
+    /**
+     * Every writer on PostgreSQL (two RMs on one server): the first decides
+     * at its own COMMIT, the other prepares named with it
+     * (tandemcp:g:pg2:pg) and commits after.
+     */
+    @Test
+    void allWritersOnPostgresDecideAtPostgres() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource pg2 = TandemDataSource.postgres(tm, "pg2", TestEnv.pgSource())) {
+            String id1 = TandemJtaTest.id();
+            String id2 = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection a = pg.getConnection(); Connection b = pg2.getConnection()) {
+                insert(a, id1);
+                insert(b, id2);
+            }
+            tm.commit();
+            assertTrue(TestEnv.pgHas(id1) && TestEnv.pgHas(id2), "both rows");
+            assertEquals("C", decisionRow(TestEnv.pg(), g), "PostgreSQL's decision row");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+        }
+    }
+
+    /**
+     * The connection to the commit point breaks during its commit. Once
+     * after the decision reached MariaDB (its reply is dropped): the client
+     * learns COMMIT by taking the key on a new connection, and the
+     * transaction is on both databases. Once before (the decision's bytes
+     * are dropped): taking the key finds no decision, records ABORT, and the
+     * transaction is on neither. Never unknown, never split.
+     */
+    @Test
+    void connectionBrokenDuringTheDecisionIsSettledByTheKey() throws Exception {
+        ScheduledExecutorService timer = Executors.newSingleThreadScheduledExecutor();
+        String[] hp = TestEnv.MY_HOST_PORT.split(":");
+        try (TcpProxy px = new TcpProxy(hp[0], Integer.parseInt(hp[1]));
+                TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSourceVia(px.port()))) {
+            for (boolean reachedMariaDb : new boolean[] {true, false}) {
+                String id = TandemJtaTest.id();
+                tm.begin();
+                String g = gtrid(tm);
+                try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                    insert(a, id);
+                    insert(b, id);
+                }
+                TandemTransaction.failpoint = s -> {
+                    if (s.equals("before-commit-point")) {
+                        if (reachedMariaDb) {
+                            px.dropToClient = true;
+                        } else {
+                            px.dropToServer = true;
+                        }
+                        timer.schedule(px::cut, 1, TimeUnit.SECONDS);
+                    }
+                };
+                if (reachedMariaDb) {
+                    tm.commit();
+                } else {
+                    RollbackException e = assertThrows(RollbackException.class, tm::commit);
+                    assertTrue(e.getMessage().contains("taking the decision key found no decision"), e.getMessage());
+                }
+                TandemTransaction.failpoint = s -> { };
+                boolean p = TestEnv.pgHas(id);
+                boolean m = TestEnv.mariaHas(id);
+                System.out.println("connectionBrokenDuringTheDecision: decision reached MariaDB " + reachedMariaDb
+                        + ": rows postgres " + p + ", mariadb " + m + ", decision row " + decisionRow(TestEnv.maria(), g));
+                assertEquals(reachedMariaDb, p, "PostgreSQL's row follows the decision");
+                assertEquals(reachedMariaDb, m, "MariaDB's row follows the decision");
+                assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+            }
+        } finally {
+            timer.shutdownNow();
+        }
+    }
+
+    /**
+     * A JVM halted at each step of the commit-point path, with no log of its
+     * own: the coordinator's scan finds the PostgreSQL branch prepared under
+     * tandemcp:g:pg:maria and settles it from MariaDB's decision table —
+     * rolled back when the JVM died before the decision (taking the key
+     * records ABORT; the MariaDB transaction died with its session),
+     * committed when it died after.
+     */
+    @Test
+    void jvmHaltedAtEachStepIsSettledFromTheDecisionTable() throws Exception {
+        for (String step : List.of("before-commit-point", "after-commit-point")) {
+            String id = TandemJtaTest.id();
+            String java = System.getProperty("java.home") + File.separator + "bin" + File.separator + "java";
+            Process child = new ProcessBuilder(java, "-cp", System.getProperty("java.class.path"),
+                    CommitPointAndDie.class.getName(), nowhere, id, step).redirectErrorStream(true).start();
+            try {
+                BufferedReader out = new BufferedReader(new InputStreamReader(child.getInputStream(), StandardCharsets.UTF_8));
+                StringBuilder seen = new StringBuilder();
+                String g = null;
+                String line;
+                while ((line = out.readLine()) != null) {
+                    seen.append(line).append('\n');
+                    if (line.startsWith("GTRID ")) {
+                        g = line.substring(6);
+                    }
+                }
+                assertTrue(child.waitFor(30, TimeUnit.SECONDS), "the child ended");
+                assertEquals(137, child.exitValue(), "halted at " + step + ":\n" + seen);
+                assertTrue(seen.toString().contains("HALT " + step), seen.toString());
+                String gt = g;
+                List<String> left = TestEnv.prepared(gt);
+                assertEquals(List.of("pg tandemcp:" + gt + ":pg:maria"), left, step + ": PostgreSQL prepared, named with the commit point");
+                assertTrue(TestEnv.eventually(30_000, () -> TestEnv.prepared(gt).isEmpty()),
+                        step + ": the coordinator settled the prepared branch: " + TestEnv.prepared(gt) + "\n" + coord.output());
+                boolean p = TestEnv.pgHas(id);
+                boolean m = TestEnv.mariaHas(id);
+                System.out.println("jvmHaltedAtEachStep: " + step + ": rows postgres " + p + ", mariadb " + m);
+                assertEquals(p, m, step + ": SPLIT");
+                assertEquals(step.equals("after-commit-point"), p, step + ": decided " + (p ? "commit" : "abort"));
+            } finally {
+                child.destroyForcibly();
+            }
+        }
+    }
+
+    /** DecideAt.COORDINATOR keeps every writer prepared and the coordinator deciding: the MariaDB branch is XA. */
+    @Test
+    void decideAtCoordinatorPreparesEveryWriter() throws Exception {
+        try (TandemTransactionManager tm = TandemTransactionManager.create(
+                        TandemConfig.coordinator(coord.addr).withDecideAt(TandemConfig.DecideAt.COORDINATOR));
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id);
+                insert(b, id);
+            }
+            assertNull(((TandemTransaction) tm.getTransaction()).commitPoint());
+            tm.commit();
+            assertEquals(tandem.v1.Tandem.Outcome.COMMITTED, coord.status(g), "the coordinator decided");
+            assertEquals("", decisionRow(TestEnv.maria(), g), "no decision row");
+        }
+    }
+}
