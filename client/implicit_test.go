@@ -24,6 +24,40 @@ func TestEndsTransaction(t *testing.T) {
 		{"SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", true},
 		{"TRUNCATE t", true},
 		{"XA END 'x'", true},
+		// Executable comments are executed by MariaDB/MySQL, version-gated
+		// or not: their content is the statement.
+		{"/*!50000 CREATE TABLE t (a int) */", true},
+		{"/*! COMMIT */", true},
+		{"/*M! COMMIT */", true},
+		{"/*M!100000 DROP TABLE x */", true},
+		{"/*!50000CREATE TABLE t (a int)*/", true},
+		{"/*!COMMIT*/", true},
+		{"INSERT INTO t VALUES (1); /*! DROP TABLE x */", true},
+		{"SELECT 1 /*! ; COMMIT */", true},
+		{"/* c */ /*!40101 SET autocommit = 0 */", true},
+		{"INSERT /*! IGNORE */ INTO t VALUES (1)", false},
+		{"/*!40101 SET NAMES utf8mb4 */", false},
+		{"SELECT 1 /* ; COMMIT */", false},
+		{"SELECT 1 # ; COMMIT", false},
+		// A word ends at a comment; "--" starts a comment only before a
+		// blank or a control character.
+		{"COMMIT/* c */", true},
+		{"DROP/**/TABLE x", true},
+		{"INSERT INTO t VALUES (1--1); COMMIT", true},
+		{"SELECT 1 --\tx\n", false},
+		// Under sql_mode NO_BACKSLASH_ESCAPES a backslash ends no quote.
+		{`SELECT 'a\'; COMMIT; SELECT '1'`, true},
+		{`SELECT 'it\'s', 'x'`, false},
+		// Statements that run another one.
+		{"SET STATEMENT max_statement_time=100 FOR CREATE TABLE x (a int)", true},
+		{"SET STATEMENT max_statement_time=100 FOR SELECT 1", false},
+		{"EXECUTE IMMEDIATE 'COMMIT'", true},
+		{"PREPARE s FROM 'COMMIT'", true},
+		{"SET @a = 1, autocommit = 0", true},
+		{"SET @@session.autocommit = 0", true},
+		{"SET @a = 'start transaction'", false},
+		{"ROLLBACK WORK TO SAVEPOINT a", false},
+		{"ROLLBACK WORK", true},
 	} {
 		if got := endsTransaction(tc.q) != ""; got != tc.ends {
 			t.Errorf("endsTransaction(%q) = %v, want %v", tc.q, got, tc.ends)
