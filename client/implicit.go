@@ -88,11 +88,18 @@ func (b *Branch) refuseImplicitCommit(query string) error {
 	if stmt == "" {
 		return nil
 	}
-	if len(stmt) > 80 {
-		stmt = stmt[:80] + "…"
+	return refusal(b.rm.name, stmt)
+}
+
+// refusal is the error refusing stmt on rm: it quotes stmt without its
+// surrounding blanks, cut after 80 characters with "…".
+func refusal(rm, stmt string) error {
+	stmt = strings.TrimSpace(stmt)
+	if r := []rune(stmt); len(r) > 80 {
+		stmt = string(r[:80]) + "…"
 	}
 	return fmt.Errorf("client: rm %q: %q would end the transaction (an implicit commit): not allowed inside a global transaction, whose MariaDB/MySQL branch is its commit point; "+
-		"run DDL, LOCK TABLES and transaction control outside it (an XA branch refuses them too)", b.rm.name, strings.TrimSpace(stmt))
+		"run DDL, LOCK TABLES and transaction control outside it (an XA branch refuses them too)", rm, stmt)
 }
 
 // statement is one statement of a query: its text, and its code, the text

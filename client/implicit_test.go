@@ -1,6 +1,9 @@
 package client
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestEndsTransaction(t *testing.T) {
 	for _, tc := range []struct {
@@ -61,6 +64,22 @@ func TestEndsTransaction(t *testing.T) {
 	} {
 		if got := endsTransaction(tc.q) != ""; got != tc.ends {
 			t.Errorf("endsTransaction(%q) = %v, want %v", tc.q, got, tc.ends)
+		}
+	}
+}
+
+// The message quotes the statement as Go does, cut after 80 characters (the
+// Java client's ImplicitCommitTest expects the same strings).
+func TestRefusal(t *testing.T) {
+	const tail = " would end the transaction (an implicit commit): not allowed inside a global transaction, whose MariaDB/MySQL branch is its commit point; " +
+		"run DDL, LOCK TABLES and transaction control outside it (an XA branch refuses them too)"
+	for _, tc := range []struct{ stmt, want string }{
+		{" COMMIT\n", `client: rm "maria": "COMMIT"` + tail},
+		{"DROP TABLE \"x\"\t-- é\\", `client: rm "maria": "DROP TABLE \"x\"\t-- é\\"` + tail},
+		{"CREATE TABLE t (" + strings.Repeat("é", 80) + ")", `client: rm "maria": "CREATE TABLE t (` + strings.Repeat("é", 64) + `…"` + tail},
+	} {
+		if got := refusal("maria", tc.stmt).Error(); got != tc.want {
+			t.Errorf("refusal(%q) =\n%s\nwant\n%s", tc.stmt, got, tc.want)
 		}
 	}
 }
