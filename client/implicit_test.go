@@ -27,6 +27,7 @@ func TestEndsTransaction(t *testing.T) {
 		{"SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", true},
 		{"TRUNCATE t", true},
 		{"XA END 'x'", true},
+		{"SELECT \"a;COMMIT\", `b;DROP`", false},
 		// Executable comments are executed by MariaDB/MySQL, version-gated
 		// or not: their content is the statement.
 		{"/*!50000 CREATE TABLE t (a int) */", true},
@@ -38,6 +39,7 @@ func TestEndsTransaction(t *testing.T) {
 		{"INSERT INTO t VALUES (1); /*! DROP TABLE x */", true},
 		{"SELECT 1 /*! ; COMMIT */", true},
 		{"/* c */ /*!40101 SET autocommit = 0 */", true},
+		{"/*!99999 COMMIT */", true}, // not run by an older server: refused anyway
 		{"INSERT /*! IGNORE */ INTO t VALUES (1)", false},
 		{"/*!40101 SET NAMES utf8mb4 */", false},
 		{"SELECT 1 /* ; COMMIT */", false},
@@ -68,6 +70,13 @@ func TestEndsTransaction(t *testing.T) {
 	}
 }
 
+// The statement found is returned as written.
+func TestEndsTransactionReturnsTheStatement(t *testing.T) {
+	if got, want := endsTransaction("INSERT INTO t VALUES (1); /*! DROP TABLE x */; SELECT 1"), " /*! DROP TABLE x */"; got != want {
+		t.Errorf("endsTransaction = %q, want %q", got, want)
+	}
+}
+
 // The message quotes the statement as Go does, cut after 80 characters (the
 // Java client's ImplicitCommitTest expects the same strings).
 func TestRefusal(t *testing.T) {
@@ -77,6 +86,8 @@ func TestRefusal(t *testing.T) {
 		{" COMMIT\n", `client: rm "maria": "COMMIT"` + tail},
 		{"DROP TABLE \"x\"\t-- é\\", `client: rm "maria": "DROP TABLE \"x\"\t-- é\\"` + tail},
 		{"CREATE TABLE t (" + strings.Repeat("é", 80) + ")", `client: rm "maria": "CREATE TABLE t (` + strings.Repeat("é", 64) + `…"` + tail},
+		{"DROP TABLE " + strings.Repeat("é", 69), `client: rm "maria": "DROP TABLE ` + strings.Repeat("é", 69) + `"` + tail},
+		{"DROP TABLE " + strings.Repeat("é", 70), `client: rm "maria": "DROP TABLE ` + strings.Repeat("é", 69) + `…"` + tail},
 	} {
 		if got := refusal("maria", tc.stmt).Error(); got != tc.want {
 			t.Errorf("refusal(%q) =\n%s\nwant\n%s", tc.stmt, got, tc.want)
