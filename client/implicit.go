@@ -15,38 +15,71 @@ import (
 
 // implicitCommit lists the first keywords of MySQL/MariaDB statements that
 // end the transaction (MariaDB's "Statements That Cause an Implicit
-// Commit"), or that control it.
+// Commit"), that control it, or that run a statement the SDK cannot see
+// (PREPARE, EXECUTE, EXECUTE IMMEDIATE).
 var implicitCommit = map[string]bool{
 	"ALTER": true, "CREATE": true, "DROP": true, "RENAME": true, "TRUNCATE": true,
 	"LOCK": true, "UNLOCK": true, "BEGIN": true, "START": true, "COMMIT": true,
 	"GRANT": true, "REVOKE": true, "FLUSH": true, "ANALYZE": true, "OPTIMIZE": true,
 	"REPAIR": true, "CACHE": true, "CHECK": true, "INSTALL": true, "UNINSTALL": true,
 	"RESET": true, "PURGE": true, "CHANGE": true, "XA": true, "LOAD": true,
+	"PREPARE": true, "EXECUTE": true,
 }
 
 // endsTransaction returns the first statement of query (several may be
 // joined by ';') that would end or control a MySQL/MariaDB transaction, or
-// "" when none does. ROLLBACK TO SAVEPOINT and SET are allowed, but SET
-// autocommit and SET TRANSACTION are not.
+// "" when none does. ROLLBACK [WORK] TO SAVEPOINT and SET are allowed, but
+// not a SET that names autocommit or TRANSACTION, and SET STATEMENT … FOR
+// is judged by its statement. The content of an executable comment
+// ("/*! … */", "/*!50700 … */", "/*M! … */", "/*M!100500 … */") is code:
+// the server runs it, whatever its version number. The query is read both
+// with and without backslash escapes in quotes (sql_mode
+// NO_BACKSLASH_ESCAPES), and refused if either reading finds a statement.
+// The check errs on the side of refusing.
 func endsTransaction(query string) string {
-	for _, stmt := range splitStatements(query) {
-		words := strings.Fields(strings.ToUpper(stripComments(stmt)))
-		if len(words) == 0 {
-			continue
-		}
-		switch w := words[0]; {
-		case implicitCommit[w]:
-			return stmt
-		case w == "ROLLBACK" && !(len(words) > 1 && (words[1] == "TO" || strings.HasPrefix(words[1], "TO"))):
-			return stmt
-		case w == "ROLLBACK" && len(words) > 2 && words[1] == "WORK":
-			return stmt
-		case w == "SET" && len(words) > 1 && (strings.Contains(words[1], "AUTOCOMMIT") || words[1] == "TRANSACTION" ||
-			(len(words) > 2 && (words[1] == "SESSION" || words[1] == "GLOBAL") && words[2] == "TRANSACTION")):
-			return stmt
+	for _, backslash := range []bool{true, false} {
+		for _, st := range splitStatements(query, backslash) {
+			if endsTx(words(st.code)) {
+				return st.text
+			}
 		}
 	}
 	return ""
+}
+
+// endsTx says whether a statement of these words (upper case) would end or
+// control the transaction.
+func endsTx(w []string) bool {
+	if len(w) == 0 {
+		return false
+	}
+	switch w[0] {
+	case "ROLLBACK":
+		w = w[1:]
+		if len(w) > 0 && w[0] == "WORK" {
+			w = w[1:]
+		}
+		return len(w) == 0 || w[0] != "TO"
+	case "SET":
+		for i, x := range w {
+			switch {
+			case x == "FOR" && w[1] == "STATEMENT":
+				return endsTx(w[i+1:])
+			case x == "TRANSACTION" || strings.Contains(x, "AUTOCOMMIT"):
+				return true
+			}
+		}
+		return false
+	}
+	return implicitCommit[w[0]]
+}
+
+// words splits a statement's code into upper-case words: runs of letters,
+// digits, '_', '$', '@', '.' and non-ASCII characters.
+func words(code string) []string {
+	return strings.FieldsFunc(strings.ToUpper(code), func(r rune) bool {
+		return r < 0x80 && !(r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_$@.", r))
+	})
 }
 
 // refuseImplicitCommit is the error for such a statement on a commit point.
@@ -55,68 +88,81 @@ func (b *Branch) refuseImplicitCommit(query string) error {
 	if stmt == "" {
 		return nil
 	}
-	if len(stmt) > 80 {
-		stmt = stmt[:80] + "…"
-	}
-	return fmt.Errorf("client: rm %q: %q would end the transaction (an implicit commit): not allowed inside a global transaction, whose MariaDB/MySQL branch is its commit point; "+
-		"run DDL, LOCK TABLES and transaction control outside it (an XA branch refuses them too)", b.rm.name, strings.TrimSpace(stmt))
+	return refusal(b.rm.name, stmt)
 }
 
+// refusal is the error refusing stmt on rm: it quotes stmt without its
+// surrounding blanks, cut after 80 characters with "…".
+func refusal(rm, stmt string) error {
+	stmt = strings.TrimSpace(stmt)
+	if r := []rune(stmt); len(r) > 80 {
+		stmt = string(r[:80]) + "…"
+	}
+	return fmt.Errorf("client: rm %q: %q would end the transaction (an implicit commit): not allowed inside a global transaction, whose MariaDB/MySQL branch is its commit point; "+
+		"run DDL, LOCK TABLES and transaction control outside it (an XA branch refuses them too)", rm, stmt)
+}
+
+// statement is one statement of a query: its text, and its code, the text
+// with comments, quote characters, the content of '…' strings and the
+// markers of executable comments blanked out.
+type statement struct{ text, code string }
+
 // splitStatements splits query at the semicolons outside quotes and
-// comments.
-func splitStatements(query string) []string {
-	var out []string
+// comments, as MariaDB/MySQL do. "--" starts a comment only before a blank,
+// a control character or the end; "/*!", "/*M!" and their version number,
+// and "*/" outside a comment, are markers, whose comment's content is code.
+// backslash says whether a backslash escapes the next character in quotes.
+func splitStatements(query string, backslash bool) []statement {
+	var out []statement
+	var code strings.Builder
 	start := 0
 	var quote byte
 	for i := 0; i < len(query); i++ {
 		c := query[i]
+		rest := query[i:]
 		switch {
 		case quote != 0:
-			if c == '\\' && quote != '`' {
+			switch {
+			case c == quote:
+				quote, c = 0, ' '
+			case c == '\\' && backslash && quote != '`':
 				i++
-			} else if c == quote {
-				quote = 0
+			}
+			if quote == '\'' {
+				c = ' '
 			}
 		case c == '\'' || c == '"' || c == '`':
 			quote = c
-		case c == '-' && i+1 < len(query) && query[i+1] == '-', c == '#':
-			for i < len(query) && query[i] != '\n' {
+			c = ' '
+		case c == '#' || strings.HasPrefix(rest, "--") && (len(rest) == 2 || rest[2] <= ' '):
+			for i+1 < len(query) && query[i+1] != '\n' {
 				i++
 			}
-		case c == '/' && i+1 < len(query) && query[i+1] == '*':
-			end := strings.Index(query[i+2:], "*/")
+			c = ' '
+		case strings.HasPrefix(rest, "/*!") || strings.HasPrefix(rest, "/*M!"):
+			i += strings.IndexByte(rest, '!')
+			for i+1 < len(query) && query[i+1] >= '0' && query[i+1] <= '9' {
+				i++
+			}
+			c = ' '
+		case strings.HasPrefix(rest, "/*"):
+			end := strings.Index(rest[2:], "*/")
 			if end < 0 {
 				i = len(query)
 			} else {
 				i += end + 3
 			}
+			c = ' '
+		case strings.HasPrefix(rest, "*/"):
+			i++
+			c = ' '
 		case c == ';':
-			out = append(out, query[start:i])
+			out = append(out, statement{query[start:i], code.String()})
+			code.Reset()
 			start = i + 1
+			continue
 		}
+		code.WriteByte(c)
 	}
-	return append(out, query[start:])
-}
-
-// stripComments removes leading comments and blanks from one statement.
-func stripComments(s string) string {
-	for {
-		s = strings.TrimSpace(s)
-		switch {
-		case strings.HasPrefix(s, "/*"):
-			end := strings.Index(s, "*/")
-			if end < 0 {
-				return ""
-			}
-			s = s[end+2:]
-		case strings.HasPrefix(s, "--"), strings.HasPrefix(s, "#"):
-			nl := strings.IndexByte(s, '\n')
-			if nl < 0 {
-				return ""
-			}
-			s = s[nl+1:]
-		default:
-			return s
-		}
-	}
+	return append(out, statement{query[start:], code.String()})
 }

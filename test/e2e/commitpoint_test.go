@@ -392,6 +392,44 @@ func TestCommitPointRefusesImplicitCommits(t *testing.T) {
 	}
 }
 
+// MariaDB runs the content of an executable comment ("/*!50000 … */"): DDL
+// hidden in one, after an INSERT in the same multi-statement query, would
+// commit the branch's writes; the SDK refuses the query whole, nothing of
+// it runs, and the transaction rolls back whole.
+func TestCommitPointRefusesExecutableComments(t *testing.T) {
+	d := openDBs(t)
+	d.table(t, "e2e_cp_exec")
+	ctx := context.Background()
+	dropX := func() {
+		if _, err := d.my.ExecContext(ctx, "DROP TABLE IF EXISTS e2e_cp_exec_x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dropX()
+	t.Cleanup(dropX)
+	cli := cpClient(t, d)
+	pgConn, myConn := conns(t, d)
+	tx := cli.Begin()
+	writeBoth(t, ctx, tx, "e2e_cp_exec", 1, pgConn, myConn)
+	bm, _ := tx.Branch(ctx, "maria", myConn)
+	_, err := bm.ExecContext(ctx, "INSERT INTO e2e_cp_exec (id, v) VALUES (2, 'y'); /*!50000 CREATE TABLE e2e_cp_exec_x (a int) */")
+	if err == nil || !strings.Contains(err.Error(), "implicit commit") {
+		t.Fatalf("DDL in an executable comment on the commit point = %v, want refused as an implicit commit", err)
+	}
+	if _, err := tx.Commit(ctx); !errors.Is(err, client.ErrAborted) {
+		t.Fatalf("Commit after the refused statement = %v, want ErrAborted", err)
+	}
+	for _, id := range []int{1, 2} {
+		if d.count(t, d.pg, "e2e_cp_exec", id) != 0 || d.count(t, d.my, "e2e_cp_exec", id) != 0 {
+			t.Fatalf("row %d of the aborted transaction is visible", id)
+		}
+	}
+	var n int
+	if err := d.my.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'e2e_cp_exec_x'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("e2e_cp_exec_x: %d tables, %v; want none (the comment's DDL ran)", n, err)
+	}
+}
+
 // client.RM.DB reaching another decision table than the application's
 // connections (another schema here) would take the key in the wrong table:
 // the RM does not qualify as a commit point.
