@@ -74,7 +74,7 @@ final class ImplicitCommit {
         if (s.codePointCount(0, s.length()) > 80) {
             s = s.substring(0, s.offsetByCodePoints(0, 80)) + "…";
         }
-        return "client: rm " + goQuote(rm) + ": " + goQuote(s)
+        return "tandem: rm " + goQuote(rm) + ": " + goQuote(s)
                 + " would end the transaction (an implicit commit): not allowed inside a global transaction,"
                 + " whose MariaDB/MySQL branch is its commit point;"
                 + " run DDL, LOCK TABLES and transaction control outside it (an XA branch refuses them too)";

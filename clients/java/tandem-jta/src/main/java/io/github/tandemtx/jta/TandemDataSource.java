@@ -289,6 +289,7 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                         case "getAutoCommit" -> {
                             return false;
                         }
+                        case "prepareStatement", "prepareCall" -> refuseImplicitCommit(branch, args);
                         default -> {
                         }
                     }
@@ -320,9 +321,13 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 case "getConnection":
                     return handle;
                 case "executeUpdate", "executeLargeUpdate", "executeBatch", "executeLargeBatch":
+                    refuseImplicitCommit(branch, args);
                     if (branch != null) {
                         branch.wrote = true;
                     }
+                    break;
+                case "execute", "executeQuery", "addBatch":
+                    refuseImplicitCommit(branch, args);
                     break;
                 case "equals":
                     return proxy == args[0];
@@ -337,6 +342,24 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             }
         };
         return Proxy.newProxyInstance(Statement.class.getClassLoader(), new Class<?>[] {type}, h);
+    }
+
+    /**
+     * On a commit point (a MariaDB branch begun as a plain transaction),
+     * refuses SQL that would end the transaction implicitly (DDL, LOCK
+     * TABLES, COMMIT, SET autocommit, …), before it is sent: it would commit
+     * the branch's writes ahead of the decision, and a later failure of
+     * another branch would split the transaction. An XA branch needs no such
+     * check: MariaDB refuses them there itself. The transaction is unchanged.
+     */
+    private static void refuseImplicitCommit(SqlBranch branch, Object[] args) throws SQLException {
+        if (branch == null || !branch.isPlain() || args == null || args.length == 0 || !(args[0] instanceof String sql)) {
+            return;
+        }
+        String stmt = ImplicitCommit.endsTransaction(sql);
+        if (stmt != null) {
+            throw new SQLException(ImplicitCommit.refusal(branch.rm, stmt), "25000");
+        }
     }
 
     /** Closes the idle connections; connections in use close when given back. */

@@ -312,6 +312,52 @@ class CommitPointTest {
         }
     }
 
+    /**
+     * On the MariaDB commit point (a plain transaction, which MariaDB would
+     * let DDL commit implicitly), statements that end the transaction are
+     * refused before they are sent, through every way a handle sends SQL;
+     * the transaction is unchanged and rolls back whole. On an XA branch
+     * (DecideAt.COORDINATOR) MariaDB refuses them itself.
+     */
+    @Test
+    void implicitCommitsAreRefusedOnTheCommitPoint() throws Exception {
+        try (Connection c = TestEnv.maria(); Statement st = c.createStatement()) {
+            st.execute("DROP TABLE IF EXISTS jta_implicit"); // a failed run's
+        }
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id);
+                insert(b, id);
+                List<String> bad = List.of("CREATE TABLE jta_implicit (a int)", "/*!50000 DROP TABLE jta_rows */", "COMMIT",
+                        "SET autocommit = 1", "SELECT 1; LOCK TABLES jta_rows WRITE");
+                for (String sql : bad) {
+                    try (Statement st = b.createStatement()) {
+                        SQLException e = assertThrows(SQLException.class, () -> st.execute(sql), sql);
+                        assertTrue(e.getMessage().contains("would end the transaction"), e.getMessage());
+                        assertThrows(SQLException.class, () -> st.executeUpdate(sql), sql);
+                        assertThrows(SQLException.class, () -> st.addBatch(sql), sql);
+                    }
+                    assertThrows(SQLException.class, () -> b.prepareStatement(sql), sql);
+                }
+                try (Statement st = b.createStatement()) {
+                    st.execute("SAVEPOINT s1");
+                    st.execute("ROLLBACK TO SAVEPOINT s1"); // allowed: the transaction goes on
+                }
+            }
+            tm.rollback();
+            assertFalse(TestEnv.pgHas(id) || TestEnv.mariaHas(id), "a row of the rolled back transaction is committed");
+            assertTrue(TestEnv.prepared(g).isEmpty());
+            try (Connection c = TestEnv.maria(); ResultSet rs = c.getMetaData().getTables(null, null, "jta_implicit", null)) {
+                assertFalse(rs.next(), "the refused CREATE TABLE ran");
+            }
+        }
+    }
+
     /** DecideAt.COORDINATOR keeps every writer prepared and the coordinator deciding: the MariaDB branch is XA. */
     @Test
     void decideAtCoordinatorPreparesEveryWriter() throws Exception {

@@ -95,14 +95,14 @@ class ImplicitCommitTest {
     /** The strings of Go's TestRefusal. */
     @Test
     void refusal() {
-        assertEquals("client: rm \"maria\": \"COMMIT\"" + TAIL, ImplicitCommit.refusal("maria", " COMMIT\n"));
-        assertEquals("client: rm \"maria\": \"DROP TABLE \\\"x\\\"\\t-- é\\\\\"" + TAIL,
+        assertEquals("tandem: rm \"maria\": \"COMMIT\"" + TAIL, ImplicitCommit.refusal("maria", " COMMIT\n"));
+        assertEquals("tandem: rm \"maria\": \"DROP TABLE \\\"x\\\"\\t-- é\\\\\"" + TAIL,
                 ImplicitCommit.refusal("maria", "DROP TABLE \"x\"\t-- é\\"));
-        assertEquals("client: rm \"maria\": \"CREATE TABLE t (" + "é".repeat(64) + "…\"" + TAIL,
+        assertEquals("tandem: rm \"maria\": \"CREATE TABLE t (" + "é".repeat(64) + "…\"" + TAIL,
                 ImplicitCommit.refusal("maria", "CREATE TABLE t (" + "é".repeat(80) + ")"));
-        assertEquals("client: rm \"maria\": \"DROP TABLE " + "é".repeat(69) + "\"" + TAIL,
+        assertEquals("tandem: rm \"maria\": \"DROP TABLE " + "é".repeat(69) + "\"" + TAIL,
                 ImplicitCommit.refusal("maria", "DROP TABLE " + "é".repeat(69)));
-        assertEquals("client: rm \"maria\": \"DROP TABLE " + "é".repeat(69) + "…\"" + TAIL,
+        assertEquals("tandem: rm \"maria\": \"DROP TABLE " + "é".repeat(69) + "…\"" + TAIL,
                 ImplicitCommit.refusal("maria", "DROP TABLE " + "é".repeat(70)));
     }
 }
