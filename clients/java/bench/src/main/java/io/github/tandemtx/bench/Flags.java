@@ -30,14 +30,14 @@ final class Flags {
     static final Map<String, String> USAGE = new LinkedHashMap<>();
 
     static {
-        USAGE.put("--workloads A,B,C", "workloads to run interleaved (default sql,raw2pc,tandem); the ratio is TPS ÷ TPS of sql (or of the first)");
+        USAGE.put("--workloads A,B,C", "workloads to run interleaved (default sql,raw2pc,tandem; also raw2pc-xa, and tandem-coord: tandem-jta deciding at the coordinator); the ratio is TPS ÷ TPS of sql (or of the first)");
         USAGE.put("--threads N", "concurrent clients, each with its own connection to each database (default 2)");
         USAGE.put("--duration D", "measured time per workload, e.g. 20s (default 10s)");
         USAGE.put("--slice D", "length of one interleaved slice (default 1s, or a quarter of --duration if shorter)");
         USAGE.put("--warmup D", "unmeasured time per workload before measuring: connections, the JIT, the coordinator's pools (default 3s; 0 for none)");
         USAGE.put("--pg URL", "PostgreSQL: a jdbc:postgresql: URL or a postgres:// DSN (default $TANDEM_PG_DSN)");
         USAGE.put("--maria URL", "MariaDB: a jdbc:mariadb: URL or a Go user:pass@tcp(host:port)/db DSN (default $TANDEM_MYSQL_DSN)");
-        USAGE.put("--coordinator HOST:PORT", "the Tandem coordinator's gRPC address, for the tandem workload (default $TANDEM_COORDINATOR)");
+        USAGE.put("--coordinator HOST:PORT", "the Tandem coordinator's gRPC address, for the tandem and tandem-coord workloads (default $TANDEM_COORDINATOR)");
         USAGE.put("--cpu-by-thread", "also print the JVM's CPU by thread (JIT, GC, gRPC, the TM's executors) over the measured slices");
         USAGE.put("--progress D", "a progress line on stderr this often (default 5s; 0 for none)");
     }
@@ -72,8 +72,8 @@ final class Flags {
                     List<String> ws = new ArrayList<>();
                     for (String w : value.split(",")) {
                         if (!w.isBlank()) {
-                            if (!List.of("sql", "raw2pc", "raw2pc-xa", "tandem").contains(w.trim())) {
-                                throw new BadFlag("--workloads: unknown workload " + w + " (sql, raw2pc, raw2pc-xa, tandem)");
+                            if (!List.of("sql", "raw2pc", "raw2pc-xa", "tandem", "tandem-coord").contains(w.trim())) {
+                                throw new BadFlag("--workloads: unknown workload " + w + " (sql, raw2pc, raw2pc-xa, tandem, tandem-coord)");
                             }
                             if (ws.contains(w.trim())) {
                                 throw new BadFlag("--workloads: " + w + " given twice");
@@ -112,8 +112,8 @@ final class Flags {
         if (f.pg.isEmpty() || f.maria.isEmpty()) {
             throw new BadFlag("no database: give --pg and --maria, or set TANDEM_PG_DSN and TANDEM_MYSQL_DSN (eval \"$(scripts/db env)\")");
         }
-        if (f.workloads.contains("tandem") && f.coordinator.isEmpty()) {
-            throw new BadFlag("the tandem workload needs a coordinator: --coordinator HOST:PORT (or leave tandem out: --workloads sql,raw2pc)");
+        if ((f.workloads.contains("tandem") || f.workloads.contains("tandem-coord")) && f.coordinator.isEmpty()) {
+            throw new BadFlag("the tandem workloads need a coordinator: --coordinator HOST:PORT (or leave them out: --workloads sql,raw2pc)");
         }
         if (f.slice == null) {
             f.slice = f.duration.dividedBy(4).compareTo(Duration.ofSeconds(1)) < 0 ? f.duration.dividedBy(4) : Duration.ofSeconds(1);

@@ -131,7 +131,7 @@ public final class Main {
                     case "sql" -> new SqlWorkload(db);
                     case "raw2pc" -> new Raw2pcWorkload(db);
                     case "raw2pc-xa" -> new Raw2pcXAWorkload(db);
-                    default -> Tandem.workload(db, f.coordinator, f.threads);
+                    default -> Tandem.workload(name, db, f.coordinator, f.threads);
                 };
                 states.add(new Stats(wl, f.threads));
             }

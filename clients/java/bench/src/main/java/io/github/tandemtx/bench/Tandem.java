@@ -15,14 +15,19 @@ import org.postgresql.ds.PGSimpleDataSource;
  * a connection from each {@link TandemDataSource} (which enlists it), plain
  * JDBC, {@code tm.commit()}. The pools hold one connection per thread and
  * database, so each thread works on connections of its own, as in the other
- * workloads; tandem-jta picks the commit path (prepares in parallel, one
- * Commit RPC, phase 2).
+ * workloads; tandem-jta picks the commit path. As "tandem" it decides at
+ * MariaDB's commit point (PostgreSQL prepares, MariaDB's COMMIT with its
+ * decision row decides, PostgreSQL commits; no coordinator call); as
+ * "tandem-coord" ({@code DecideAt.COORDINATOR}) both prepare in parallel,
+ * one Commit RPC decides, then phase 2.
  */
 final class Tandem implements Workload {
     private final TandemTransactionManager tm;
     private final TandemDataSource pg, maria;
+    private final String name;
 
-    private Tandem(TandemTransactionManager tm, TandemDataSource pg, TandemDataSource maria) {
+    private Tandem(String name, TandemTransactionManager tm, TandemDataSource pg, TandemDataSource maria) {
+        this.name = name;
         this.tm = tm;
         this.pg = pg;
         this.maria = maria;
@@ -32,8 +37,9 @@ final class Tandem implements Workload {
      * Connects to the coordinator and checks that it serves and knows "pg"
      * and "maria" (its --rm names must be these).
      */
-    static Workload workload(Databases db, String coordinator, int threads) throws Main.Fatal {
-        TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(coordinator));
+    static Workload workload(String name, Databases db, String coordinator, int threads) throws Main.Fatal {
+        TandemConfig.DecideAt where = name.equals("tandem-coord") ? TandemConfig.DecideAt.COORDINATOR : TandemConfig.DecideAt.AUTO;
+        TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(coordinator).withDecideAt(where));
         PGSimpleDataSource pgs = new PGSimpleDataSource();
         pgs.setURL(db.pgUrl);
         TandemDataSource pg = TandemDataSource.postgres(tm, Databases.PG, pgs).setMaxPoolSize(threads);
@@ -47,17 +53,19 @@ final class Tandem implements Workload {
             tm.close();
             throw new Main.Fatal(e.getMessage().startsWith("tandem:") ? e.getMessage() : "tandem: " + e.getMessage(), e);
         }
-        return new Tandem(tm, pg, maria);
+        return new Tandem(name, tm, pg, maria);
     }
 
     @Override
     public String name() {
-        return "tandem";
+        return name;
     }
 
     @Override
     public String summary() {
-        return "the same inserts as one JTA transaction through tandem-jta and the coordinator";
+        return name.equals("tandem-coord")
+                ? "the same inserts as one JTA transaction through tandem-jta, decided by the coordinator"
+                : "the same inserts as one JTA transaction through tandem-jta, decided at MariaDB's commit point";
     }
 
     @Override

@@ -32,11 +32,11 @@ class BenchTest {
     @Test
     void badFlagsSayWhatIsWrong() throws Exception {
         String[] db = {"--pg", "postgres://u@h/d", "--maria", "u@tcp(h:1)/d"};
-        assertEquals("--workloads: unknown workload xa (sql, raw2pc, raw2pc-xa, tandem)", bad("--workloads", "sql,xa"));
+        assertEquals("--workloads: unknown workload xa (sql, raw2pc, raw2pc-xa, tandem, tandem-coord)", bad("--workloads", "sql,xa"));
         assertEquals("--threads 0: give 1 to 1024", bad("--threads", "0"));
         assertEquals("--duration 10: not a duration (e.g. 500ms, 20s, 1m30s)", bad("--duration", "10"));
         assertEquals("unknown flag --thread (see --help)", bad("--thread", "2"));
-        assertTrue(bad(concat(db, "--workloads", "sql,tandem")).startsWith("the tandem workload needs a coordinator"));
+        assertTrue(bad(concat(db, "--workloads", "sql,tandem")).startsWith("the tandem workloads need a coordinator"));
         Flags f = Flags.parse(concat(db, "--duration", "1m30s", "--workloads", "raw2pc,sql"));
         assertEquals(Duration.ofSeconds(90), f.duration);
         assertEquals(Duration.ofSeconds(1), f.slice);
