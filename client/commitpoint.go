@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/failpoint"
@@ -360,7 +361,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 	switch {
 	case err == nil:
 		cp.state = branchCommitted
-	case serverSaidNo(err) && (cp.rm.dialect.Driver() == rm.Postgres || isRefused(err)):
+	case isRefused(err) || cp.rm.dialect.Driver() == rm.Postgres && pgStatementFailed(err):
 		// The database answered: the INSERT (or PostgreSQL's COMMIT)
 		// failed, so the commit point's transaction did not commit and
 		// never will.
@@ -686,6 +687,16 @@ func (s slots) Release() { <-s }
 // maxBackground bounds the background commits of a client (visibility
 // async): past it, Commit commits the prepared branches itself.
 const maxBackground = 64
+
+// pgStatementFailed reports whether err is PostgreSQL's ERROR for a
+// statement of the commit point's round trip: the simple protocol skips the
+// statements after it and a failed COMMIT rolls back, so the transaction did
+// not commit. A FATAL or PANIC is not: it ends the session, and can come
+// after the COMMIT ran (a backend told to terminate once its commit is done).
+func pgStatementFailed(err error) bool {
+	var e *pgconn.PgError
+	return errors.As(err, &e) && e.Severity == "ERROR" && (e.SeverityUnlocalized == "" || e.SeverityUnlocalized == "ERROR")
+}
 
 // isRefused reports whether the commit point's database refused the
 // decision (decision.Refused): its transaction did not commit.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/rm"
@@ -230,5 +231,70 @@ func TestMaxTxnAgeIsBoundedByTheCoordinatorsKeep(t *testing.T) {
 	}
 	if _, err := New(Config{RMs: twoRMs, MaxTxnAge: decision.MaxCommitPointAge}); err != nil {
 		t.Fatalf("New with MaxTxnAge %s: %v", decision.MaxCommitPointAge, err)
+	}
+}
+
+// PostgreSQL can answer after the commit point's COMMIT ran: a FATAL
+// (57P01, the backend told to terminate) ends the session once the commit
+// is done. That error is the server's, yet the decision may be COMMIT: the
+// other branch must not be rolled back. Without a pool to take the key with,
+// the outcome is unknown and the prepared branch is left alone.
+func TestCommitPointFatalAfterCommitIsNotARollback(t *testing.T) {
+	c := cpClient(t, RM{Name: "pga", Driver: "postgres"}, RM{Name: "pgb", Driver: "postgres", CommitPointStrength: 5})
+	ctx := context.Background()
+	tx := c.Begin()
+	ca, a := fakeConnTo(t)
+	cb, b := fakeConnTo(t)
+	ba, _ := tx.Branch(ctx, "pga", ca)
+	bb, _ := tx.Branch(ctx, "pgb", cb)
+	if _, err := ba.ExecContext(ctx, "UPDATE a SET v = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bb.ExecContext(ctx, "UPDATE b SET v = 1"); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	b.fail["COMMIT"] = &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
+	b.mu.Unlock()
+	_, err := tx.Commit(ctx)
+	if !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("Commit = %v, want ErrOutcomeUnknown", err)
+	}
+	g := tx.GTRID()
+	for _, s := range a.log() {
+		if s == "ROLLBACK PREPARED "+cpGID(g, "pga", "pgb") {
+			t.Errorf("SPLIT risk: pga got %q after the commit point's COMMIT may have run", s)
+		}
+	}
+}
+
+// An ERROR (not FATAL) in the commit point's round trip means its
+// transaction did not commit (the simple protocol skips the rest, and a
+// failed COMMIT rolls back): everything rolls back at once, even without a
+// pool to take the key with.
+func TestCommitPointErrorAtCommitRollsBack(t *testing.T) {
+	c := cpClient(t, RM{Name: "pga", Driver: "postgres"}, RM{Name: "pgb", Driver: "postgres", CommitPointStrength: 5})
+	ctx := context.Background()
+	tx := c.Begin()
+	ca, a := fakeConnTo(t)
+	cb, b := fakeConnTo(t)
+	ba, _ := tx.Branch(ctx, "pga", ca)
+	bb, _ := tx.Branch(ctx, "pgb", cb)
+	if _, err := ba.ExecContext(ctx, "UPDATE a SET v = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bb.ExecContext(ctx, "UPDATE b SET v = 1"); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	b.fail["COMMIT"] = &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "23503", Message: "insert or update violates foreign key constraint"}
+	b.mu.Unlock()
+	_, err := tx.Commit(ctx)
+	if !errors.Is(err, ErrAborted) {
+		t.Fatalf("Commit = %v, want ErrAborted", err)
+	}
+	g := tx.GTRID()
+	if got := a.log(); got[len(got)-1] != "ROLLBACK PREPARED "+cpGID(g, "pga", "pgb") {
+		t.Errorf("pga's last statement %q, want its prepared branch rolled back", got[len(got)-1])
 	}
 }
