@@ -9,6 +9,7 @@ import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
+import java.sql.DatabaseMetaData;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
 import java.sql.Statement;
@@ -31,7 +32,10 @@ import javax.sql.XADataSource;
  *
  * <p>Inside a transaction, {@code commit()}, {@code rollback()} and
  * {@code setAutoCommit(true)} on a handle throw: the transaction manager ends
- * the transaction. Closing a handle does not end the branch; the connection
+ * the transaction. The handle is also what a statement's, and the
+ * metadata's, {@code getConnection()} and {@code unwrap(Connection.class)}
+ * return; a connection unwrapped to the driver's own type is outside this
+ * guard, and ending the transaction through it can split it. Closing a handle does not end the branch; the connection
  * goes back to the pool when the transaction is over.
  *
  * <p>The source is any {@link DataSource} or {@link XADataSource} of the
@@ -266,6 +270,19 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                         return System.identityHashCode(proxy);
                     case "toString":
                         return "TandemConnection{" + rm + (branch != null ? ", in " + branch.xid : "") + "}";
+                    case "unwrap":
+                        // JDBC's generic way back to "the connection" (Connection,
+                        // Wrapper) is this handle, whose commit, rollback and
+                        // autocommit are guarded; a driver's own type passes through.
+                        if (((Class<?>) args[0]).isInstance(proxy)) {
+                            return proxy;
+                        }
+                        break;
+                    case "isWrapperFor":
+                        if (((Class<?>) args[0]).isInstance(proxy)) {
+                            return true;
+                        }
+                        break;
                     default:
                 }
                 if (handleClosed) {
@@ -302,6 +319,9 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 }
                 if (result instanceof Statement st && m.getReturnType().isInterface()) {
                     return statement(st, m.getReturnType(), (Connection) proxy, branch);
+                }
+                if (result instanceof DatabaseMetaData md) {
+                    return metaData(md, (Connection) proxy);
                 }
                 return result;
             }
@@ -342,6 +362,27 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             }
         };
         return Proxy.newProxyInstance(Statement.class.getClassLoader(), new Class<?>[] {type}, h);
+    }
+
+    /** Wraps a DatabaseMetaData so that its getConnection() is the handle, not the driver's connection. */
+    private static DatabaseMetaData metaData(DatabaseMetaData md, Connection handle) {
+        InvocationHandler h = (proxy, m, args) -> {
+            switch (m.getName()) {
+                case "getConnection":
+                    return handle;
+                case "equals":
+                    return proxy == args[0];
+                case "hashCode":
+                    return System.identityHashCode(proxy);
+                default:
+            }
+            try {
+                return m.invoke(md, args);
+            } catch (InvocationTargetException e) {
+                throw e.getCause();
+            }
+        };
+        return (DatabaseMetaData) Proxy.newProxyInstance(DatabaseMetaData.class.getClassLoader(), new Class<?>[] {DatabaseMetaData.class}, h);
     }
 
     /**

@@ -358,6 +358,37 @@ class CommitPointTest {
         }
     }
 
+    /**
+     * The ways plain JDBC gives back "the connection" of a handle on the
+     * commit point (DatabaseMetaData.getConnection, unwrap(Connection.class))
+     * give the handle, not the driver's connection: its commit(), which
+     * would commit MariaDB's writes ahead of the decision (and a later
+     * refusal would roll PostgreSQL back: a split), is refused too.
+     */
+    @Test
+    void theDriverConnectionIsNotReachableThroughJdbc() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id);
+                insert(b, id);
+                assertThrows(SQLException.class, () -> b.getMetaData().getConnection().commit(), "getMetaData().getConnection().commit()");
+                assertThrows(SQLException.class, () -> b.unwrap(Connection.class).commit(), "unwrap(Connection.class).commit()");
+                assertThrows(SQLException.class, () -> b.unwrap(java.sql.Wrapper.class).unwrap(Connection.class).setAutoCommit(true),
+                        "unwrap(Wrapper.class)…setAutoCommit(true)");
+                try (Statement st = b.createStatement()) {
+                    assertThrows(SQLException.class, () -> st.getConnection().getMetaData().getConnection().rollback(), "statement's metadata");
+                }
+            }
+            tm.rollback();
+            assertFalse(TestEnv.mariaHas(id), "SPLIT: the MariaDB row was committed behind the transaction manager's back");
+            assertFalse(TestEnv.pgHas(id), "the PostgreSQL row is committed");
+        }
+    }
+
     /** DecideAt.COORDINATOR keeps every writer prepared and the coordinator deciding: the MariaDB branch is XA. */
     @Test
     void decideAtCoordinatorPreparesEveryWriter() throws Exception {
