@@ -82,8 +82,8 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
 
     /**
      * Records COMMIT for the transaction and commits, on this commit point.
-     * The SQLException is the database's (see DecisionTable.refused and
-     * serverAnswered to tell whether the COMMIT may have happened).
+     * On an SQLException the COMMIT did not happen when DecisionTable.refused
+     * names a reason; otherwise it may have (only taking the key tells).
      */
     void commitDecision(java.util.List<String> stmts) throws SQLException {
         if (state != State.ACTIVE) {

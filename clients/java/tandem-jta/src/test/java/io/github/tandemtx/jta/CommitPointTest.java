@@ -389,6 +389,79 @@ class CommitPointTest {
         }
     }
 
+    /**
+     * PostgreSQL answers an error after the commit point's COMMIT ran: the
+     * FATAL "terminating connection due to administrator command" (57P01)
+     * of a backend told to die once its commit is done, before the Sync of
+     * the same round trip. The error is the server's, yet the decision is
+     * COMMIT: the client must not roll the other branch back (a split); it
+     * learns COMMIT by taking the key, and the transaction is whole.
+     */
+    @Test
+    void postgresErrorAfterTheCommitPointsCommitIsSettledByTheKey() throws Exception {
+        javax.sql.DataSource real = TestEnv.pgSource();
+        javax.sql.DataSource dying = (javax.sql.DataSource) java.lang.reflect.Proxy.newProxyInstance(getClass().getClassLoader(),
+                new Class<?>[] {javax.sql.DataSource.class}, (p, m, args) -> {
+                    Object r = invoke(m, real, args);
+                    return m.getName().equals("getConnection") ? dieAfterDecision((Connection) r) : r;
+                });
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", dying);
+                TandemDataSource pg2 = TandemDataSource.postgres(tm, "pg2", TestEnv.pgSource())) {
+            try (Connection c = pg.getConnection()) {
+                c.createStatement().close(); // outside a transaction: the commit-point check runs at the first commit's choice
+            }
+            String id1 = TandemJtaTest.id();
+            String id2 = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection a = pg.getConnection(); Connection b = pg2.getConnection()) {
+                insert(a, id1);
+                insert(b, id2);
+            }
+            try {
+                tm.commit();
+            } catch (RollbackException e) {
+                System.out.println("postgresErrorAfterTheCommitPointsCommit: " + e.getMessage());
+            }
+            boolean p1 = TestEnv.pgHas(id1);
+            boolean p2 = TestEnv.pgHas(id2);
+            System.out.println("postgresErrorAfterTheCommitPointsCommit: rows pg " + p1 + ", pg2 " + p2 + ", decision row " + decisionRow(TestEnv.pg(), g));
+            assertTrue(p1, "the commit point committed");
+            assertEquals(p1, p2, "SPLIT: the commit point committed and the other branch did not");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+        }
+    }
+
+    private static Object invoke(java.lang.reflect.Method m, Object target, Object[] args) throws Throwable {
+        try {
+            return m.invoke(target, args);
+        } catch (java.lang.reflect.InvocationTargetException e) {
+            throw e.getCause();
+        }
+    }
+
+    /** c, whose statement that records COMMIT in tandem_decision runs, then fails as a backend terminated after it would. */
+    private static Connection dieAfterDecision(Connection c) {
+        return (Connection) java.lang.reflect.Proxy.newProxyInstance(CommitPointTest.class.getClassLoader(), new Class<?>[] {Connection.class},
+                (p, m, args) -> {
+                    Object r = invoke(m, c, args);
+                    if (!(r instanceof Statement st) || m.getReturnType() != Statement.class) {
+                        return r;
+                    }
+                    return java.lang.reflect.Proxy.newProxyInstance(CommitPointTest.class.getClassLoader(), new Class<?>[] {Statement.class},
+                            (sp, sm, sargs) -> {
+                                Object sr = invoke(sm, st, sargs);
+                                if (sm.getName().equals("execute") && sargs[0] instanceof String sql
+                                        && sql.contains(DecisionTable.NAME) && sql.contains("'C'")) {
+                                    c.close();
+                                    throw new SQLException("FATAL: terminating connection due to administrator command", "57P01");
+                                }
+                                return sr;
+                            });
+                });
+    }
+
     /** DecideAt.COORDINATOR keeps every writer prepared and the coordinator deciding: the MariaDB branch is XA. */
     @Test
     void decideAtCoordinatorPreparesEveryWriter() throws Exception {
