@@ -462,6 +462,39 @@ class CommitPointTest {
                 });
     }
 
+    /**
+     * The application's thread is interrupted (a request timeout, a
+     * cancelled Future) when it commits: the commit still waits for every
+     * branch it started (a phase 1 it stopped waiting for would race its own
+     * rollback on the same connections and leave prepared branches to the
+     * scan), commits, and leaves the thread's interrupt status set.
+     */
+    @Test
+    void interruptedThreadStillCommitsWhole() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource pg2 = TandemDataSource.postgres(tm, "pg2", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            String id2 = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection b = maria.getConnection(); Connection a = pg.getConnection(); Connection a2 = pg2.getConnection()) {
+                insert(b, id);
+                insert(a, id);
+                insert(a2, id2);
+            }
+            Thread.currentThread().interrupt();
+            try {
+                tm.commit();
+            } finally {
+                assertTrue(Thread.interrupted(), "the thread's interrupt status is kept");
+            }
+            assertTrue(TestEnv.pgHas(id) && TestEnv.pgHas(id2) && TestEnv.mariaHas(id), "the transaction is on both databases");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+        }
+    }
+
     /** DecideAt.COORDINATOR keeps every writer prepared and the coordinator deciding: the MariaDB branch is XA. */
     @Test
     void decideAtCoordinatorPreparesEveryWriter() throws Exception {
