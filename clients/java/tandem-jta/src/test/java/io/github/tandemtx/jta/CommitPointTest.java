@@ -495,6 +495,64 @@ class CommitPointTest {
         }
     }
 
+    /**
+     * The commit point's connection breaks before its decision arrives while
+     * the key is held by an open transaction (taking it waits, times out,
+     * and is tried again), and the committing thread is interrupted: the
+     * retries go on within the decision timeout, the key is taken once the
+     * holder rolls back, and the outcome is a known rollback, not "unknown".
+     */
+    @Test
+    void interruptedThreadKeepsTakingTheKey() throws Exception {
+        ScheduledExecutorService timer = Executors.newSingleThreadScheduledExecutor();
+        String[] hp = TestEnv.MY_HOST_PORT.split(":");
+        try (TcpProxy px = new TcpProxy(hp[0], Integer.parseInt(hp[1]));
+                TandemTransactionManager tm = TandemTransactionManager.create(
+                        TandemConfig.coordinator(nowhere).withDecisionTimeout(Duration.ofSeconds(20)));
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSourceVia(px.port()));
+                Connection holder = TestEnv.maria()) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id);
+                insert(b, id);
+            }
+            TandemTransaction.failpoint = s -> {
+                if (s.equals("before-commit-point")) {
+                    try (Statement st = holder.createStatement()) {
+                        holder.setAutoCommit(false);
+                        st.execute("INSERT INTO tandem_decision (gtrid, outcome, began_at) VALUES ('" + g + "', 'A', UTC_TIMESTAMP(6))");
+                    } catch (SQLException e) {
+                        throw new IllegalStateException(e);
+                    }
+                    timer.schedule(() -> {
+                        try {
+                            holder.rollback();
+                        } catch (SQLException e) {
+                            throw new IllegalStateException(e);
+                        }
+                    }, 4, TimeUnit.SECONDS);
+                    px.dropToServer = true;
+                    timer.schedule(px::cut, 1, TimeUnit.SECONDS);
+                    Thread.currentThread().interrupt();
+                }
+            };
+            try {
+                RollbackException e = assertThrows(RollbackException.class, tm::commit);
+                assertTrue(e.getMessage().contains("taking the decision key found no decision"), e.getMessage());
+            } finally {
+                assertTrue(Thread.interrupted(), "the thread's interrupt status is kept");
+            }
+            assertFalse(TestEnv.pgHas(id) || TestEnv.mariaHas(id), "a row of the rolled back transaction is committed");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+            assertEquals("A", decisionRow(TestEnv.maria(), g));
+        } finally {
+            timer.shutdownNow();
+        }
+    }
+
     /** DecideAt.COORDINATOR keeps every writer prepared and the coordinator deciding: the MariaDB branch is XA. */
     @Test
     void decideAtCoordinatorPreparesEveryWriter() throws Exception {
