@@ -105,6 +105,28 @@ final class MariaDbBranch extends SqlBranch {
         exec("XA ROLLBACK " + xid.mysqlXid());
     }
 
+    /**
+     * Asks the session whether its transaction is still open: MariaDB rolls
+     * back the whole transaction of a deadlock's victim (and of a lock wait
+     * timeout under innodb_rollback_on_timeout) and leaves the session in
+     * autocommit, where the next statement would commit at once.
+     */
+    @Override
+    void statementFailed() {
+        if (!plain || ended != null || state != State.ACTIVE) {
+            return;
+        }
+        try (java.sql.Statement st = conn.createStatement(); java.sql.ResultSet rs = st.executeQuery("SELECT @@in_transaction")) {
+            if (rs.next() && rs.getInt(1) == 1) {
+                return;
+            }
+            ended = "MariaDB rolled the transaction back after a failed statement (a deadlock's victim, or a lock wait timeout"
+                    + " with innodb_rollback_on_timeout)";
+        } catch (SQLException e) {
+            ended = "asking MariaDB whether the transaction is still open after a failed statement failed: " + e.getMessage();
+        }
+    }
+
     @Override
     void commitDecisionSql(java.util.List<String> stmts) throws SQLException {
         steps(stmts.toArray(new String[0]));

@@ -37,6 +37,14 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
      * database. Set by the application's thread before commit.
      */
     volatile boolean wrote;
+    /**
+     * Why the database ended the commit point's plain transaction on its
+     * own (a deadlock's victim: the session is in autocommit now), or null;
+     * set by {@link #statementFailed()}. A TandemDataSource handle then
+     * refuses every statement: one would commit at once, ahead of the
+     * decision, which is refused anyway, so the rest would roll back.
+     */
+    volatile String ended;
     private int timeout;
 
     SqlBranch(ResourceManager info, Connection conn, Consumer<SqlBranch> onCompleted) {
@@ -91,6 +99,15 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
         }
         commitDecisionSql(stmts);
         state = State.DONE;
+    }
+
+    /**
+     * Called after an application's statement on the branch failed: a
+     * commit point notes in {@link #ended} whether the database ended its
+     * transaction. Nothing to do for an XA branch (the database puts it in
+     * ROLLBACK ONLY) nor on PostgreSQL (a failed transaction stays open).
+     */
+    void statementFailed() {
     }
 
     /** Names the branch with the commit point cp (PostgreSQL: before its PREPARE); returns the new XID. */

@@ -358,6 +358,9 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             try {
                 return m.invoke(st, args);
             } catch (InvocationTargetException e) {
+                if (branch != null && e.getCause() instanceof SQLException && name.startsWith("execute")) {
+                    branch.statementFailed();
+                }
                 throw e.getCause();
             }
         };
@@ -392,8 +395,14 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
      * the branch's writes ahead of the decision, and a later failure of
      * another branch would split the transaction. An XA branch needs no such
      * check: MariaDB refuses them there itself. The transaction is unchanged.
+     * Refuses every statement once the database ended the commit point's
+     * transaction on its own ({@link SqlBranch#ended}).
      */
     private static void refuseImplicitCommit(SqlBranch branch, Object[] args) throws SQLException {
+        if (branch != null && branch.ended != null) {
+            throw new SQLException("TandemDataSource \"" + branch.rm + "\": the commit point's transaction " + branch.xid.gtrid()
+                    + " is over: " + branch.ended + "; a statement now would commit at once, outside it: roll the global transaction back", "25000");
+        }
         if (branch == null || !branch.isPlain() || args == null || args.length == 0 || !(args[0] instanceof String sql)) {
             return;
         }

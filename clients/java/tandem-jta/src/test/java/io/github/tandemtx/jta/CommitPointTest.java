@@ -553,6 +553,74 @@ class CommitPointTest {
         }
     }
 
+    /**
+     * MariaDB rolls the commit point's transaction back when it is chosen as
+     * a deadlock's victim, and the session is then in autocommit: an
+     * application that retries the statement would commit it at once,
+     * ahead of the decision, which then refuses (the transaction was ended)
+     * and rolls PostgreSQL back — a split. After such an error the branch
+     * refuses every statement and the global transaction can only roll
+     * back, whole (an XA branch is put in ROLLBACK ONLY by MariaDB itself).
+     */
+    @Test
+    void deadlockVictimCommitPointRefusesFurtherStatements() throws Exception {
+        String rowA = TandemJtaTest.id();
+        String rowB = TandemJtaTest.id();
+        try (Connection c = TestEnv.maria()) {
+            insert(c, rowA);
+            insert(c, rowB);
+        }
+        java.util.concurrent.ExecutorService other = Executors.newSingleThreadExecutor();
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
+                Connection o = TestEnv.maria()) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id);
+                o.setAutoCommit(false);
+                for (int i = 0; i < 20; i++) {
+                    insert(o, TandemJtaTest.id()); // o weighs more: InnoDB picks the commit point as the victim
+                }
+                try (Statement st = o.createStatement()) {
+                    st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowB + "'");
+                }
+                try (Statement st = b.createStatement()) {
+                    st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowA + "'");
+                }
+                java.util.concurrent.Future<?> waits = other.submit(() -> {
+                    try (Statement st = o.createStatement()) {
+                        return st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowA + "'");
+                    }
+                });
+                SQLException dl = assertThrows(SQLException.class, () -> {
+                    try (Statement st = b.createStatement()) {
+                        st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowB + "'");
+                    }
+                });
+                assertEquals(1213, dl.getErrorCode(), "the commit point is the deadlock's victim: " + dl);
+                waits.get(30, TimeUnit.SECONDS);
+                o.rollback();
+                try {
+                    insert(b, id); // the application retries the statement
+                } catch (SQLException e) {
+                    System.out.println("deadlockVictimCommitPoint: the retry was refused: " + e.getMessage());
+                }
+            }
+            assertThrows(RollbackException.class, tm::commit);
+            boolean p = TestEnv.pgHas(id);
+            boolean m = TestEnv.mariaHas(id);
+            System.out.println("deadlockVictimCommitPoint: rows postgres " + p + ", mariadb " + m);
+            assertFalse(m, "SPLIT: the MariaDB row is committed, the PostgreSQL one rolled back");
+            assertFalse(p, "the PostgreSQL row is committed");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+        } finally {
+            other.shutdownNow();
+        }
+    }
+
     /** DecideAt.COORDINATOR keeps every writer prepared and the coordinator deciding: the MariaDB branch is XA. */
     @Test
     void decideAtCoordinatorPreparesEveryWriter() throws Exception {
