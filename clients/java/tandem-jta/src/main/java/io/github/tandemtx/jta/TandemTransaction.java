@@ -75,6 +75,8 @@ public final class TandemTransaction implements Transaction {
     static volatile java.util.function.Consumer<String> failpoint = step -> { };
     private String rollbackReason;
     private ScheduledFuture<?> timer;
+    /** commit() or rollback() has begun: the other is refused. */
+    private boolean finishing;
 
     TandemTransaction(TandemTransactionManager tm, String gtrid) {
         this.tm = tm;
@@ -243,11 +245,20 @@ public final class TandemTransaction implements Transaction {
         status = s;
     }
 
-    /** Starts finishing: only once, from ACTIVE or MARKED_ROLLBACK. */
+    /**
+     * Starts finishing: only once, from ACTIVE or MARKED_ROLLBACK. A commit
+     * or rollback from another thread while one runs (its synchronizations
+     * run with the status still ACTIVE) is refused: two of them would drive
+     * the same branches at once, one rolling back what the other commits.
+     */
     private synchronized void startFinishing(String what) {
+        if (finishing) {
+            throw new IllegalStateException("tandem: transaction " + gtrid + " is being completed by another commit or rollback: cannot " + what);
+        }
         if (status != Status.STATUS_ACTIVE && status != Status.STATUS_MARKED_ROLLBACK) {
             throw new IllegalStateException("tandem: transaction " + gtrid + " is " + statusName(status) + ": cannot " + what);
         }
+        finishing = true;
         if (timer != null) {
             timer.cancel(false);
         }

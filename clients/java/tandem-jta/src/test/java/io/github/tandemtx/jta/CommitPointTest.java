@@ -621,6 +621,63 @@ class CommitPointTest {
         }
     }
 
+    /**
+     * Another thread calls rollback() on the transaction while its commit
+     * runs (here from a Synchronization's beforeCompletion, before the
+     * commit prepares anything): only one of commit and rollback finishes
+     * the transaction — the late one is refused — so no branch is rolled
+     * back under a commit point that then commits.
+     */
+    @Test
+    void rollbackFromAnotherThreadDuringCommitIsRefused() throws Exception {
+        java.util.concurrent.ExecutorService other = Executors.newSingleThreadExecutor();
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            jakarta.transaction.Transaction tx = tm.getTransaction();
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id);
+                insert(b, id);
+            }
+            Throwable[] seen = new Throwable[1];
+            tx.registerSynchronization(new jakarta.transaction.Synchronization() {
+                @Override
+                public void beforeCompletion() {
+                    try {
+                        other.submit(() -> {
+                            tx.rollback();
+                            return null;
+                        }).get(30, TimeUnit.SECONDS);
+                    } catch (java.util.concurrent.ExecutionException e) {
+                        seen[0] = e.getCause();
+                    } catch (Exception e) {
+                        throw new IllegalStateException(e);
+                    }
+                }
+
+                @Override
+                public void afterCompletion(int status) {
+                }
+            });
+            try {
+                tm.commit();
+            } catch (RollbackException e) {
+                System.out.println("rollbackFromAnotherThreadDuringCommit: " + e.getMessage());
+            }
+            boolean p = TestEnv.pgHas(id);
+            boolean m = TestEnv.mariaHas(id);
+            System.out.println("rollbackFromAnotherThreadDuringCommit: rows postgres " + p + ", mariadb " + m + "; the other thread's rollback: " + seen[0]);
+            assertEquals(p, m, "SPLIT");
+            assertTrue(seen[0] instanceof IllegalStateException, "the other thread's rollback during the commit was refused: " + seen[0]);
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+        } finally {
+            other.shutdownNow();
+        }
+    }
+
     /** DecideAt.COORDINATOR keeps every writer prepared and the coordinator deciding: the MariaDB branch is XA. */
     @Test
     void decideAtCoordinatorPreparesEveryWriter() throws Exception {
