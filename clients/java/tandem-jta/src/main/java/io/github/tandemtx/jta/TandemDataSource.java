@@ -349,6 +349,11 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 case "execute", "executeQuery", "addBatch":
                     refuseImplicitCommit(branch, args);
                     break;
+                case "unwrap":
+                    if (((Class<?>) args[0]).isInstance(proxy)) {
+                        return proxy; // JDBC's own interfaces: this checked statement
+                    }
+                    break;
                 case "equals":
                     return proxy == args[0];
                 case "hashCode":

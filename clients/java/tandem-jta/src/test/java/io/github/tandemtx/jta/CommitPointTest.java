@@ -381,6 +381,7 @@ class CommitPointTest {
                         "unwrap(Wrapper.class)…setAutoCommit(true)");
                 try (Statement st = b.createStatement()) {
                     assertThrows(SQLException.class, () -> st.getConnection().getMetaData().getConnection().rollback(), "statement's metadata");
+                    assertThrows(SQLException.class, () -> st.unwrap(Statement.class).execute("COMMIT"), "unwrap(Statement.class).execute(COMMIT)");
                 }
             }
             tm.rollback();
