@@ -47,6 +47,10 @@ final class MariaDbBranch extends SqlBranch {
     @Override
     void commitOnePhaseSql() throws SQLException {
         if (plain) {
+            if (ended != null) {
+                // COMMIT would succeed, committing nothing: the writes are gone.
+                throw new SQLException("rm \"" + rm + "\": the transaction cannot commit: " + ended, "40000");
+            }
             exec("COMMIT");
             return;
         }

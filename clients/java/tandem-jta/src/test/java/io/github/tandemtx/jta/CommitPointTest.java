@@ -565,12 +565,6 @@ class CommitPointTest {
      */
     @Test
     void deadlockVictimCommitPointRefusesFurtherStatements() throws Exception {
-        String rowA = TandemJtaTest.id();
-        String rowB = TandemJtaTest.id();
-        try (Connection c = TestEnv.maria()) {
-            insert(c, rowA);
-            insert(c, rowB);
-        }
         java.util.concurrent.ExecutorService other = Executors.newSingleThreadExecutor();
         try (TandemTransactionManager tm = tm();
                 TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
@@ -581,28 +575,7 @@ class CommitPointTest {
             String g = gtrid(tm);
             try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
                 insert(a, id);
-                o.setAutoCommit(false);
-                for (int i = 0; i < 20; i++) {
-                    insert(o, TandemJtaTest.id()); // o weighs more: InnoDB picks the commit point as the victim
-                }
-                try (Statement st = o.createStatement()) {
-                    st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowB + "'");
-                }
-                try (Statement st = b.createStatement()) {
-                    st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowA + "'");
-                }
-                java.util.concurrent.Future<?> waits = other.submit(() -> {
-                    try (Statement st = o.createStatement()) {
-                        return st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowA + "'");
-                    }
-                });
-                SQLException dl = assertThrows(SQLException.class, () -> {
-                    try (Statement st = b.createStatement()) {
-                        st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowB + "'");
-                    }
-                });
-                assertEquals(1213, dl.getErrorCode(), "the commit point is the deadlock's victim: " + dl);
-                waits.get(30, TimeUnit.SECONDS);
+                makeDeadlockVictim(b, o, other);
                 o.rollback();
                 try {
                     insert(b, id); // the application retries the statement
@@ -674,6 +647,66 @@ class CommitPointTest {
             assertEquals(p, m, "SPLIT");
             assertTrue(seen[0] instanceof IllegalStateException, "the other thread's rollback during the commit was refused: " + seen[0]);
             assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+        } finally {
+            other.shutdownNow();
+        }
+    }
+
+    /**
+     * Makes b's transaction a deadlock's victim (o, a plain MariaDB
+     * connection, weighs more), then rolls o back.
+     */
+    static void makeDeadlockVictim(Connection b, Connection o, java.util.concurrent.ExecutorService other) throws Exception {
+        String rowA = TandemJtaTest.id();
+        String rowB = TandemJtaTest.id();
+        try (Connection c = TestEnv.maria()) {
+            insert(c, rowA);
+            insert(c, rowB);
+        }
+        o.setAutoCommit(false);
+        for (int i = 0; i < 20; i++) {
+            insert(o, TandemJtaTest.id()); // o weighs more: InnoDB picks b as the victim
+        }
+        try (Statement st = o.createStatement()) {
+            st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowB + "'");
+        }
+        try (Statement st = b.createStatement()) {
+            st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowA + "'");
+        }
+        java.util.concurrent.Future<?> waits = other.submit(() -> {
+            try (Statement st = o.createStatement()) {
+                return st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowA + "'");
+            }
+        });
+        SQLException dl = assertThrows(SQLException.class, () -> {
+            try (Statement st = b.createStatement()) {
+                st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowB + "'");
+            }
+        });
+        assertEquals(1213, dl.getErrorCode(), "b is the deadlock's victim: " + dl);
+        waits.get(30, TimeUnit.SECONDS);
+        o.rollback();
+    }
+
+    /**
+     * The commit point, the only writer, was a deadlock's victim (MariaDB
+     * rolled its writes back) and the application went on to commit: the
+     * commit must not report COMMITTED for writes that are gone.
+     */
+    @Test
+    void deadlockVictimOnlyWriterDoesNotCommit() throws Exception {
+        java.util.concurrent.ExecutorService other = Executors.newSingleThreadExecutor();
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
+                Connection o = TestEnv.maria()) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            try (Connection b = maria.getConnection()) {
+                insert(b, id);
+                makeDeadlockVictim(b, o, other);
+            }
+            assertThrows(RollbackException.class, tm::commit, "the commit of a transaction whose writes MariaDB rolled back");
+            assertFalse(TestEnv.mariaHas(id));
         } finally {
             other.shutdownNow();
         }
