@@ -45,6 +45,12 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
      * decision, which is refused anyway, so the rest would roll back.
      */
     volatile String ended;
+    /**
+     * The transaction is over and the connection went back to its pool
+     * (where another transaction may take it): the branch's handles and
+     * statements refuse to run.
+     */
+    volatile boolean over;
     private int timeout;
 
     SqlBranch(ResourceManager info, Connection conn, Consumer<SqlBranch> onCompleted) {
@@ -255,6 +261,7 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
 
     @Override
     public void completed() {
+        over = true;
         onCompleted.accept(this);
     }
 

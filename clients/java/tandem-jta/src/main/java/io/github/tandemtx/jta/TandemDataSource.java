@@ -35,8 +35,11 @@ import javax.sql.XADataSource;
  * the transaction. The handle is also what a statement's, and the
  * metadata's, {@code getConnection()} and {@code unwrap(Connection.class)}
  * return; a connection unwrapped to the driver's own type is outside this
- * guard, and ending the transaction through it can split it. Closing a handle does not end the branch; the connection
- * goes back to the pool when the transaction is over.
+ * guard, and ending the transaction through it can split it. Closing a
+ * handle does not end the branch; the connection goes back to the pool when
+ * the transaction is over, and from then on the transaction's handles and
+ * their statements refuse to run ({@code isClosed()} is true): the pool may
+ * have given the connection to another transaction.
  *
  * <p>The source is any {@link DataSource} or {@link XADataSource} of the
  * database (pgjdbc's {@code PGSimpleDataSource} or {@code PGXADataSource},
@@ -263,7 +266,7 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                         }
                         return null;
                     case "isClosed":
-                        return handleClosed || target.isClosed();
+                        return handleClosed || branch != null && branch.over || target.isClosed();
                     case "equals":
                         return proxy == args[0];
                     case "hashCode":
@@ -288,6 +291,7 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 if (handleClosed) {
                     throw new SQLException("TandemDataSource \"" + rm + "\": connection handle already closed", "08003");
                 }
+                refuseOver(branch);
                 if (branch != null) {
                     switch (name) {
                         case "commit", "rollback" -> {
@@ -340,6 +344,12 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             switch (name) {
                 case "getConnection":
                     return handle;
+                case "close", "isClosed", "equals", "hashCode", "toString":
+                    break;
+                default:
+                    refuseOver(branch);
+            }
+            switch (name) {
                 case "executeUpdate", "executeLargeUpdate", "executeBatch", "executeLargeBatch":
                     refuseImplicitCommit(branch, args);
                     if (branch != null) {
@@ -370,6 +380,14 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             }
         };
         return Proxy.newProxyInstance(Statement.class.getClassLoader(), new Class<?>[] {type}, h);
+    }
+
+    /** Refuses to use a branch's connection once its transaction is over: the pool may have given it to another. */
+    private static void refuseOver(SqlBranch branch) throws SQLException {
+        if (branch != null && branch.over) {
+            throw new SQLException("TandemDataSource \"" + branch.rm + "\": this connection belonged to transaction " + branch.xid.gtrid()
+                    + ", which is over: get a new connection (and close handles before the transaction ends)", "08003");
+        }
     }
 
     /** Wraps a DatabaseMetaData so that its getConnection() is the handle, not the driver's connection. */

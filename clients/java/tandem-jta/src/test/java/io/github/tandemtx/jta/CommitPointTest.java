@@ -712,6 +712,37 @@ class CommitPointTest {
         }
     }
 
+    /**
+     * A handle kept past its transaction (not closed) no longer reaches the
+     * connection, which went back to the pool and now carries another
+     * transaction — here the next one's commit point: a statement through
+     * the old handle would join that transaction, checked against the old
+     * branch's rules, not the new one's.
+     */
+    @Test
+    void aHandleKeptPastItsTransactionIsRefused() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id1 = TandemJtaTest.id();
+            String id2 = TandemJtaTest.id();
+            tm.begin();
+            Connection old = maria.getConnection();
+            insert(old, id1);
+            tm.commit();
+            assertTrue(old.isClosed(), "the handle reads as closed once its transaction is over");
+            tm.begin();
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id2);
+                insert(b, id2);
+                assertThrows(SQLException.class, () -> insert(old, TandemJtaTest.id()), "a statement through the old handle");
+            }
+            tm.rollback();
+            assertTrue(TestEnv.mariaHas(id1));
+            assertFalse(TestEnv.mariaHas(id2) || TestEnv.pgHas(id2));
+        }
+    }
+
     /** DecideAt.COORDINATOR keeps every writer prepared and the coordinator deciding: the MariaDB branch is XA. */
     @Test
     void decideAtCoordinatorPreparesEveryWriter() throws Exception {
