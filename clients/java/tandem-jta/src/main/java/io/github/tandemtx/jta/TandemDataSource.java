@@ -291,7 +291,17 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 if (handleClosed) {
                     throw new SQLException("TandemDataSource \"" + rm + "\": connection handle already closed", "08003");
                 }
-                refuseOver(branch);
+                if (branch != null && branch.over) {
+                    switch (name) {
+                        case "isValid" -> {
+                            return false;
+                        }
+                        case "getWarnings", "clearWarnings" -> {
+                            return null; // a framework's clean-up after the transaction
+                        }
+                        default -> refuseOver(branch);
+                    }
+                }
                 if (branch != null) {
                     switch (name) {
                         case "commit", "rollback" -> {
@@ -344,7 +354,7 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             switch (name) {
                 case "getConnection":
                     return handle;
-                case "close", "isClosed", "equals", "hashCode", "toString":
+                case "close", "isClosed", "equals", "hashCode", "toString", "getWarnings", "clearWarnings":
                     break;
                 default:
                     refuseOver(branch);
