@@ -10,6 +10,7 @@ import java.lang.reflect.Method;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.DatabaseMetaData;
+import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
 import java.sql.Statement;
@@ -34,7 +35,8 @@ import javax.sql.XADataSource;
  * {@code setAutoCommit(true)} on a handle throw: the transaction manager ends
  * the transaction. The handle is also what a statement's, and the
  * metadata's, {@code getConnection()} and {@code unwrap(Connection.class)}
- * return; a connection unwrapped to the driver's own type is outside this
+ * return (and, on a MariaDB commit point, a result set's
+ * {@code getStatement()} is the checked statement); a connection unwrapped to the driver's own type is outside this
  * guard, and ending the transaction through it can split it. Closing a
  * handle does not end the branch; the connection goes back to the pool when
  * the transaction is over, and from then on the transaction's handles and
@@ -380,16 +382,47 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                     return System.identityHashCode(proxy);
                 default:
             }
+            Object result;
             try {
-                return m.invoke(st, args);
+                result = m.invoke(st, args);
             } catch (InvocationTargetException e) {
                 if (branch != null && e.getCause() instanceof SQLException && name.startsWith("execute")) {
                     branch.statementFailed();
                 }
                 throw e.getCause();
             }
+            if (result instanceof ResultSet rs && branch != null && branch.isPlain()) {
+                return resultSet(rs, (Statement) proxy); // on the commit point only: a proxy costs on every row
+            }
+            return result;
         };
         return Proxy.newProxyInstance(Statement.class.getClassLoader(), new Class<?>[] {type}, h);
+    }
+
+    /** Wraps a ResultSet so that its getStatement() is the checked statement, not the driver's. */
+    private static ResultSet resultSet(ResultSet rs, Statement checked) {
+        InvocationHandler h = (proxy, m, args) -> {
+            switch (m.getName()) {
+                case "getStatement":
+                    return checked;
+                case "unwrap":
+                    if (((Class<?>) args[0]).isInstance(proxy)) {
+                        return proxy;
+                    }
+                    break;
+                case "equals":
+                    return proxy == args[0];
+                case "hashCode":
+                    return System.identityHashCode(proxy);
+                default:
+            }
+            try {
+                return m.invoke(rs, args);
+            } catch (InvocationTargetException e) {
+                throw e.getCause();
+            }
+        };
+        return (ResultSet) Proxy.newProxyInstance(ResultSet.class.getClassLoader(), new Class<?>[] {ResultSet.class}, h);
     }
 
     /** Refuses to use a branch's connection once its transaction is over: the pool may have given it to another. */

@@ -382,6 +382,12 @@ class CommitPointTest {
                 try (Statement st = b.createStatement()) {
                     assertThrows(SQLException.class, () -> st.getConnection().getMetaData().getConnection().rollback(), "statement's metadata");
                     assertThrows(SQLException.class, () -> st.unwrap(Statement.class).execute("COMMIT"), "unwrap(Statement.class).execute(COMMIT)");
+                    assertThrows(SQLException.class, () -> st.executeQuery("SELECT 1").getStatement().execute("COMMIT"),
+                            "executeQuery(…).getStatement().execute(COMMIT)");
+                    assertThrows(SQLException.class, () -> {
+                        st.execute("SELECT 1");
+                        st.getResultSet().getStatement().getConnection().unwrap(Connection.class).commit();
+                    }, "getResultSet().getStatement()…commit()");
                 }
             }
             tm.rollback();
