@@ -47,6 +47,10 @@ final class MariaDbBranch extends SqlBranch {
     @Override
     void commitOnePhaseSql() throws SQLException {
         if (plain) {
+            if (ended != null) {
+                // COMMIT would succeed, committing nothing: the writes are gone.
+                throw new SQLException("rm \"" + rm + "\": the transaction cannot commit: " + ended, "40000");
+            }
             exec("COMMIT");
             return;
         }
@@ -103,6 +107,28 @@ final class MariaDbBranch extends SqlBranch {
             // The branch had already ended (a failed XA PREPARE): roll back alone.
         }
         exec("XA ROLLBACK " + xid.mysqlXid());
+    }
+
+    /**
+     * Asks the session whether its transaction is still open: MariaDB rolls
+     * back the whole transaction of a deadlock's victim (and of a lock wait
+     * timeout under innodb_rollback_on_timeout) and leaves the session in
+     * autocommit, where the next statement would commit at once.
+     */
+    @Override
+    void statementFailed() {
+        if (!plain || ended != null || state != State.ACTIVE) {
+            return;
+        }
+        try (java.sql.Statement st = conn.createStatement(); java.sql.ResultSet rs = st.executeQuery("SELECT @@in_transaction")) {
+            if (rs.next() && rs.getInt(1) == 1) {
+                return;
+            }
+            ended = "MariaDB rolled the transaction back after a failed statement (a deadlock's victim, or a lock wait timeout"
+                    + " with innodb_rollback_on_timeout)";
+        } catch (SQLException e) {
+            ended = "asking MariaDB whether the transaction is still open after a failed statement failed: " + e.getMessage();
+        }
     }
 
     @Override

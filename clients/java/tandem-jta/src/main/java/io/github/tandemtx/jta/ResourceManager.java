@@ -98,27 +98,35 @@ final class ResourceManager {
      * Learns the outcome of gtrid from this commit point's decision table by
      * taking the key ({@link DecisionTable#resolve}) on connections of its
      * own, retrying while the commit point's transaction is still open, for
-     * at most timeout.
+     * at most timeout. An interrupt of the calling thread does not cut the
+     * retries short (giving up would leave the outcome unknown); the
+     * thread's interrupt status is kept.
      */
     DecisionTable.Outcome resolve(String gtrid, Duration timeout) throws SQLException {
         long deadline = System.nanoTime() + timeout.toNanos();
-        while (true) {
-            try (Connection c = connections.open()) {
-                if (!c.getAutoCommit()) {
-                    c.setAutoCommit(true);
+        boolean interrupted = false;
+        try {
+            while (true) {
+                try (Connection c = connections.open()) {
+                    if (!c.getAutoCommit()) {
+                        c.setAutoCommit(true);
+                    }
+                    return DecisionTable.resolve(c, dialect, gtrid, Duration.ofSeconds(2));
+                } catch (SQLException e) {
+                    long left = deadline - System.nanoTime();
+                    if (left <= 0 || !(e instanceof DecisionTable.PendingException) && DecisionTable.serverAnswered(e)) {
+                        throw e; // out of time, or the database's answer: trying again would get the same
+                    }
+                    try {
+                        Thread.sleep(Math.min(100, left / 1_000_000 + 1));
+                    } catch (InterruptedException ie) {
+                        interrupted = true; // cleared: the next try and sleep run normally
+                    }
                 }
-                return DecisionTable.resolve(c, dialect, gtrid, Duration.ofSeconds(2));
-            } catch (SQLException e) {
-                long left = deadline - System.nanoTime();
-                if (left <= 0 || !(e instanceof DecisionTable.PendingException) && DecisionTable.serverAnswered(e)) {
-                    throw e; // out of time, or the database's answer: trying again would get the same
-                }
-                try {
-                    Thread.sleep(Math.min(100, left / 1_000_000 + 1));
-                } catch (InterruptedException ie) {
-                    Thread.currentThread().interrupt();
-                    throw e;
-                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
             }
         }
     }

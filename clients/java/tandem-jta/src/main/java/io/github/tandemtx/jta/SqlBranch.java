@@ -37,6 +37,20 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
      * database. Set by the application's thread before commit.
      */
     volatile boolean wrote;
+    /**
+     * Why the database ended the commit point's plain transaction on its
+     * own (a deadlock's victim: the session is in autocommit now), or null;
+     * set by {@link #statementFailed()}. A TandemDataSource handle then
+     * refuses every statement: one would commit at once, ahead of the
+     * decision, which is refused anyway, so the rest would roll back.
+     */
+    volatile String ended;
+    /**
+     * The transaction is over and the connection went back to its pool
+     * (where another transaction may take it): the branch's handles and
+     * statements refuse to run.
+     */
+    volatile boolean over;
     private int timeout;
 
     SqlBranch(ResourceManager info, Connection conn, Consumer<SqlBranch> onCompleted) {
@@ -82,8 +96,8 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
 
     /**
      * Records COMMIT for the transaction and commits, on this commit point.
-     * The SQLException is the database's (see DecisionTable.refused and
-     * serverAnswered to tell whether the COMMIT may have happened).
+     * On an SQLException the COMMIT did not happen when DecisionTable.refused
+     * names a reason; otherwise it may have (only taking the key tells).
      */
     void commitDecision(java.util.List<String> stmts) throws SQLException {
         if (state != State.ACTIVE) {
@@ -91,6 +105,15 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
         }
         commitDecisionSql(stmts);
         state = State.DONE;
+    }
+
+    /**
+     * Called after an application's statement on the branch failed: a
+     * commit point notes in {@link #ended} whether the database ended its
+     * transaction. Nothing to do for an XA branch (the database puts it in
+     * ROLLBACK ONLY) nor on PostgreSQL (a failed transaction stays open).
+     */
+    void statementFailed() {
     }
 
     /** Names the branch with the commit point cp (PostgreSQL: before its PREPARE); returns the new XID. */
@@ -238,6 +261,7 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
 
     @Override
     public void completed() {
+        over = true;
         onCompleted.accept(this);
     }
 

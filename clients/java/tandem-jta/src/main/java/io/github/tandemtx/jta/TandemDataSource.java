@@ -9,6 +9,8 @@ import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
+import java.sql.DatabaseMetaData;
+import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
 import java.sql.Statement;
@@ -31,8 +33,15 @@ import javax.sql.XADataSource;
  *
  * <p>Inside a transaction, {@code commit()}, {@code rollback()} and
  * {@code setAutoCommit(true)} on a handle throw: the transaction manager ends
- * the transaction. Closing a handle does not end the branch; the connection
- * goes back to the pool when the transaction is over.
+ * the transaction. The handle is also what a statement's, and the
+ * metadata's, {@code getConnection()} and {@code unwrap(Connection.class)}
+ * return (and, on a MariaDB commit point, a result set's
+ * {@code getStatement()} is the checked statement); a connection unwrapped to the driver's own type is outside this
+ * guard, and ending the transaction through it can split it. Closing a
+ * handle does not end the branch; the connection goes back to the pool when
+ * the transaction is over, and from then on the transaction's handles and
+ * their statements refuse to run ({@code isClosed()} is true): the pool may
+ * have given the connection to another transaction.
  *
  * <p>The source is any {@link DataSource} or {@link XADataSource} of the
  * database (pgjdbc's {@code PGSimpleDataSource} or {@code PGXADataSource},
@@ -259,17 +268,41 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                         }
                         return null;
                     case "isClosed":
-                        return handleClosed || target.isClosed();
+                        return handleClosed || branch != null && branch.over || target.isClosed();
                     case "equals":
                         return proxy == args[0];
                     case "hashCode":
                         return System.identityHashCode(proxy);
                     case "toString":
                         return "TandemConnection{" + rm + (branch != null ? ", in " + branch.xid : "") + "}";
+                    case "unwrap":
+                        // JDBC's generic way back to "the connection" (Connection,
+                        // Wrapper) is this handle, whose commit, rollback and
+                        // autocommit are guarded; a driver's own type passes through.
+                        if (((Class<?>) args[0]).isInstance(proxy)) {
+                            return proxy;
+                        }
+                        break;
+                    case "isWrapperFor":
+                        if (((Class<?>) args[0]).isInstance(proxy)) {
+                            return true;
+                        }
+                        break;
                     default:
                 }
                 if (handleClosed) {
                     throw new SQLException("TandemDataSource \"" + rm + "\": connection handle already closed", "08003");
+                }
+                if (branch != null && branch.over) {
+                    switch (name) {
+                        case "isValid" -> {
+                            return false;
+                        }
+                        case "getWarnings", "clearWarnings" -> {
+                            return null; // a framework's clean-up after the transaction
+                        }
+                        default -> refuseOver(branch);
+                    }
                 }
                 if (branch != null) {
                     switch (name) {
@@ -303,6 +336,9 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 if (result instanceof Statement st && m.getReturnType().isInterface()) {
                     return statement(st, m.getReturnType(), (Connection) proxy, branch);
                 }
+                if (result instanceof DatabaseMetaData md) {
+                    return metaData(md, (Connection) proxy);
+                }
                 return result;
             }
         };
@@ -320,6 +356,12 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             switch (name) {
                 case "getConnection":
                     return handle;
+                case "close", "isClosed", "equals", "hashCode", "toString", "getWarnings", "clearWarnings":
+                    break;
+                default:
+                    refuseOver(branch);
+            }
+            switch (name) {
                 case "executeUpdate", "executeLargeUpdate", "executeBatch", "executeLargeBatch":
                     refuseImplicitCommit(branch, args);
                     if (branch != null) {
@@ -329,6 +371,45 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 case "execute", "executeQuery", "addBatch":
                     refuseImplicitCommit(branch, args);
                     break;
+                case "unwrap":
+                    if (((Class<?>) args[0]).isInstance(proxy)) {
+                        return proxy; // JDBC's own interfaces: this checked statement
+                    }
+                    break;
+                case "equals":
+                    return proxy == args[0];
+                case "hashCode":
+                    return System.identityHashCode(proxy);
+                default:
+            }
+            Object result;
+            try {
+                result = m.invoke(st, args);
+            } catch (InvocationTargetException e) {
+                if (branch != null && e.getCause() instanceof SQLException && name.startsWith("execute")) {
+                    branch.statementFailed();
+                }
+                throw e.getCause();
+            }
+            if (result instanceof ResultSet rs && branch != null && branch.isPlain()) {
+                return resultSet(rs, (Statement) proxy); // on the commit point only: a proxy costs on every row
+            }
+            return result;
+        };
+        return Proxy.newProxyInstance(Statement.class.getClassLoader(), new Class<?>[] {type}, h);
+    }
+
+    /** Wraps a ResultSet so that its getStatement() is the checked statement, not the driver's. */
+    private static ResultSet resultSet(ResultSet rs, Statement checked) {
+        InvocationHandler h = (proxy, m, args) -> {
+            switch (m.getName()) {
+                case "getStatement":
+                    return checked;
+                case "unwrap":
+                    if (((Class<?>) args[0]).isInstance(proxy)) {
+                        return proxy;
+                    }
+                    break;
                 case "equals":
                     return proxy == args[0];
                 case "hashCode":
@@ -336,12 +417,41 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 default:
             }
             try {
-                return m.invoke(st, args);
+                return m.invoke(rs, args);
             } catch (InvocationTargetException e) {
                 throw e.getCause();
             }
         };
-        return Proxy.newProxyInstance(Statement.class.getClassLoader(), new Class<?>[] {type}, h);
+        return (ResultSet) Proxy.newProxyInstance(ResultSet.class.getClassLoader(), new Class<?>[] {ResultSet.class}, h);
+    }
+
+    /** Refuses to use a branch's connection once its transaction is over: the pool may have given it to another. */
+    private static void refuseOver(SqlBranch branch) throws SQLException {
+        if (branch != null && branch.over) {
+            throw new SQLException("TandemDataSource \"" + branch.rm + "\": this connection belonged to transaction " + branch.xid.gtrid()
+                    + ", which is over: get a new connection (and close handles before the transaction ends)", "08003");
+        }
+    }
+
+    /** Wraps a DatabaseMetaData so that its getConnection() is the handle, not the driver's connection. */
+    private static DatabaseMetaData metaData(DatabaseMetaData md, Connection handle) {
+        InvocationHandler h = (proxy, m, args) -> {
+            switch (m.getName()) {
+                case "getConnection":
+                    return handle;
+                case "equals":
+                    return proxy == args[0];
+                case "hashCode":
+                    return System.identityHashCode(proxy);
+                default:
+            }
+            try {
+                return m.invoke(md, args);
+            } catch (InvocationTargetException e) {
+                throw e.getCause();
+            }
+        };
+        return (DatabaseMetaData) Proxy.newProxyInstance(DatabaseMetaData.class.getClassLoader(), new Class<?>[] {DatabaseMetaData.class}, h);
     }
 
     /**
@@ -351,8 +461,14 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
      * the branch's writes ahead of the decision, and a later failure of
      * another branch would split the transaction. An XA branch needs no such
      * check: MariaDB refuses them there itself. The transaction is unchanged.
+     * Refuses every statement once the database ended the commit point's
+     * transaction on its own ({@link SqlBranch#ended}).
      */
     private static void refuseImplicitCommit(SqlBranch branch, Object[] args) throws SQLException {
+        if (branch != null && branch.ended != null) {
+            throw new SQLException("TandemDataSource \"" + branch.rm + "\": the commit point's transaction " + branch.xid.gtrid()
+                    + " is over: " + branch.ended + "; a statement now would commit at once, outside it: roll the global transaction back", "25000");
+        }
         if (branch == null || !branch.isPlain() || args == null || args.length == 0 || !(args[0] instanceof String sql)) {
             return;
         }

@@ -75,6 +75,8 @@ public final class TandemTransaction implements Transaction {
     static volatile java.util.function.Consumer<String> failpoint = step -> { };
     private String rollbackReason;
     private ScheduledFuture<?> timer;
+    /** commit() or rollback() has begun: the other is refused. */
+    private boolean finishing;
 
     TandemTransaction(TandemTransactionManager tm, String gtrid) {
         this.tm = tm;
@@ -243,11 +245,20 @@ public final class TandemTransaction implements Transaction {
         status = s;
     }
 
-    /** Starts finishing: only once, from ACTIVE or MARKED_ROLLBACK. */
+    /**
+     * Starts finishing: only once, from ACTIVE or MARKED_ROLLBACK. A commit
+     * or rollback from another thread while one runs (its synchronizations
+     * run with the status still ACTIVE) is refused: two of them would drive
+     * the same branches at once, one rolling back what the other commits.
+     */
     private synchronized void startFinishing(String what) {
+        if (finishing) {
+            throw new IllegalStateException("tandem: transaction " + gtrid + " is being completed by another commit or rollback: cannot " + what);
+        }
         if (status != Status.STATUS_ACTIVE && status != Status.STATUS_MARKED_ROLLBACK) {
             throw new IllegalStateException("tandem: transaction " + gtrid + " is " + statusName(status) + ": cannot " + what);
         }
+        finishing = true;
         if (timer != null) {
             timer.cancel(false);
         }
@@ -569,16 +580,18 @@ public final class TandemTransaction implements Transaction {
             point.commitDecision(DecisionTable.commitStatements(point.info.dialect, gtrid, tm.config().maxTransactionAge()));
         } catch (SQLException e) {
             String why = DecisionTable.refused(e);
-            if (why != null || point.info.dialect == DecisionTable.Dialect.POSTGRES && DecisionTable.serverAnswered(e)) {
-                // The database answered: the INSERT (or PostgreSQL's COMMIT)
-                // failed, so the commit point did not commit and never will.
+            if (why != null) {
+                // The database refused the INSERT, so the COMMIT after it never
+                // ran: the commit point did not commit and never will.
                 abort(all);
-                throw rollback("the commit point \"" + point.rm + "\" " + (why != null ? "refused the decision: " + why : "could not record the decision"), e);
+                throw rollback("the commit point \"" + point.rm + "\" refused the decision: " + why, e);
             }
-            // The call broke, or MariaDB answered an error other than a refusal
-            // (which statement failed is not known): the COMMIT may or may not
-            // have happened. End the session (an uncommitted decision row goes
-            // with it), then take the key.
+            // The call broke, or the database answered an error other than a
+            // refusal: which statement failed is not known, and even on
+            // PostgreSQL an answer can follow a COMMIT that ran (a backend's
+            // FATAL 57P01 after its commit, before the round trip's Sync), so
+            // the COMMIT may or may not have happened. End the session (an
+            // uncommitted decision row goes with it), then take the key.
             point.releaseSession();
             DecisionTable.Outcome o;
             try {
@@ -594,7 +607,7 @@ public final class TandemTransaction implements Transaction {
             if (o == DecisionTable.Outcome.ABORT) {
                 settlePrepared(prepared, false);
                 setStatus(Status.STATUS_ROLLEDBACK);
-                throw rollback("the commit point's connection broke during its commit, and taking the decision key found no decision"
+                throw rollback("the commit point's commit failed or its connection broke, and taking the decision key found no decision"
                         + " (its COMMIT never happened; now none can)", e);
             }
         }

@@ -255,7 +255,10 @@ public final class TandemTransactionManager implements TransactionManager, UserT
 
     /**
      * Runs the tasks concurrently (the last on the calling thread) and returns
-     * null, or the first failure with the others suppressed.
+     * null, or the first failure with the others suppressed, once every task
+     * has ended: an interrupt of the calling thread does not stop the wait
+     * (a task still running on a branch's connection would race whatever the
+     * caller does next with it); the thread's interrupt status is kept.
      */
     Throwable parallel(List<Callable<Void>> tasks) {
         if (tasks.isEmpty()) {
@@ -271,15 +274,22 @@ public final class TandemTransactionManager implements TransactionManager, UserT
         } catch (Exception e) {
             first = e;
         }
+        boolean interrupted = false;
         for (Future<Void> f : fs) {
-            try {
-                f.get();
-            } catch (ExecutionException e) {
-                first = add(first, e.getCause());
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                first = add(first, e);
+            while (true) {
+                try {
+                    f.get();
+                } catch (ExecutionException e) {
+                    first = add(first, e.getCause());
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                    continue;
+                }
+                break;
             }
+        }
+        if (interrupted) {
+            Thread.currentThread().interrupt();
         }
         return first;
     }

@@ -358,6 +358,397 @@ class CommitPointTest {
         }
     }
 
+    /**
+     * The ways plain JDBC gives back "the connection" of a handle on the
+     * commit point (DatabaseMetaData.getConnection, unwrap(Connection.class))
+     * give the handle, not the driver's connection: its commit(), which
+     * would commit MariaDB's writes ahead of the decision (and a later
+     * refusal would roll PostgreSQL back: a split), is refused too.
+     */
+    @Test
+    void theDriverConnectionIsNotReachableThroughJdbc() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id);
+                insert(b, id);
+                assertThrows(SQLException.class, () -> b.getMetaData().getConnection().commit(), "getMetaData().getConnection().commit()");
+                assertThrows(SQLException.class, () -> b.unwrap(Connection.class).commit(), "unwrap(Connection.class).commit()");
+                assertThrows(SQLException.class, () -> b.unwrap(java.sql.Wrapper.class).unwrap(Connection.class).setAutoCommit(true),
+                        "unwrap(Wrapper.class)…setAutoCommit(true)");
+                try (Statement st = b.createStatement()) {
+                    assertThrows(SQLException.class, () -> st.getConnection().getMetaData().getConnection().rollback(), "statement's metadata");
+                    assertThrows(SQLException.class, () -> st.unwrap(Statement.class).execute("COMMIT"), "unwrap(Statement.class).execute(COMMIT)");
+                    assertThrows(SQLException.class, () -> st.executeQuery("SELECT 1").getStatement().execute("COMMIT"),
+                            "executeQuery(…).getStatement().execute(COMMIT)");
+                    assertThrows(SQLException.class, () -> {
+                        st.execute("SELECT 1");
+                        st.getResultSet().getStatement().getConnection().unwrap(Connection.class).commit();
+                    }, "getResultSet().getStatement()…commit()");
+                }
+            }
+            tm.rollback();
+            assertFalse(TestEnv.mariaHas(id), "SPLIT: the MariaDB row was committed behind the transaction manager's back");
+            assertFalse(TestEnv.pgHas(id), "the PostgreSQL row is committed");
+        }
+    }
+
+    /**
+     * PostgreSQL answers an error after the commit point's COMMIT ran: the
+     * FATAL "terminating connection due to administrator command" (57P01)
+     * of a backend told to die once its commit is done, before the Sync of
+     * the same round trip. The error is the server's, yet the decision is
+     * COMMIT: the client must not roll the other branch back (a split); it
+     * learns COMMIT by taking the key, and the transaction is whole.
+     */
+    @Test
+    void postgresErrorAfterTheCommitPointsCommitIsSettledByTheKey() throws Exception {
+        javax.sql.DataSource real = TestEnv.pgSource();
+        javax.sql.DataSource dying = (javax.sql.DataSource) java.lang.reflect.Proxy.newProxyInstance(getClass().getClassLoader(),
+                new Class<?>[] {javax.sql.DataSource.class}, (p, m, args) -> {
+                    Object r = invoke(m, real, args);
+                    return m.getName().equals("getConnection") ? dieAfterDecision((Connection) r) : r;
+                });
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", dying);
+                TandemDataSource pg2 = TandemDataSource.postgres(tm, "pg2", TestEnv.pgSource())) {
+            try (Connection c = pg.getConnection()) {
+                c.createStatement().close(); // outside a transaction: the commit-point check runs at the first commit's choice
+            }
+            String id1 = TandemJtaTest.id();
+            String id2 = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection a = pg.getConnection(); Connection b = pg2.getConnection()) {
+                insert(a, id1);
+                insert(b, id2);
+            }
+            try {
+                tm.commit();
+            } catch (RollbackException e) {
+                System.out.println("postgresErrorAfterTheCommitPointsCommit: " + e.getMessage());
+            }
+            boolean p1 = TestEnv.pgHas(id1);
+            boolean p2 = TestEnv.pgHas(id2);
+            System.out.println("postgresErrorAfterTheCommitPointsCommit: rows pg " + p1 + ", pg2 " + p2 + ", decision row " + decisionRow(TestEnv.pg(), g));
+            assertTrue(p1, "the commit point committed");
+            assertEquals(p1, p2, "SPLIT: the commit point committed and the other branch did not");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+        }
+    }
+
+    private static Object invoke(java.lang.reflect.Method m, Object target, Object[] args) throws Throwable {
+        try {
+            return m.invoke(target, args);
+        } catch (java.lang.reflect.InvocationTargetException e) {
+            throw e.getCause();
+        }
+    }
+
+    /** c, whose statement that records COMMIT in tandem_decision runs, then fails as a backend terminated after it would. */
+    private static Connection dieAfterDecision(Connection c) {
+        return (Connection) java.lang.reflect.Proxy.newProxyInstance(CommitPointTest.class.getClassLoader(), new Class<?>[] {Connection.class},
+                (p, m, args) -> {
+                    Object r = invoke(m, c, args);
+                    if (!(r instanceof Statement st) || m.getReturnType() != Statement.class) {
+                        return r;
+                    }
+                    return java.lang.reflect.Proxy.newProxyInstance(CommitPointTest.class.getClassLoader(), new Class<?>[] {Statement.class},
+                            (sp, sm, sargs) -> {
+                                Object sr = invoke(sm, st, sargs);
+                                if (sm.getName().equals("execute") && sargs[0] instanceof String sql
+                                        && sql.contains(DecisionTable.NAME) && sql.contains("'C'")) {
+                                    c.close();
+                                    throw new SQLException("FATAL: terminating connection due to administrator command", "57P01");
+                                }
+                                return sr;
+                            });
+                });
+    }
+
+    /**
+     * The application's thread is interrupted (a request timeout, a
+     * cancelled Future) when it commits: the commit still waits for every
+     * branch it started (a phase 1 it stopped waiting for would race its own
+     * rollback on the same connections and leave prepared branches to the
+     * scan), commits, and leaves the thread's interrupt status set.
+     */
+    @Test
+    void interruptedThreadStillCommitsWhole() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource pg2 = TandemDataSource.postgres(tm, "pg2", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            String id2 = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection b = maria.getConnection(); Connection a = pg.getConnection(); Connection a2 = pg2.getConnection()) {
+                insert(b, id);
+                insert(a, id);
+                insert(a2, id2);
+            }
+            Thread.currentThread().interrupt();
+            try {
+                tm.commit();
+            } finally {
+                assertTrue(Thread.interrupted(), "the thread's interrupt status is kept");
+            }
+            assertTrue(TestEnv.pgHas(id) && TestEnv.pgHas(id2) && TestEnv.mariaHas(id), "the transaction is on both databases");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+        }
+    }
+
+    /**
+     * The commit point's connection breaks before its decision arrives while
+     * the key is held by an open transaction (taking it waits, times out,
+     * and is tried again), and the committing thread is interrupted: the
+     * retries go on within the decision timeout, the key is taken once the
+     * holder rolls back, and the outcome is a known rollback, not "unknown".
+     */
+    @Test
+    void interruptedThreadKeepsTakingTheKey() throws Exception {
+        ScheduledExecutorService timer = Executors.newSingleThreadScheduledExecutor();
+        String[] hp = TestEnv.MY_HOST_PORT.split(":");
+        try (TcpProxy px = new TcpProxy(hp[0], Integer.parseInt(hp[1]));
+                TandemTransactionManager tm = TandemTransactionManager.create(
+                        TandemConfig.coordinator(nowhere).withDecisionTimeout(Duration.ofSeconds(20)));
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSourceVia(px.port()));
+                Connection holder = TestEnv.maria()) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id);
+                insert(b, id);
+            }
+            TandemTransaction.failpoint = s -> {
+                if (s.equals("before-commit-point")) {
+                    try (Statement st = holder.createStatement()) {
+                        holder.setAutoCommit(false);
+                        st.execute("INSERT INTO tandem_decision (gtrid, outcome, began_at) VALUES ('" + g + "', 'A', UTC_TIMESTAMP(6))");
+                    } catch (SQLException e) {
+                        throw new IllegalStateException(e);
+                    }
+                    timer.schedule(() -> {
+                        try {
+                            holder.rollback();
+                        } catch (SQLException e) {
+                            throw new IllegalStateException(e);
+                        }
+                    }, 4, TimeUnit.SECONDS);
+                    px.dropToServer = true;
+                    timer.schedule(px::cut, 1, TimeUnit.SECONDS);
+                    Thread.currentThread().interrupt();
+                }
+            };
+            try {
+                RollbackException e = assertThrows(RollbackException.class, tm::commit);
+                assertTrue(e.getMessage().contains("taking the decision key found no decision"), e.getMessage());
+            } finally {
+                assertTrue(Thread.interrupted(), "the thread's interrupt status is kept");
+            }
+            assertFalse(TestEnv.pgHas(id) || TestEnv.mariaHas(id), "a row of the rolled back transaction is committed");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+            assertEquals("A", decisionRow(TestEnv.maria(), g));
+        } finally {
+            timer.shutdownNow();
+        }
+    }
+
+    /**
+     * MariaDB rolls the commit point's transaction back when it is chosen as
+     * a deadlock's victim, and the session is then in autocommit: an
+     * application that retries the statement would commit it at once,
+     * ahead of the decision, which then refuses (the transaction was ended)
+     * and rolls PostgreSQL back — a split. After such an error the branch
+     * refuses every statement and the global transaction can only roll
+     * back, whole (an XA branch is put in ROLLBACK ONLY by MariaDB itself).
+     */
+    @Test
+    void deadlockVictimCommitPointRefusesFurtherStatements() throws Exception {
+        java.util.concurrent.ExecutorService other = Executors.newSingleThreadExecutor();
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
+                Connection o = TestEnv.maria()) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id);
+                makeDeadlockVictim(b, o, other);
+                o.rollback();
+                try {
+                    insert(b, id); // the application retries the statement
+                } catch (SQLException e) {
+                    System.out.println("deadlockVictimCommitPoint: the retry was refused: " + e.getMessage());
+                }
+            }
+            assertThrows(RollbackException.class, tm::commit);
+            boolean p = TestEnv.pgHas(id);
+            boolean m = TestEnv.mariaHas(id);
+            System.out.println("deadlockVictimCommitPoint: rows postgres " + p + ", mariadb " + m);
+            assertFalse(m, "SPLIT: the MariaDB row is committed, the PostgreSQL one rolled back");
+            assertFalse(p, "the PostgreSQL row is committed");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+        } finally {
+            other.shutdownNow();
+        }
+    }
+
+    /**
+     * Another thread calls rollback() on the transaction while its commit
+     * runs (here from a Synchronization's beforeCompletion, before the
+     * commit prepares anything): only one of commit and rollback finishes
+     * the transaction — the late one is refused — so no branch is rolled
+     * back under a commit point that then commits.
+     */
+    @Test
+    void rollbackFromAnotherThreadDuringCommitIsRefused() throws Exception {
+        java.util.concurrent.ExecutorService other = Executors.newSingleThreadExecutor();
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            jakarta.transaction.Transaction tx = tm.getTransaction();
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id);
+                insert(b, id);
+            }
+            Throwable[] seen = new Throwable[1];
+            tx.registerSynchronization(new jakarta.transaction.Synchronization() {
+                @Override
+                public void beforeCompletion() {
+                    try {
+                        other.submit(() -> {
+                            tx.rollback();
+                            return null;
+                        }).get(30, TimeUnit.SECONDS);
+                    } catch (java.util.concurrent.ExecutionException e) {
+                        seen[0] = e.getCause();
+                    } catch (Exception e) {
+                        throw new IllegalStateException(e);
+                    }
+                }
+
+                @Override
+                public void afterCompletion(int status) {
+                }
+            });
+            try {
+                tm.commit();
+            } catch (RollbackException e) {
+                System.out.println("rollbackFromAnotherThreadDuringCommit: " + e.getMessage());
+            }
+            boolean p = TestEnv.pgHas(id);
+            boolean m = TestEnv.mariaHas(id);
+            System.out.println("rollbackFromAnotherThreadDuringCommit: rows postgres " + p + ", mariadb " + m + "; the other thread's rollback: " + seen[0]);
+            assertEquals(p, m, "SPLIT");
+            assertTrue(seen[0] instanceof IllegalStateException, "the other thread's rollback during the commit was refused: " + seen[0]);
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+        } finally {
+            other.shutdownNow();
+        }
+    }
+
+    /**
+     * Makes b's transaction a deadlock's victim (o, a plain MariaDB
+     * connection, weighs more), then rolls o back.
+     */
+    static void makeDeadlockVictim(Connection b, Connection o, java.util.concurrent.ExecutorService other) throws Exception {
+        String rowA = TandemJtaTest.id();
+        String rowB = TandemJtaTest.id();
+        try (Connection c = TestEnv.maria()) {
+            insert(c, rowA);
+            insert(c, rowB);
+        }
+        o.setAutoCommit(false);
+        for (int i = 0; i < 20; i++) {
+            insert(o, TandemJtaTest.id()); // o weighs more: InnoDB picks b as the victim
+        }
+        try (Statement st = o.createStatement()) {
+            st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowB + "'");
+        }
+        try (Statement st = b.createStatement()) {
+            st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowA + "'");
+        }
+        java.util.concurrent.Future<?> waits = other.submit(() -> {
+            try (Statement st = o.createStatement()) {
+                return st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowA + "'");
+            }
+        });
+        SQLException dl = assertThrows(SQLException.class, () -> {
+            try (Statement st = b.createStatement()) {
+                st.executeUpdate("UPDATE jta_rows SET v = v + 1 WHERE id = '" + rowB + "'");
+            }
+        });
+        assertEquals(1213, dl.getErrorCode(), "b is the deadlock's victim: " + dl);
+        waits.get(30, TimeUnit.SECONDS);
+        o.rollback();
+    }
+
+    /**
+     * The commit point, the only writer, was a deadlock's victim (MariaDB
+     * rolled its writes back) and the application went on to commit: the
+     * commit must not report COMMITTED for writes that are gone.
+     */
+    @Test
+    void deadlockVictimOnlyWriterDoesNotCommit() throws Exception {
+        java.util.concurrent.ExecutorService other = Executors.newSingleThreadExecutor();
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
+                Connection o = TestEnv.maria()) {
+            String id = TandemJtaTest.id();
+            tm.begin();
+            try (Connection b = maria.getConnection()) {
+                insert(b, id);
+                makeDeadlockVictim(b, o, other);
+            }
+            assertThrows(RollbackException.class, tm::commit, "the commit of a transaction whose writes MariaDB rolled back");
+            assertFalse(TestEnv.mariaHas(id));
+        } finally {
+            other.shutdownNow();
+        }
+    }
+
+    /**
+     * A handle kept past its transaction (not closed) no longer reaches the
+     * connection, which went back to the pool and now carries another
+     * transaction — here the next one's commit point: a statement through
+     * the old handle would join that transaction, checked against the old
+     * branch's rules, not the new one's.
+     */
+    @Test
+    void aHandleKeptPastItsTransactionIsRefused() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id1 = TandemJtaTest.id();
+            String id2 = TandemJtaTest.id();
+            tm.begin();
+            Connection old = maria.getConnection();
+            insert(old, id1);
+            tm.commit();
+            assertTrue(old.isClosed(), "the handle reads as closed once its transaction is over");
+            tm.begin();
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id2);
+                insert(b, id2);
+                assertThrows(SQLException.class, () -> insert(old, TandemJtaTest.id()), "a statement through the old handle");
+            }
+            tm.rollback();
+            assertTrue(TestEnv.mariaHas(id1));
+            assertFalse(TestEnv.mariaHas(id2) || TestEnv.pgHas(id2));
+        }
+    }
+
     /** DecideAt.COORDINATOR keeps every writer prepared and the coordinator deciding: the MariaDB branch is XA. */
     @Test
     void decideAtCoordinatorPreparesEveryWriter() throws Exception {
