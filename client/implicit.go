@@ -15,15 +15,16 @@ import (
 
 // implicitCommit lists the first keywords of MySQL/MariaDB statements that
 // end the transaction (MariaDB's "Statements That Cause an Implicit
-// Commit"), that control it, or that run a statement the SDK cannot see
-// (PREPARE, EXECUTE, EXECUTE IMMEDIATE).
+// Commit"), that control it, or that run statements the SDK cannot see
+// (PREPARE, EXECUTE, EXECUTE IMMEDIATE, and CALL: a stored procedure may
+// COMMIT, which ends a plain transaction; an XA branch refuses it).
 var implicitCommit = map[string]bool{
 	"ALTER": true, "CREATE": true, "DROP": true, "RENAME": true, "TRUNCATE": true,
 	"LOCK": true, "UNLOCK": true, "BEGIN": true, "START": true, "COMMIT": true,
 	"GRANT": true, "REVOKE": true, "FLUSH": true, "ANALYZE": true, "OPTIMIZE": true,
 	"REPAIR": true, "CACHE": true, "CHECK": true, "INSTALL": true, "UNINSTALL": true,
 	"RESET": true, "PURGE": true, "CHANGE": true, "XA": true, "LOAD": true,
-	"PREPARE": true, "EXECUTE": true,
+	"PREPARE": true, "EXECUTE": true, "CALL": true,
 }
 
 // endsTransaction returns the first statement of query (several may be
@@ -99,7 +100,7 @@ func refusal(rm, stmt string) error {
 		stmt = string(r[:80]) + "…"
 	}
 	return fmt.Errorf("client: rm %q: %q would end the transaction (an implicit commit): not allowed inside a global transaction, whose MariaDB/MySQL branch is its commit point; "+
-		"run DDL, LOCK TABLES and transaction control outside it (an XA branch refuses them too)", rm, stmt)
+		"run DDL, LOCK TABLES, transaction control and stored procedures (CALL: one may COMMIT) outside it, or decide at the coordinator (an XA branch refuses them too)", rm, stmt)
 }
 
 // statement is one statement of a query: its text, and its code, the text

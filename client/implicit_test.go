@@ -27,6 +27,10 @@ func TestEndsTransaction(t *testing.T) {
 		{"SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", true},
 		{"TRUNCATE t", true},
 		{"XA END 'x'", true},
+		// A stored procedure may COMMIT (it does commit a plain transaction;
+		// an XA branch refuses it): not allowed on the commit point.
+		{"CALL transfer(1, 2)", true},
+		{"call p", true},
 		{"SELECT \"a;COMMIT\", `b;DROP`", false},
 		// Executable comments are executed by MariaDB/MySQL, version-gated
 		// or not: their content is the statement.
@@ -81,7 +85,7 @@ func TestEndsTransactionReturnsTheStatement(t *testing.T) {
 // Java client's ImplicitCommitTest expects the same strings).
 func TestRefusal(t *testing.T) {
 	const tail = " would end the transaction (an implicit commit): not allowed inside a global transaction, whose MariaDB/MySQL branch is its commit point; " +
-		"run DDL, LOCK TABLES and transaction control outside it (an XA branch refuses them too)"
+		"run DDL, LOCK TABLES, transaction control and stored procedures (CALL: one may COMMIT) outside it, or decide at the coordinator (an XA branch refuses them too)"
 	for _, tc := range []struct{ stmt, want string }{
 		{" COMMIT\n", `client: rm "maria": "COMMIT"` + tail},
 		{"DROP TABLE \"x\"\t-- é\\", `client: rm "maria": "DROP TABLE \"x\"\t-- é\\"` + tail},

@@ -38,7 +38,7 @@ final class ImplicitCommit {
             "GRANT", "REVOKE", "FLUSH", "ANALYZE", "OPTIMIZE",
             "REPAIR", "CACHE", "CHECK", "INSTALL", "UNINSTALL",
             "RESET", "PURGE", "CHANGE", "XA", "LOAD",
-            "PREPARE", "EXECUTE");
+            "PREPARE", "EXECUTE", "CALL");
 
     private ImplicitCommit() {}
 
@@ -77,7 +77,7 @@ final class ImplicitCommit {
         return "tandem: rm " + goQuote(rm) + ": " + goQuote(s)
                 + " would end the transaction (an implicit commit): not allowed inside a global transaction,"
                 + " whose MariaDB/MySQL branch is its commit point;"
-                + " run DDL, LOCK TABLES and transaction control outside it (an XA branch refuses them too)";
+                + " run DDL, LOCK TABLES, transaction control and stored procedures (CALL: one may COMMIT) outside it, or decide at the coordinator (an XA branch refuses them too)";
     }
 
     /** Whether the statement whose upper-case words start at w[i] would end or control the transaction. */

@@ -30,6 +30,9 @@ class ImplicitCommitTest {
         {"SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", true},
         {"TRUNCATE t", true},
         {"XA END 'x'", true},
+        // A stored procedure may COMMIT (it does commit a plain transaction).
+        {"CALL transfer(1, 2)", true},
+        {"call p", true},
         {"SELECT \"a;COMMIT\", `b;DROP`", false},
         // Executable comments are executed by MariaDB/MySQL, version-gated
         // or not: their content is the statement.
@@ -90,7 +93,7 @@ class ImplicitCommitTest {
 
     private static final String TAIL = " would end the transaction (an implicit commit): not allowed inside a global transaction,"
             + " whose MariaDB/MySQL branch is its commit point;"
-            + " run DDL, LOCK TABLES and transaction control outside it (an XA branch refuses them too)";
+            + " run DDL, LOCK TABLES, transaction control and stored procedures (CALL: one may COMMIT) outside it, or decide at the coordinator (an XA branch refuses them too)";
 
     /** The strings of Go's TestRefusal. */
     @Test
