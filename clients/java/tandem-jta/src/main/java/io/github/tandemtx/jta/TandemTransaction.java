@@ -543,6 +543,19 @@ public final class TandemTransaction implements Transaction {
     private void commitAtRM(List<Enlisted> all, List<Enlisted> writers, Enlisted cpe, List<Callable<Void>> commitReaders)
             throws RollbackException, SystemException {
         SqlBranch point = (SqlBranch) cpe.res;
+        // Whoever settles these branches if this JVM dies is the coordinator's
+        // scan, reading the commit point's decision table: it must know every
+        // RM by these names, or a branch prepared there would wait for an
+        // operator (and its decision row could be swept as an orphan's).
+        for (Enlisted w : writers) {
+            if (Boolean.FALSE.equals(tm.coordinatorKnows(w.res.rmName()))) {
+                abort(all);
+                throw rollback("the coordinator at " + tm.config().coordinator() + " does not know resource manager \"" + w.res.rmName()
+                        + "\", so it could not recover this transaction's branches if this process died; nothing was prepared."
+                        + " Give the coordinator --rm " + w.res.rmName() + "=DRIVER:DSN (the same name as the TandemDataSource),"
+                        + " and call TandemTransactionManager.verify() at start-up", null);
+            }
+        }
         List<Enlisted> prepared = new ArrayList<>();
         for (Enlisted w : writers) {
             if (w == cpe) {

@@ -130,6 +130,52 @@ public final class TandemTransactionManager implements TransactionManager, UserT
         }
     }
 
+    /** The RM names the coordinator said it scans; null until it answered. */
+    private volatile Set<String> coordinatorRms;
+    /** When (System.nanoTime) a negative or failed answer may be asked again. */
+    private volatile long nextRmProbe;
+    private final java.util.concurrent.locks.ReentrantLock rmProbe = new java.util.concurrent.locks.ReentrantLock();
+    private static final long RM_PROBE_AGAIN_NANOS = TimeUnit.SECONDS.toNanos(5);
+
+    /**
+     * Whether the coordinator scans resource manager rm (its recovery is what
+     * settles a dead JVM's prepared branches, and it reads a commit point's
+     * decision table only for an RM it knows): TRUE when it said so (kept),
+     * FALSE when it answered without rm (asked again after 5 s: the operator
+     * may add it), null when it could not be asked (unreachable; asked again
+     * after 5 s; a thread that finds another asking does not wait for it).
+     * The commit point needs no coordinator to commit, so null lets it go on.
+     */
+    Boolean coordinatorKnows(String rm) {
+        Set<String> known = coordinatorRms;
+        if (known != null && known.contains(rm)) {
+            return Boolean.TRUE;
+        }
+        if (System.nanoTime() - nextRmProbe < 0 || !rmProbe.tryLock()) {
+            return known == null ? null : Boolean.FALSE;
+        }
+        try {
+            HealthResponse h = coordinator.health(Duration.ofSeconds(2));
+            Set<String> names = new TreeSet<>();
+            for (RMHealth r : h.getRmsList()) {
+                names.add(r.getName());
+            }
+            if (!names.isEmpty()) {
+                coordinatorRms = known = names;
+            }
+        } catch (StatusRuntimeException e) {
+            java.util.logging.Logger.getLogger("io.github.tandemtx.jta").warning("tandem: could not ask the coordinator at " + config.coordinator()
+                    + " which resource managers it recovers (" + CoordinatorClient.describe(e) + "); commit points go on without it");
+        } finally {
+            nextRmProbe = System.nanoTime() + RM_PROBE_AGAIN_NANOS;
+            rmProbe.unlock();
+        }
+        if (known == null) {
+            return null;
+        }
+        return known.contains(rm);
+    }
+
     void registerRm(ResourceManager rm) {
         rms.put(rm.name, rm);
     }

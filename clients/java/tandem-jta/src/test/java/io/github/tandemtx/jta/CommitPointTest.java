@@ -749,6 +749,43 @@ class CommitPointTest {
         }
     }
 
+    /**
+     * A writer on a resource manager the coordinator does not know ("pg2"):
+     * its branch, prepared under a commit point, would be recovered by nobody
+     * if this JVM died. The manager asks the coordinator once which RMs it
+     * recovers, and rolls such a transaction back before anything is
+     * prepared, naming the RM and the fix. With RMs it knows, the same
+     * manager decides at the commit point.
+     */
+    @Test
+    void writerOnAnRmTheCoordinatorDoesNotKnowIsRefused() throws Exception {
+        try (TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr));
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource pg2 = TandemDataSource.postgres(tm, "pg2", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id1 = TandemJtaTest.id();
+            String id2 = TandemJtaTest.id();
+            tm.begin();
+            String g = gtrid(tm);
+            try (Connection a = pg2.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id1);
+                insert(b, id1);
+            }
+            RollbackException e = assertThrows(RollbackException.class, tm::commit);
+            assertTrue(e.getMessage().contains("does not know resource manager \"pg2\"") && e.getMessage().contains("--rm pg2="), e.getMessage());
+            assertFalse(TestEnv.pgHas(id1) || TestEnv.mariaHas(id1), "a row of the refused transaction is committed");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing prepared: " + TestEnv.prepared(g));
+            tm.begin();
+            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+                insert(a, id2);
+                insert(b, id2);
+            }
+            assertEquals("maria", ((TandemTransaction) tm.getTransaction()).commitPoint());
+            tm.commit();
+            assertTrue(TestEnv.pgHas(id2) && TestEnv.mariaHas(id2));
+        }
+    }
+
     /** DecideAt.COORDINATOR keeps every writer prepared and the coordinator deciding: the MariaDB branch is XA. */
     @Test
     void decideAtCoordinatorPreparesEveryWriter() throws Exception {
