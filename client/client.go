@@ -190,7 +190,9 @@ type Client struct {
 	waits  *waits.Registry
 
 	coordinatorCalls atomic.Uint64
-	closeOnce        sync.Once
+	// coordRMs is which RMs the coordinator said it recovers (coordrms.go).
+	coordRMs  coordinatorRMs
+	closeOnce sync.Once
 	// background bounds the commits left to goroutines (visibility async
 	// at a commit point); closing ends them when the client is closed.
 	background slots

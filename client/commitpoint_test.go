@@ -4,13 +4,17 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/grpc"
 
+	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/xid"
@@ -296,5 +300,61 @@ func TestCommitPointErrorAtCommitRollsBack(t *testing.T) {
 	g := tx.GTRID()
 	if got := a.log(); got[len(got)-1] != "ROLLBACK PREPARED "+cpGID(g, "pga", "pgb") {
 		t.Errorf("pga's last statement %q, want its prepared branch rolled back", got[len(got)-1])
+	}
+}
+
+// rmsFake answers Health listing the RMs it knows, and counts the calls.
+type rmsFake struct {
+	fakeCoordinator
+	rms    []string
+	health atomic.Int32
+}
+
+func (f *rmsFake) Health(context.Context, *api.HealthRequest) (*api.HealthResponse, error) {
+	f.health.Add(1)
+	h := &api.HealthResponse{Serving: true}
+	for _, r := range f.rms {
+		h.Rms = append(h.Rms, &api.RMHealth{Name: r})
+	}
+	return h, nil
+}
+
+// A commit point's transaction writing an RM the coordinator does not know
+// (its scan would never recover the branch) rolls back before anything is
+// prepared, naming the RM; with RMs it knows the commit point decides, and
+// the coordinator's answer is asked once.
+func TestCommitPointRefusesAnRMTheCoordinatorDoesNotKnow(t *testing.T) {
+	f := &rmsFake{rms: []string{"maria"}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	api.RegisterCoordinatorServer(s, f)
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	c := newClient(t, Config{Coordinator: lis.Addr().String(), Defaults: CommitOptions{DecideAt: DecideAuto}})
+	ctx := context.Background()
+	tx, pg, _ := twoBranches(t, c)
+	_, err = tx.Commit(ctx)
+	if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), `does not know resource manager "pg"`) {
+		t.Fatalf("Commit = %v, want ErrAborted naming pg", err)
+	}
+	for _, st := range pg.log() {
+		if strings.HasPrefix(st, "PREPARE") {
+			t.Errorf("pg got %q: a branch nobody would recover was prepared", st)
+		}
+	}
+	f.rms = []string{"maria", "pg"}
+	c.coordRMs.next.Store(0) // the operator added pg; the 5 s wait is not this test's
+	for range 2 {
+		tx, _, _ := twoBranches(t, c)
+		res, err := tx.Commit(ctx)
+		if err != nil || res.Path != PathCommitPoint || res.CoordinatorCalls != 0 {
+			t.Fatalf("Commit = %+v, %v; want decided at the commit point", res, err)
+		}
+	}
+	if n := f.health.Load(); n != 2 {
+		t.Errorf("Health asked %d times, want 2 (once refused, once known, then kept)", n)
 	}
 }
