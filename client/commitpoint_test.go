@@ -2,9 +2,9 @@ package client
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
-	"google.golang.org/grpc"
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/decision"
@@ -129,22 +128,35 @@ func TestDecideAtCoordinatorKeepsXA(t *testing.T) {
 	_ = tx.Rollback(context.Background())
 }
 
+// twoPostgresWriters begins a transaction of c writing RMs pga and pgb.
+func twoPostgresWriters(t *testing.T, c *Client) (tx *Tx, a, b *fakeDB) {
+	t.Helper()
+	ctx := context.Background()
+	tx = c.Begin()
+	ca, a := fakeConnTo(t)
+	cb, b := fakeConnTo(t)
+	for _, w := range []struct {
+		rm   string
+		conn *sql.Conn
+		stmt string
+	}{{"pga", ca, "UPDATE a SET v = 1"}, {"pgb", cb, "UPDATE b SET v = 1"}} {
+		br, err := tx.Branch(ctx, w.rm, w.conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := br.ExecContext(ctx, w.stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tx, a, b
+}
+
 // Two PostgreSQL writers: the stronger RM is the commit point; the other
 // prepares named with it.
 func TestCommitPointOnPostgresByStrength(t *testing.T) {
 	c := cpClient(t, RM{Name: "pga", Driver: "postgres"}, RM{Name: "pgb", Driver: "postgres", CommitPointStrength: 5})
 	ctx := context.Background()
-	tx := c.Begin()
-	ca, a := fakeConnTo(t)
-	cb, b := fakeConnTo(t)
-	ba, _ := tx.Branch(ctx, "pga", ca)
-	bb, _ := tx.Branch(ctx, "pgb", cb)
-	if _, err := ba.ExecContext(ctx, "UPDATE a SET v = 1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bb.ExecContext(ctx, "UPDATE b SET v = 1"); err != nil {
-		t.Fatal(err)
-	}
+	tx, a, b := twoPostgresWriters(t, c)
 	res, err := tx.Commit(ctx)
 	if err != nil || res.CommitPoint != "pgb" {
 		t.Fatalf("Commit = %+v, %v; want decided at pgb", res, err)
@@ -246,17 +258,7 @@ func TestMaxTxnAgeIsBoundedByTheCoordinatorsKeep(t *testing.T) {
 func TestCommitPointFatalAfterCommitIsNotARollback(t *testing.T) {
 	c := cpClient(t, RM{Name: "pga", Driver: "postgres"}, RM{Name: "pgb", Driver: "postgres", CommitPointStrength: 5})
 	ctx := context.Background()
-	tx := c.Begin()
-	ca, a := fakeConnTo(t)
-	cb, b := fakeConnTo(t)
-	ba, _ := tx.Branch(ctx, "pga", ca)
-	bb, _ := tx.Branch(ctx, "pgb", cb)
-	if _, err := ba.ExecContext(ctx, "UPDATE a SET v = 1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bb.ExecContext(ctx, "UPDATE b SET v = 1"); err != nil {
-		t.Fatal(err)
-	}
+	tx, a, b := twoPostgresWriters(t, c)
 	b.mu.Lock()
 	b.fail["COMMIT"] = &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
 	b.mu.Unlock()
@@ -279,17 +281,7 @@ func TestCommitPointFatalAfterCommitIsNotARollback(t *testing.T) {
 func TestCommitPointErrorAtCommitRollsBack(t *testing.T) {
 	c := cpClient(t, RM{Name: "pga", Driver: "postgres"}, RM{Name: "pgb", Driver: "postgres", CommitPointStrength: 5})
 	ctx := context.Background()
-	tx := c.Begin()
-	ca, a := fakeConnTo(t)
-	cb, b := fakeConnTo(t)
-	ba, _ := tx.Branch(ctx, "pga", ca)
-	bb, _ := tx.Branch(ctx, "pgb", cb)
-	if _, err := ba.ExecContext(ctx, "UPDATE a SET v = 1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bb.ExecContext(ctx, "UPDATE b SET v = 1"); err != nil {
-		t.Fatal(err)
-	}
+	tx, a, b := twoPostgresWriters(t, c)
 	b.mu.Lock()
 	b.fail["COMMIT"] = &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "23503", Message: "insert or update violates foreign key constraint"}
 	b.mu.Unlock()
@@ -325,18 +317,10 @@ func (f *rmsFake) Health(context.Context, *api.HealthRequest) (*api.HealthRespon
 // the coordinator's answer is asked once.
 func TestCommitPointRefusesAnRMTheCoordinatorDoesNotKnow(t *testing.T) {
 	f := &rmsFake{rms: []string{"maria"}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	api.RegisterCoordinatorServer(s, f)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	c := newClient(t, Config{Coordinator: lis.Addr().String(), Defaults: CommitOptions{DecideAt: DecideAuto}})
+	c := newClient(t, Config{Coordinator: startCoordinator(t, f), Defaults: CommitOptions{DecideAt: DecideAuto}})
 	ctx := context.Background()
 	tx, pg, _ := twoBranches(t, c)
-	_, err = tx.Commit(ctx)
+	_, err := tx.Commit(ctx)
 	if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), `does not know resource manager "pg"`) {
 		t.Fatalf("Commit = %v, want ErrAborted naming pg", err)
 	}

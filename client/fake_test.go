@@ -352,7 +352,7 @@ func (f *fakeCoordinator) counts() (commits, aborts int) {
 }
 
 // startCoordinator serves f on a loopback port for the test's duration.
-func startCoordinator(t *testing.T, f *fakeCoordinator) string {
+func startCoordinator(t *testing.T, f api.CoordinatorServer) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -419,29 +419,7 @@ public final class TandemTransaction implements Transaction {
             return;
         }
         // Phase 1: every writer prepares in parallel; read-only branches commit meanwhile.
-        int[] votes = new int[writers.size()];
-        List<Callable<Void>> phase1 = new ArrayList<>(commitReaders);
-        for (int i = 0; i < writers.size(); i++) {
-            Enlisted w = writers.get(i);
-            int k = i;
-            phase1.add(() -> {
-                try {
-                    votes[k] = w.res.prepare(w.xid);
-                    w.phase = Phase.PREPARED;
-                } catch (XAException e) {
-                    if (!isRollback(e)) {
-                        w.phase = Phase.IN_DOUBT;
-                    }
-                    throw e;
-                }
-                return null;
-            });
-        }
-        Throwable err = tm.parallel(phase1);
-        if (err != null) {
-            abort(all);
-            throw rollback("phase 1 failed", err);
-        }
+        int[] votes = prepareAll(all, writers, commitReaders);
         List<Enlisted> prepared = new ArrayList<>();
         for (int i = 0; i < writers.size(); i++) {
             if (votes[i] != XAResource.XA_RDONLY) {
@@ -506,6 +484,39 @@ public final class TandemTransaction implements Transaction {
     }
 
     /**
+     * Phase 1: prepares every branch of ws in parallel, with commitReaders
+     * beside it, and returns the votes. On any failure everything in all is
+     * rolled back and the RollbackException thrown; a branch whose prepare
+     * failed without the database's answer is marked in doubt.
+     */
+    private int[] prepareAll(List<Enlisted> all, List<Enlisted> ws, List<Callable<Void>> commitReaders) throws RollbackException {
+        int[] votes = new int[ws.size()];
+        List<Callable<Void>> phase1 = new ArrayList<>(commitReaders);
+        for (int i = 0; i < ws.size(); i++) {
+            Enlisted w = ws.get(i);
+            int k = i;
+            phase1.add(() -> {
+                try {
+                    votes[k] = w.res.prepare(w.xid);
+                    w.phase = Phase.PREPARED;
+                } catch (XAException e) {
+                    if (!isRollback(e)) {
+                        w.phase = Phase.IN_DOUBT;
+                    }
+                    throw e;
+                }
+                return null;
+            });
+        }
+        Throwable err = tm.parallel(phase1);
+        if (err != null) {
+            abort(all);
+            throw rollback("phase 1 failed", err);
+        }
+        return votes;
+    }
+
+    /**
      * The commit point among the writers, or null when the coordinator
      * decides: the plain MariaDB branch chosen at its begin, else, when every
      * writer is on PostgreSQL, the first whose RM qualifies.
@@ -567,26 +578,7 @@ public final class TandemTransaction implements Transaction {
             }
             prepared.add(w);
         }
-        List<Callable<Void>> phase1 = new ArrayList<>(commitReaders);
-        for (Enlisted w : prepared) {
-            phase1.add(() -> {
-                try {
-                    w.res.prepare(w.xid);
-                    w.phase = Phase.PREPARED;
-                } catch (XAException e) {
-                    if (!isRollback(e)) {
-                        w.phase = Phase.IN_DOUBT;
-                    }
-                    throw e;
-                }
-                return null;
-            });
-        }
-        Throwable err = tm.parallel(phase1);
-        if (err != null) {
-            abort(all);
-            throw rollback("phase 1 failed", err);
-        }
+        prepareAll(all, prepared, commitReaders);
         failpoint.accept("before-commit-point"); // every other branch prepared, no decision anywhere
         setStatus(Status.STATUS_COMMITTING);
         try {
