@@ -137,7 +137,10 @@ type DecideAt string
 const (
 	// DecideAuto (the default, also ""): at a commit point when one
 	// qualifies — a MariaDB/MySQL writer first (it then never prepares),
-	// else a PostgreSQL writer — otherwise at the coordinator.
+	// else a PostgreSQL writer — otherwise at the coordinator. A client
+	// with a coordinator asks it once (Health) which RMs it recovers, and
+	// rolls back a commit-point transaction writing one it does not know,
+	// before anything is prepared (coordrms.go).
 	DecideAuto DecideAt = "auto"
 	// DecideAtCoordinator: every writer prepares; the coordinator's log
 	// holds the decision (one Commit RPC).
