@@ -136,6 +136,8 @@ class FollowTest {
         }
     }
 
+    /** Held: java.util.logging keeps loggers weakly, and a handler on a collected one would see nothing. */
+    private static final Logger LOG = Logger.getLogger("io.github.tandemtx.jta");
     private final List<Server> servers = new ArrayList<>();
     private final List<String> logged = new ArrayList<>();
     private final Handler capture = new Handler() {
@@ -157,12 +159,12 @@ class FollowTest {
 
     @BeforeEach
     void captureLog() {
-        Logger.getLogger("io.github.tandemtx.jta").addHandler(capture);
+        LOG.addHandler(capture);
     }
 
     @AfterEach
     void stop() {
-        Logger.getLogger("io.github.tandemtx.jta").removeHandler(capture);
+        LOG.removeHandler(capture);
         servers.forEach(Server::shutdownNow);
     }
 
