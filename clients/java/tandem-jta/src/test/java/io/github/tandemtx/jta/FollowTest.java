@@ -265,6 +265,7 @@ class FollowTest {
                 assertEquals(tc.wantCommits, nu.commits.get(), tc.name + ": Commits on the new primary");
                 assertEquals(0, nu.aborts.get() + old.aborts.get() + old.resolves.get(), tc.name + ": nothing may abort");
                 assertEquals(1, moves(old.addr(), nu.addr()), tc.name + ": " + logged);
+                assertEquals(tc.wantCommits == 0 ? 2 : 3, r.calls, tc.name + ": Commit, Status" + (tc.wantCommits == 0 ? "" : ", Commit"));
             }
         }
     }
@@ -426,6 +427,82 @@ class FollowTest {
             Exception e = assertThrows(jakarta.transaction.SystemException.class, tm::verify);
             assertTrue(e.getMessage().contains("cannot decide transactions") && e.getMessage().contains("no other of " + a.addr() + ", " + b.addr()),
                     e.getMessage());
+        }
+    }
+
+    /** Rolls back whatever of gtrid is left prepared (the fakes settle nothing). */
+    static void cleanUp(String g) throws Exception {
+        for (String b : TestEnv.prepared(g)) {
+            if (b.startsWith("pg ")) {
+                try (java.sql.Connection c = TestEnv.pg(); java.sql.Statement st = c.createStatement()) {
+                    st.execute("ROLLBACK PREPARED '" + b.substring(3) + "'");
+                }
+            } else {
+                String[] x = b.substring(6).split(",");
+                try (java.sql.Connection c = TestEnv.maria(); java.sql.Statement st = c.createStatement()) {
+                    st.execute("XA ROLLBACK '" + x[0] + "','" + x[1] + "'," + x[2]);
+                }
+            }
+        }
+    }
+
+    /**
+     * Through the transaction manager, with the real databases: a commit
+     * caught in a role change settles its session-bound MariaDB branch by the
+     * new primary's answer (committed here, or rolled back with a
+     * RollbackException); with no primary until the decision timeout it is an
+     * OutcomeUnknownException naming the gtrid, and nothing is rolled back
+     * (both branches stay prepared for the coordinator).
+     */
+    @Test
+    void theManagerSettlesByTheNewPrimarysAnswer() throws Exception {
+        TestEnv.createTables();
+        for (String tc : new String[] {"committed", "aborted", "no_primary"}) {
+            RoleFake old = serve(new RoleFake(true, 1, true));
+            dropsTheCommitAndStepsDown(old);
+            RoleFake nu = serve(new RoleFake(true, 2, !tc.equals("no_primary")));
+            nu.status = tc.equals("aborted") ? Outcome.ABORTED : Outcome.COMMITTED;
+            nu.commit = r -> Outcome.COMMITTED;
+            TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinators(old.addr(), nu.addr())
+                    .withDecideAt(TandemConfig.DecideAt.COORDINATOR).withDecisionTimeout(Duration.ofMillis(tc.equals("no_primary") ? 500 : 5000)));
+            TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+            TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
+            String id = TandemJtaTest.id();
+            tm.begin();
+            String g = ((TandemTransaction) tm.getTransaction()).gtrid();
+            try {
+                try (java.sql.Connection a = pg.getConnection(); java.sql.Connection b = maria.getConnection()) {
+                    TandemJtaTest.insert(a, id);
+                    TandemJtaTest.insert(b, id);
+                }
+                switch (tc) {
+                    case "committed" -> {
+                        tm.commit();
+                        assertTrue(TestEnv.mariaHas(id), "committed: MariaDB's branch committed on its session");
+                        assertEquals(1, nu.commits.get(), "the Commit sent again (a session-bound branch), after Status");
+                    }
+                    case "aborted" -> {
+                        Exception e = assertThrows(jakarta.transaction.RollbackException.class, tm::commit);
+                        assertTrue(e.getMessage().contains("ABORT"), e.getMessage());
+                        assertFalse(TestEnv.mariaHas(id), "aborted: MariaDB's branch rolled back");
+                        assertFalse(TestEnv.prepared(g).stream().anyMatch(b -> b.startsWith("maria")), TestEnv.prepared(g).toString());
+                        assertEquals(0, nu.commits.get());
+                    }
+                    default -> {
+                        OutcomeUnknownException e = assertThrows(OutcomeUnknownException.class, tm::commit);
+                        assertEquals(g, e.gtrid());
+                        assertTrue(e.getMessage().contains(g), e.getMessage());
+                        assertEquals(2, TestEnv.prepared(g).size(), "nothing rolled back: " + TestEnv.prepared(g));
+                    }
+                }
+                assertEquals(tc.equals("no_primary") ? 0 : 1, nu.statuses.get(), tc);
+                assertEquals(0, nu.resolves.get() + nu.aborts.get() + old.aborts.get(), tc + ": nothing may abort or resolve");
+            } finally {
+                pg.close();
+                maria.close();
+                tm.close();
+                cleanUp(g);
+            }
         }
     }
 
