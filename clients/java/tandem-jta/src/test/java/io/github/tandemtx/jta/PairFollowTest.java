@@ -81,70 +81,68 @@ class PairFollowTest {
                 Coordinator b = new Coordinator(null, bArgs.toArray(String[]::new))) {
             assertTrue(TestEnv.eventually(15_000, () -> a.healthMessage().contains("standby=127.0.0.1") && b.healthMessage().contains("(following)")),
                     "the standby follows the primary: A says " + a.healthMessage() + "; B says " + b.healthMessage());
-            TandemTransactionManager tm = TandemTransactionManager.create(
+            try (TandemTransactionManager tm = TandemTransactionManager.create(
                     TandemConfig.coordinators(a.addr, b.addr).withDecideAt(TandemConfig.DecideAt.COORDINATOR));
-            TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
-            TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
-            tm.verify();
-            List<String> ids = Collections.synchronizedList(new ArrayList<>());
-            List<String> gtrids = Collections.synchronizedList(new ArrayList<>());
-            List<Throwable> errors = Collections.synchronizedList(new ArrayList<>());
-            AtomicBoolean stop = new AtomicBoolean();
-            List<Thread> workers = new ArrayList<>();
-            for (int w = 0; w < 2; w++) {
-                Thread t = new Thread(() -> {
-                    while (!stop.get()) {
-                        String id = TandemJtaTest.id();
-                        try {
-                            tm.begin();
-                            String g = ((TandemTransaction) tm.getTransaction()).gtrid();
-                            try (Connection c1 = pg.getConnection(); Connection c2 = maria.getConnection()) {
-                                TandemJtaTest.insert(c1, id);
-                                TandemJtaTest.insert(c2, id);
-                            }
-                            tm.commit();
-                            ids.add(id);
-                            gtrids.add(g);
-                        } catch (Throwable e) {
-                            errors.add(e);
+                    TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                    TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+                tm.verify();
+                List<String> ids = Collections.synchronizedList(new ArrayList<>());
+                List<String> gtrids = Collections.synchronizedList(new ArrayList<>());
+                List<Throwable> errors = Collections.synchronizedList(new ArrayList<>());
+                AtomicBoolean stop = new AtomicBoolean();
+                List<Thread> workers = new ArrayList<>();
+                for (int w = 0; w < 2; w++) {
+                    Thread t = new Thread(() -> {
+                        while (!stop.get()) {
+                            String id = TandemJtaTest.id();
                             try {
-                                if (tm.getTransaction() != null) {
-                                    tm.rollback();
+                                tm.begin();
+                                String g = ((TandemTransaction) tm.getTransaction()).gtrid();
+                                try (Connection c1 = pg.getConnection(); Connection c2 = maria.getConnection()) {
+                                    TandemJtaTest.insert(c1, id);
+                                    TandemJtaTest.insert(c2, id);
                                 }
-                            } catch (Exception ignored) {
-                                // reported by errors
+                                tm.commit();
+                                ids.add(id);
+                                gtrids.add(g);
+                            } catch (Throwable e) {
+                                errors.add(e);
+                                try {
+                                    if (tm.getTransaction() != null) {
+                                        tm.rollback();
+                                    }
+                                } catch (Exception ignored) {
+                                    // reported by errors
+                                }
                             }
                         }
-                    }
-                });
-                t.start();
-                workers.add(t);
-            }
-            try {
-                assertTrue(TestEnv.eventually(20_000, () -> ids.size() >= 20), "transactions through the first primary: " + ids.size() + " " + errors);
-                String out = run(90, "switchover", "--primary-admin", adminA, "--standby-admin", adminB,
-                        "--primary-token-file", a.dataDir.resolve("admin.token").toString(), "--standby-token-file", b.dataDir.resolve("admin.token").toString());
-                assertTrue(out.contains("switchover done"), "tandem switchover A→B: " + out + "\nA's log:\n" + a.output() + "\nB's log:\n" + b.output());
-                int before = ids.size();
-                assertTrue(TestEnv.eventually(20_000, () -> ids.size() >= before + 20), "transactions through the new primary: "
-                        + (ids.size() - before) + " " + errors);
-            } finally {
-                stop.set(true);
-                for (Thread t : workers) {
-                    t.join(60_000);
+                    });
+                    t.start();
+                    workers.add(t);
                 }
+                try {
+                    assertTrue(TestEnv.eventually(60_000, () -> ids.size() >= 20), "transactions through the first primary: " + ids.size() + " " + errors);
+                    String out = run(90, "switchover", "--primary-admin", adminA, "--standby-admin", adminB,
+                            "--primary-token-file", a.dataDir.resolve("admin.token").toString(), "--standby-token-file", b.dataDir.resolve("admin.token").toString());
+                    assertTrue(out.contains("switchover done"), "tandem switchover A→B: " + out + "\nA's log:\n" + a.output() + "\nB's log:\n" + b.output());
+                    int before = ids.size();
+                    assertTrue(TestEnv.eventually(60_000, () -> ids.size() >= before + 20), "transactions through the new primary: "
+                            + (ids.size() - before) + " " + errors);
+                } finally {
+                    stop.set(true);
+                    for (Thread t : workers) {
+                        t.join(60_000);
+                    }
+                }
+                assertEquals(List.of(), errors, "no transaction failed across the switchover");
+                for (String id : ids) {
+                    assertTrue(TestEnv.pgHas(id) && TestEnv.mariaHas(id), id + " on both databases");
+                }
+                assertEquals(b.addr, tm.coordinator().target(), "the manager uses the new primary");
+                assertEquals(Outcome.COMMITTED, b.status(gtrids.get(gtrids.size() - 1)), "the new primary decided the last one");
+                assertEquals(1, moved.stream().filter(m -> m.contains("coordinator moved from " + a.addr + " to " + b.addr)).count(), moved.toString());
+                System.out.println("PairFollowTest: " + ids.size() + " transactions committed across the switchover; " + moved);
             }
-            assertEquals(List.of(), errors, "no transaction failed across the switchover");
-            for (String id : ids) {
-                assertTrue(TestEnv.pgHas(id) && TestEnv.mariaHas(id), id + " on both databases");
-            }
-            assertEquals(b.addr, tm.coordinator().target(), "the manager uses the new primary");
-            assertEquals(Outcome.COMMITTED, b.status(gtrids.get(gtrids.size() - 1)), "the new primary decided the last one");
-            assertEquals(1, moved.stream().filter(m -> m.contains("coordinator moved from " + a.addr + " to " + b.addr)).count(), moved.toString());
-            System.out.println("PairFollowTest: " + ids.size() + " transactions committed across the switchover; " + moved);
-            pg.close();
-            maria.close();
-            tm.close();
         } finally {
             LOG.removeHandler(capture);
             try (var s = Files.walk(dir)) {
