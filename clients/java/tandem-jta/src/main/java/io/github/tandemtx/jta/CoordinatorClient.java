@@ -7,18 +7,29 @@ import io.grpc.ClientInterceptor;
 import io.grpc.ForwardingClientCall;
 import io.grpc.ForwardingClientCallListener;
 import io.grpc.Grpc;
-import io.grpc.TlsChannelCredentials;
-import java.io.IOException;
-import java.nio.file.Path;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
 import io.grpc.Metadata;
 import io.grpc.MethodDescriptor;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
+import io.grpc.TlsChannelCredentials;
+import java.io.IOException;
+import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Function;
+import java.util.logging.Logger;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import tandem.v1.CoordinatorGrpc;
 import tandem.v1.Tandem.AbortRequest;
 import tandem.v1.Tandem.CommitRequest;
@@ -26,26 +37,90 @@ import tandem.v1.Tandem.CommitResponse;
 import tandem.v1.Tandem.HealthRequest;
 import tandem.v1.Tandem.HealthResponse;
 import tandem.v1.Tandem.Outcome;
+import tandem.v1.Tandem.StatusRequest;
+import tandem.v1.Tandem.StatusResponse;
 
 /**
- * The gRPC calls to the coordinator, with the Go SDK's rules on which failure
- * leaves the outcome unknown (client/tx.go, commitRPC).
+ * The gRPC calls to the coordinators, with the Go SDK's rules on which
+ * failure leaves the outcome unknown (client/tx.go, commitRPC) and on
+ * following the primary (client/follow.go).
+ *
+ * <p>Following the primary: the client may know several coordinators of one
+ * cluster (a primary and its standbys, {@link TandemConfig#coordinators}). It
+ * sends every call to the one it last found serving, and looks for another
+ * only when that one refuses a call because it is not the primary (the
+ * {@code tandem-not-primary} trailer, or FAILED_PRECONDITION from an older
+ * server) or cannot be reached (UNAVAILABLE): it then asks every address's
+ * Health, in parallel within {@link #PROBE_TIMEOUT}, and moves to the one that
+ * says serving (the highest {@code epoch=N} of Health's message if several
+ * do), logging "coordinator moved from A to B". One probe runs at a time (the
+ * other callers wait for its answer), and a probe that found nobody is not
+ * repeated within {@link #PROBE_QUIET_NANOS}: the callers back off and try
+ * again.
  */
 final class CoordinatorClient implements AutoCloseable {
     static final Metadata.Key<String> AUTHORIZATION = Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
     static final Metadata.Key<String> EARLY_DECISION = Metadata.Key.of("tandem-early-decision", Metadata.ASCII_STRING_MARSHALLER);
     static final Metadata.Key<String> DECISION = Metadata.Key.of("tandem-decision", Metadata.ASCII_STRING_MARSHALLER);
+    /** The trailer of a call refused, before anything was written, by a coordinator that is not the primary now (api/metadata.go). */
+    static final Metadata.Key<String> NOT_PRIMARY = Metadata.Key.of("tandem-not-primary", Metadata.ASCII_STRING_MARSHALLER);
 
-    final String target;
-    private final ManagedChannel channel;
-    private final CoordinatorGrpc.CoordinatorBlockingStub stub;
+    /** Bounds one probe of the coordinators' Health. */
+    static final Duration PROBE_TIMEOUT = Duration.ofSeconds(1);
+    /** How long a probe that found no other serving coordinator is trusted before the next. */
+    static final long PROBE_QUIET_NANOS = TimeUnit.MILLISECONDS.toNanos(50);
 
-    CoordinatorClient(String target, String authToken) {
-        this(target, authToken, null, null, null);
+    private static final Logger LOG = Logger.getLogger("io.github.tandemtx.jta");
+    private static final Pattern EPOCH = Pattern.compile("\\bepoch=(\\d+)");
+
+    /** One configured coordinator address and its channel. */
+    static final class Endpoint {
+        final String target;
+        final ManagedChannel channel;
+        final CoordinatorGrpc.CoordinatorBlockingStub stub;
+        final CoordinatorGrpc.CoordinatorFutureStub future;
+
+        Endpoint(String target, ManagedChannel channel) {
+            this.target = target;
+            this.channel = channel;
+            this.stub = CoordinatorGrpc.newBlockingStub(channel);
+            this.future = CoordinatorGrpc.newFutureStub(channel);
+        }
     }
 
-    CoordinatorClient(String target, String authToken, Path tlsCa, Path tlsCert, Path tlsKey) {
-        this.target = target;
+    private final List<Endpoint> eps = new ArrayList<>();
+    private final AtomicReference<Endpoint> cur = new AtomicReference<>();
+    private final Object mu = new Object();
+    /** Completed when the probe in flight ends; null: none. Guarded by mu. */
+    private CompletableFuture<Void> probing;
+    /** When (System.nanoTime) a probe last found nobody better. Guarded by mu. */
+    private long lastProbe;
+    private boolean probedFruitlessly;
+
+    CoordinatorClient(String target, String authToken) {
+        this(List.of(target), authToken, null, null, null);
+    }
+
+    CoordinatorClient(List<String> targets, String authToken) {
+        this(targets, authToken, null, null, null);
+    }
+
+    CoordinatorClient(List<String> targets, String authToken, Path tlsCa, Path tlsCert, Path tlsKey) {
+        if (targets.isEmpty()) {
+            throw new IllegalArgumentException("tandem: no coordinator address");
+        }
+        try {
+            for (String t : targets) {
+                eps.add(new Endpoint(t, channel(t, authToken, tlsCa, tlsCert, tlsKey)));
+            }
+        } catch (RuntimeException e) {
+            close();
+            throw e;
+        }
+        cur.set(eps.get(0));
+    }
+
+    private static ManagedChannel channel(String target, String authToken, Path tlsCa, Path tlsCert, Path tlsKey) {
         ManagedChannelBuilder<?> b;
         if (tlsCa == null) {
             b = ManagedChannelBuilder.forTarget(target).usePlaintext();
@@ -65,79 +140,278 @@ final class CoordinatorClient implements AutoCloseable {
         if (authToken != null && !authToken.isEmpty()) {
             b.intercept(headers(AUTHORIZATION, "Bearer " + authToken));
         }
-        channel = b.build();
-        stub = CoordinatorGrpc.newBlockingStub(channel);
+        return b.build();
     }
 
-    /** What a Commit call came to. Exactly one of the fields says it. */
+    /** The address of the coordinator calls go to now: the first configured until one was found serving elsewhere. */
+    String target() {
+        return cur.get().target;
+    }
+
+    /** Every configured address, comma-separated. */
+    String targets() {
+        StringBuilder sb = new StringBuilder();
+        for (Endpoint ep : eps) {
+            sb.append(sb.length() > 0 ? ", " : "").append(ep.target);
+        }
+        return sb.toString();
+    }
+
+    /** Whether e is a refusal by a coordinator that is not the primary now: the call wrote nothing. */
+    static boolean notPrimary(StatusRuntimeException e) {
+        Metadata t = e.getTrailers();
+        return t != null && t.get(NOT_PRIMARY) != null;
+    }
+
+    /**
+     * Whether e, from the coordinator in use, is a reason to look for
+     * another: it refused as a non-primary, could not be reached, or refused
+     * with FAILED_PRECONDITION (a standby, demoted or fenced coordinator of a
+     * version without the trailer) while others are configured.
+     */
+    boolean mayHaveMoved(StatusRuntimeException e) {
+        if (notPrimary(e)) {
+            return true;
+        }
+        Status.Code c = e.getStatus().getCode();
+        return c == Status.Code.UNAVAILABLE || (c == Status.Code.FAILED_PRECONDITION && eps.size() > 1);
+    }
+
+    /**
+     * Looks for the coordinator that serves after from refused a call or
+     * could not be reached (why), waiting at most until deadline (nanoTime).
+     * Returns the endpoint to use next: from itself when nobody else serves,
+     * when a probe found nobody less than {@link #PROBE_QUIET_NANOS} ago, or
+     * when another caller's probe did not end in time. Another caller's move
+     * since from was chosen is taken as it is, without a probe.
+     */
+    Endpoint moveFrom(Endpoint from, String why, long deadline) {
+        CompletableFuture<Void> wait;
+        CompletableFuture<Void> mine = null;
+        synchronized (mu) {
+            Endpoint c = cur.get();
+            if (c != from) {
+                return c;
+            }
+            wait = probing;
+            if (wait == null) {
+                if (eps.size() == 1 || (probedFruitlessly && System.nanoTime() - lastProbe < PROBE_QUIET_NANOS)) {
+                    return from;
+                }
+                probing = mine = new CompletableFuture<>();
+            }
+        }
+        if (mine == null) {
+            // Another caller probes: take its answer.
+            try {
+                wait.get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            } catch (ExecutionException | TimeoutException e) {
+                // its answer is whatever cur says
+            }
+            return cur.get();
+        }
+        long[] epoch = new long[1];
+        Endpoint to = from;
+        try {
+            to = probe(from, Math.min(deadline, System.nanoTime() + PROBE_TIMEOUT.toNanos()), epoch);
+        } finally {
+            synchronized (mu) {
+                probing = null;
+                if (to == from) {
+                    probedFruitlessly = true;
+                    lastProbe = System.nanoTime();
+                } else {
+                    cur.set(to);
+                    probedFruitlessly = false;
+                }
+            }
+            mine.complete(null);
+        }
+        if (to != from) {
+            LOG.warning("tandem: coordinator moved from " + from.target + " to " + to.target + " (it serves, epoch " + epoch[0]
+                    + "; because " + from.target + " " + why + ")");
+        }
+        return to;
+    }
+
+    /**
+     * Asks every configured coordinator's Health in parallel (until deadline)
+     * and returns the one that serves with the highest epoch (a superseded
+     * primary not fenced yet may still say serving), preferring from, then the
+     * configured order; from when none serves. Its epoch goes to epochOut[0].
+     */
+    private Endpoint probe(Endpoint from, long deadline, long[] epochOut) {
+        List<Future<HealthResponse>> asks = new ArrayList<>();
+        long left = Math.max(1, deadline - System.nanoTime());
+        for (Endpoint ep : eps) {
+            asks.add(ep.future.withDeadlineAfter(left, TimeUnit.NANOSECONDS).health(HealthRequest.getDefaultInstance()));
+        }
+        int best = -1;
+        long bestEpoch = 0;
+        for (int i = 0; i < eps.size(); i++) {
+            HealthResponse h;
+            try {
+                h = asks.get(i).get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                asks.forEach(f -> f.cancel(true));
+                break;
+            } catch (ExecutionException | TimeoutException | RuntimeException e) {
+                asks.get(i).cancel(true);
+                continue; // unreachable or slow: not the one
+            }
+            if (!h.getServing()) {
+                continue;
+            }
+            long epoch = 0;
+            Matcher m = EPOCH.matcher(h.getMessage());
+            if (m.find()) {
+                try {
+                    epoch = Long.parseUnsignedLong(m.group(1));
+                } catch (NumberFormatException ignored) {
+                    // not a number we can compare: epoch 0
+                }
+            }
+            if (best < 0 || Long.compareUnsigned(epoch, bestEpoch) > 0 || (epoch == bestEpoch && eps.get(i) == from)) {
+                best = i;
+                bestEpoch = epoch;
+            }
+        }
+        if (best < 0) {
+            return from;
+        }
+        epochOut[0] = bestEpoch;
+        return eps.get(best);
+    }
+
+    /** What a Commit call came to. Exactly one of response, refused, logFull and unknown says it. */
     static final class CommitResult {
-        CommitResponse response; // an answer
+        CommitResponse response; // an answer (after a role change, possibly the new primary's Status)
         StatusRuntimeException refused; // refused as a whole before any ambiguous attempt: nothing decided
+        String refusal; // with refused: what refused it, in words
         StatusRuntimeException logFull; // RESOURCE_EXHAUSTED until the time ran out: nothing decided
         String unknown; // no decision learnt; it may exist
         int calls;
     }
 
     /**
-     * Sends Commit, retrying while the coordinator is unreachable or its log
-     * is full, until timeout. A repeated Commit answers the first one's
-     * outcome. With onCommitted, asks for the early decision and runs it once
-     * when the response headers say COMMITTED (sent only once the decision is
-     * durable): from then on the outcome is known.
+     * Sends Commit to the coordinator in use, retrying while it is unreachable
+     * or its log is full, until timeout, and following the primary: on a
+     * refusal as a non-primary, or when it cannot be reached, it moves to the
+     * coordinator that serves and sends the Commit there. A repeated Commit
+     * answers the first one's outcome. Once an attempt went unanswered (it may
+     * have written the decision), the new primary is first asked Status
+     * without resolve: ABORTED, or COMMITTED when no branch is the caller's to
+     * settle, is the outcome; otherwise the same Commit is sent there. From
+     * that attempt on, a refusal never says "nothing decided": past the
+     * timeout the outcome is unknown. With onCommitted, asks for the early
+     * decision and runs it once when the response headers say COMMITTED (sent
+     * only once the decision is durable): from then on the outcome is known.
      */
     CommitResult commit(CommitRequest req, Duration timeout, Runnable onCommitted) {
         CommitResult r = new CommitResult();
         AtomicBoolean committed = new AtomicBoolean();
-        CoordinatorGrpc.CoordinatorBlockingStub s = stub;
-        if (onCommitted != null) {
-            s = s.withInterceptors(earlyDecision(() -> {
-                if (committed.compareAndSet(false, true)) {
-                    onCommitted.run();
-                }
-            }));
-        }
+        ClientInterceptor early = onCommitted == null ? null : earlyDecision(() -> {
+            if (committed.compareAndSet(false, true)) {
+                onCommitted.run();
+            }
+        });
         long deadline = System.nanoTime() + timeout.toNanos();
         long backoffMs = 10;
+        // ambiguous is the first attempt that ended without a definite answer
+        // (not a reply, not RESOURCE_EXHAUSTED, not a refusal before anything
+        // was written): the decision may exist from then on.
         StatusRuntimeException ambiguous = null;
         StatusRuntimeException last = null;
+        boolean lastRefusedHere = false;
+        Endpoint ep = cur.get();
+        boolean askStatus = false; // ambiguous, then moved: ask the new primary first
+        int moves = 0;
+        long warned = System.nanoTime() - TimeUnit.SECONDS.toNanos(2);
         for (r.calls = 1; ; r.calls++) {
             long left = deadline - System.nanoTime();
             if (left <= 0 && last != null) {
                 // The time ran out between attempts: no call is in flight.
                 r.calls--;
+                return gaveUp(r, ep, ambiguous, last, lastRefusedHere, timeout);
+            }
+            StatusRuntimeException err = null;
+            if (askStatus) {
+                try {
+                    StatusResponse st = ep.stub.withDeadlineAfter(Math.max(left, 1), TimeUnit.NANOSECONDS)
+                            .status(StatusRequest.newBuilder().setGtrid(req.getGtrid()).build());
+                    if (st.getOutcome() == Outcome.ABORTED || (st.getOutcome() == Outcome.COMMITTED && onCommitted == null)) {
+                        r.response = CommitResponse.newBuilder().setOutcome(st.getOutcome()).setPhase2Pending(st.getPhase2Pending())
+                                .addAllBranches(st.getBranchesList())
+                                .setMessage("after a role change, the primary at " + ep.target + " answers: " + st.getMessage()).build();
+                        return r;
+                    }
+                    // UNDECIDED: decide there. COMMITTED with branches of
+                    // the caller's own: the Commit there (idempotent) answers
+                    // once the new primary's own standby has the decision.
+                    askStatus = false;
+                    r.calls++;
+                    left = deadline - System.nanoTime();
+                } catch (StatusRuntimeException e) {
+                    err = e;
+                }
+            }
+            if (!askStatus) {
+                try {
+                    CoordinatorGrpc.CoordinatorBlockingStub s = early == null ? ep.stub : ep.stub.withInterceptors(early);
+                    r.response = s.withDeadlineAfter(Math.max(left, 1), TimeUnit.NANOSECONDS).commit(req);
+                    return r;
+                } catch (StatusRuntimeException e) {
+                    if (committed.get()) {
+                        r.response = CommitResponse.newBuilder().setOutcome(Outcome.COMMITTED).setPhase2Pending(true)
+                                .setMessage("the coordinator decided COMMIT (durable); its reply after phase 2 was lost: " + e.getMessage()).build();
+                        return r;
+                    }
+                    err = e;
+                }
+            }
+            last = err;
+            Status.Code code = err.getStatus().getCode();
+            boolean refusedHere = notPrimary(err); // this attempt wrote nothing
+            lastRefusedHere = refusedHere;
+            boolean definite = refusedHere || isRejection(code) || code == Status.Code.RESOURCE_EXHAUSTED;
+            if (ambiguous == null && !definite && !askStatus) {
+                ambiguous = err;
+            }
+            boolean retry = refusedHere || retryable(code);
+            if (mayHaveMoved(err)) {
+                Endpoint next = moveFrom(ep, "answered " + describe(err), deadline);
+                if (next != ep) {
+                    ep = next;
+                    retry = true;
+                    askStatus = ambiguous != null;
+                    if (++moves == 1) {
+                        continue; // straight to the new primary
+                    }
+                }
+                // Not moved: keep trying the same one (a standby may be
+                // promoted, the primary may come back), unless it refused
+                // with FAILED_PRECONDITION and no trailer while nobody else
+                // serves: a refusal of its own.
+            }
+            if (!retry) {
                 if (ambiguous == null) {
-                    r.logFull = last; // refused (log full) every time: nothing was written
+                    r.refused = err;
+                    r.refusal = "the coordinator at " + ep.target + " refused the commit: " + describe(err);
                 } else {
-                    r.unknown = unknown(ambiguous, last, r.calls, timeout);
+                    r.unknown = unknown(ep, ambiguous, err, r.calls, timeout);
                 }
                 return r;
             }
-            try {
-                r.response = s.withDeadlineAfter(Math.max(left, 1), TimeUnit.NANOSECONDS).commit(req);
-                return r;
-            } catch (StatusRuntimeException e) {
-                if (committed.get()) {
-                    r.response = CommitResponse.newBuilder().setOutcome(Outcome.COMMITTED).setPhase2Pending(true)
-                            .setMessage("the coordinator decided COMMIT (durable); its reply after phase 2 was lost: " + e.getMessage()).build();
-                    return r;
-                }
-                last = e;
-                Status.Code code = e.getStatus().getCode();
-                boolean rejection = isRejection(code);
-                if (ambiguous == null && !rejection && code != Status.Code.RESOURCE_EXHAUSTED) {
-                    ambiguous = e;
-                }
-                boolean expired = System.nanoTime() - deadline >= 0;
-                if (!retryable(code) || expired) {
-                    if (ambiguous == null && rejection) {
-                        r.refused = e;
-                    } else if (ambiguous == null) {
-                        r.logFull = e;
-                    } else {
-                        r.unknown = unknown(ambiguous, e, r.calls, timeout);
-                    }
-                    return r;
-                }
+            if (System.nanoTime() - deadline >= 0) {
+                return gaveUp(r, ep, ambiguous, last, refusedHere, timeout);
+            }
+            if (code == Status.Code.UNAVAILABLE && System.nanoTime() - warned >= TimeUnit.SECONDS.toNanos(1)) {
+                warned = System.nanoTime();
+                LOG.warning("tandem: coordinator unreachable at " + ep.target + ", retrying the Commit of " + req.getGtrid() + " (attempt "
+                        + r.calls + "): " + describe(err));
             }
             try {
                 // Sleep the backoff, or past the deadline if it comes first
@@ -147,25 +421,124 @@ final class CoordinatorClient implements AutoCloseable {
                 Thread.sleep(Math.max(1, Math.min(backoffMs, leftMs)));
             } catch (InterruptedException ie) {
                 Thread.currentThread().interrupt();
-                r.unknown = "interrupted while retrying the Commit call to " + target + ": " + (ambiguous != null ? describe(ambiguous) : "");
+                r.unknown = "interrupted while retrying the Commit call to " + ep.target + ": " + (ambiguous != null ? describe(ambiguous) : "");
                 return r;
             }
             backoffMs = Math.min(2 * backoffMs, 1000);
         }
     }
 
-    private String unknown(StatusRuntimeException ambiguous, StatusRuntimeException last, int calls, Duration timeout) {
-        return "no decision from the coordinator at " + target + " after " + calls + " attempts within the decision timeout ("
-                + timeout.toMillis() + "ms): " + describe(ambiguous) + (ambiguous != last ? " (last attempt: " + describe(last) + ")" : "");
+    /**
+     * The result when the decision timeout ended while the Commit was still
+     * being tried: after an attempt that went unanswered, the outcome is
+     * unknown; if every attempt was refused before anything was written, no
+     * decision exists (a full log, or no coordinator serving as the primary).
+     */
+    private CommitResult gaveUp(CommitResult r, Endpoint ep, StatusRuntimeException ambiguous, StatusRuntimeException last,
+            boolean refusedHere, Duration timeout) {
+        if (ambiguous != null) {
+            r.unknown = unknown(ep, ambiguous, last, r.calls, timeout);
+        } else if (last.getStatus().getCode() == Status.Code.RESOURCE_EXHAUSTED) {
+            r.logFull = last; // refused (log full) every time: nothing was written
+        } else {
+            r.refused = last;
+            r.refusal = "no coordinator of " + targets() + " served as the primary within the decision timeout (" + timeout.toMillis()
+                    + "ms; each refused before writing anything; the last, " + ep.target + (refusedHere ? ", as a non-primary" : "")
+                    + "): nothing was decided: " + describe(last);
+        }
+        return r;
     }
 
-    /** Abort decides ABORT for gtrid and rolls back the listed prepared branches from the coordinator. */
+    private String unknown(Endpoint ep, StatusRuntimeException ambiguous, StatusRuntimeException last, int calls, Duration timeout) {
+        return "no decision from the coordinator" + (eps.size() > 1 ? "s " + targets() + " (the last tried: " + ep.target + ")" : " at " + ep.target)
+                + " after " + calls + " attempts within the decision timeout (" + timeout.toMillis() + "ms): " + describe(ambiguous)
+                + (ambiguous != last ? " (last attempt: " + describe(last) + ")" : "");
+    }
+
+    /**
+     * Runs one call that is safe to repeat (Abort, Status) on the coordinator
+     * in use, following the primary: on a refusal as a non-primary, or when it
+     * cannot be reached, it moves to the one that serves and tries again,
+     * backing off while none does, until timeout.
+     */
+    <T> T call(Duration timeout, Function<CoordinatorGrpc.CoordinatorBlockingStub, T> fn) {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        Endpoint ep = cur.get();
+        long backoffMs = 10;
+        for (;;) {
+            long left = deadline - System.nanoTime();
+            try {
+                return fn.apply(ep.stub.withDeadlineAfter(Math.max(left, 1), TimeUnit.NANOSECONDS));
+            } catch (StatusRuntimeException e) {
+                if (!mayHaveMoved(e) || System.nanoTime() - deadline >= 0) {
+                    throw e;
+                }
+                Endpoint next = moveFrom(ep, "answered " + describe(e), deadline);
+                if (next != ep) {
+                    ep = next;
+                    continue;
+                }
+                if (!notPrimary(e) && e.getStatus().getCode() != Status.Code.UNAVAILABLE) {
+                    throw e; // FAILED_PRECONDITION with nobody else serving: a refusal
+                }
+                try {
+                    long leftMs = (deadline - System.nanoTime()) / 1_000_000 + 1;
+                    Thread.sleep(Math.max(1, Math.min(backoffMs, leftMs)));
+                } catch (InterruptedException ie) {
+                    Thread.currentThread().interrupt();
+                    throw e;
+                }
+                backoffMs = Math.min(2 * backoffMs, 1000);
+            }
+        }
+    }
+
+    /** Abort decides ABORT for gtrid and rolls back the listed prepared branches from the coordinator (the primary). */
     void abort(AbortRequest req, Duration timeout) {
-        stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).abort(req);
+        call(timeout, s -> s.abort(req));
     }
 
+    /** Status of gtrid from the primary; never resolves unless asked. */
+    StatusResponse status(String gtrid, boolean resolve, Duration timeout) {
+        return call(timeout, s -> s.status(StatusRequest.newBuilder().setGtrid(gtrid).setResolve(resolve).build()));
+    }
+
+    /** Health of the coordinator in use now (no probe, no move). */
     HealthResponse health(Duration timeout) {
-        return stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
+        return cur.get().stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
+    }
+
+    /**
+     * Health of the coordinator that serves: the one in use, or, when it
+     * cannot be reached or does not serve and others are configured, the one
+     * a probe moves to (what {@code verify()} asks at start-up, when the first
+     * address may be a standby). Throws the first one's error when nobody else
+     * serves either.
+     */
+    HealthResponse healthOfPrimary(Duration timeout) {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        Endpoint ep = cur.get();
+        HealthResponse h;
+        try {
+            h = ep.stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
+            if (h.getServing() || eps.size() == 1) {
+                return h;
+            }
+        } catch (StatusRuntimeException e) {
+            if (eps.size() == 1 || !mayHaveMoved(e)) {
+                throw e;
+            }
+            Endpoint next = moveFrom(ep, "answered Health " + describe(e), deadline);
+            if (next == ep) {
+                throw e;
+            }
+            return next.stub.withDeadlineAfter(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS).health(HealthRequest.getDefaultInstance());
+        }
+        Endpoint next = moveFrom(ep, "does not serve (" + h.getMessage() + ")", deadline);
+        if (next == ep) {
+            return h;
+        }
+        return next.stub.withDeadlineAfter(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS).health(HealthRequest.getDefaultInstance());
     }
 
     static String describe(StatusRuntimeException e) {
@@ -229,9 +602,13 @@ final class CoordinatorClient implements AutoCloseable {
 
     @Override
     public void close() {
-        channel.shutdownNow();
+        for (Endpoint ep : eps) {
+            ep.channel.shutdownNow();
+        }
         try {
-            channel.awaitTermination(5, TimeUnit.SECONDS);
+            for (Endpoint ep : eps) {
+                ep.channel.awaitTermination(5, TimeUnit.SECONDS);
+            }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }

@@ -2,15 +2,18 @@ package io.github.tandemtx.jta;
 
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Objects;
 
 /**
  * How a {@link TandemTransactionManager} reaches its coordinator. Build one
- * with {@link #coordinator(String)} and the {@code with…} methods; it is
- * immutable.
+ * with {@link #coordinator(String)} (one coordinator) or
+ * {@link #coordinators(String...)} (a primary and its standbys: the manager
+ * follows the primary) and the {@code with…} methods; it is immutable.
  *
  * <pre>{@code
- * TandemConfig cfg = TandemConfig.coordinator("127.0.0.1:7070")
+ * TandemConfig cfg = TandemConfig.coordinators("10.0.0.1:7070", "10.0.0.2:7070")
  *         .withAuthToken(System.getenv("TANDEM_TOKEN"))
  *         .withDecisionTimeout(Duration.ofSeconds(30));
  * }</pre>
@@ -36,7 +39,7 @@ public final class TandemConfig {
         COORDINATOR
     }
 
-    private String coordinator;
+    private List<String> coordinators;
     private String authToken;
     private Duration decisionTimeout = DEFAULT_DECISION_TIMEOUT;
     private int defaultTimeoutSeconds;
@@ -51,7 +54,7 @@ public final class TandemConfig {
 
     private TandemConfig copy() {
         TandemConfig c = new TandemConfig();
-        c.coordinator = coordinator;
+        c.coordinators = coordinators;
         c.authToken = authToken;
         c.decisionTimeout = decisionTimeout;
         c.defaultTimeoutSeconds = defaultTimeoutSeconds;
@@ -66,15 +69,40 @@ public final class TandemConfig {
     /**
      * A configuration for the coordinator at target, a gRPC target such as
      * {@code "127.0.0.1:7070"} or {@code "dns:///tandem.internal:7070"}
-     * (plaintext; put TLS in front of the coordinator's port if the network is
-     * not trusted).
+     * (plaintext unless {@link #withTls}).
      */
     public static TandemConfig coordinator(String target) {
-        if (target == null || target.isBlank()) {
-            throw new IllegalArgumentException("TandemConfig: the coordinator address is empty; want host:port of `tandem serve --listen`");
+        return coordinators(target);
+    }
+
+    /**
+     * A configuration for a cluster of coordinators: a primary and its
+     * standbys ({@code tandem serve --standby-of}), each a gRPC target as in
+     * {@link #coordinator(String)}, with the same TLS settings and token. The
+     * manager sends every call to the one it last found serving, the first
+     * until then; when that one refuses as a non-primary or cannot be reached,
+     * it asks every address's Health and moves to the one that serves
+     * (README, "Following the primary"). An address listed twice counts once.
+     *
+     * @throws IllegalArgumentException when no address is given or one is empty
+     */
+    public static TandemConfig coordinators(String... targets) {
+        if (targets == null || targets.length == 0) {
+            throw new IllegalArgumentException("TandemConfig: no coordinator address; want host:port of `tandem serve --listen` (one per coordinator of the cluster)");
+        }
+        List<String> out = new ArrayList<>();
+        for (int i = 0; i < targets.length; i++) {
+            String t = targets[i];
+            if (t == null || t.isBlank()) {
+                throw new IllegalArgumentException("TandemConfig: " + (targets.length == 1 ? "the coordinator address"
+                        : "coordinator address " + (i + 1) + " of " + targets.length) + " is empty; want host:port of `tandem serve --listen`");
+            }
+            if (!out.contains(t)) {
+                out.add(t);
+            }
         }
         TandemConfig c = new TandemConfig();
-        c.coordinator = target;
+        c.coordinators = List.copyOf(out);
         return c;
     }
 
@@ -173,8 +201,14 @@ public final class TandemConfig {
         return maxTransactionAge;
     }
 
+    /** The first configured coordinator address (the one tried first). */
     public String coordinator() {
-        return coordinator;
+        return coordinators.get(0);
+    }
+
+    /** Every configured coordinator address, each once, in the order given (unmodifiable). */
+    public List<String> coordinators() {
+        return coordinators;
     }
 
     String authToken() {
@@ -203,7 +237,7 @@ public final class TandemConfig {
 
     @Override
     public String toString() {
-        return "TandemConfig{coordinator=" + coordinator + ", authToken=" + (authToken == null ? "none" : "set")
+        return "TandemConfig{" + (coordinators.size() == 1 ? "coordinator=" + coordinators.get(0) : "coordinators=" + coordinators) + ", authToken=" + (authToken == null ? "none" : "set")
                 + ", decisionTimeout=" + decisionTimeout + ", defaultTransactionTimeout=" + defaultTimeoutSeconds + "s"
                 + ", tls=" + (tlsCa == null ? "off" : tlsCa + (tlsCert != null ? ", client certificate " + tlsCert : ""))
                 + ", decideAt=" + decideAt + ", maxTransactionAge=" + maxTransactionAge + "}";
@@ -211,7 +245,7 @@ public final class TandemConfig {
 
     @Override
     public boolean equals(Object o) {
-        return o instanceof TandemConfig c && c.coordinator.equals(coordinator) && Objects.equals(c.authToken, authToken)
+        return o instanceof TandemConfig c && c.coordinators.equals(coordinators) && Objects.equals(c.authToken, authToken)
                 && c.decisionTimeout.equals(decisionTimeout) && c.defaultTimeoutSeconds == defaultTimeoutSeconds
                 && Objects.equals(c.tlsCa, tlsCa) && Objects.equals(c.tlsCert, tlsCert) && Objects.equals(c.tlsKey, tlsKey)
                 && c.decideAt == decideAt && c.maxTransactionAge.equals(maxTransactionAge);
@@ -219,6 +253,6 @@ public final class TandemConfig {
 
     @Override
     public int hashCode() {
-        return Objects.hash(coordinator, decisionTimeout, defaultTimeoutSeconds);
+        return Objects.hash(coordinators, decisionTimeout, defaultTimeoutSeconds);
     }
 }

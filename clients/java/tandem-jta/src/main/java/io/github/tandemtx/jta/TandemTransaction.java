@@ -469,7 +469,7 @@ public final class TandemTransaction implements Transaction {
             // Every attempt was answered and this one refused the request as a
             // whole: no decision was written anywhere, so rolling back is safe.
             abort(all);
-            throw rollback("the coordinator at " + tm.coordinator().target + " refused the commit: " + CoordinatorClient.describe(r.refused), r.refused);
+            throw rollback(r.refusal, r.refused);
         }
         if (r.logFull != null) {
             abort(all);
@@ -561,7 +561,7 @@ public final class TandemTransaction implements Transaction {
         for (Enlisted w : writers) {
             if (Boolean.FALSE.equals(tm.coordinatorKnows(w.res.rmName()))) {
                 abort(all);
-                throw rollback("the coordinator at " + tm.config().coordinator() + " does not know resource manager \"" + w.res.rmName()
+                throw rollback("the coordinator at " + tm.coordinator().target() + " does not know resource manager \"" + w.res.rmName()
                         + "\", so it could not recover this transaction's branches if this process died; nothing was prepared."
                         + " Give the coordinator --rm " + w.res.rmName() + "=DRIVER:DSN (the same name as the TandemDataSource),"
                         + " and call TandemTransactionManager.verify() at start-up", null);

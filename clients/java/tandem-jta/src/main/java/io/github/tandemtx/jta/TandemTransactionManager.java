@@ -64,7 +64,7 @@ public final class TandemTransactionManager implements TransactionManager, UserT
 
     private TandemTransactionManager(TandemConfig config) {
         this.config = config;
-        this.coordinator = new CoordinatorClient(config.coordinator(), config.authToken(), config.tlsCa(), config.tlsCert(), config.tlsKey());
+        this.coordinator = new CoordinatorClient(config.coordinators(), config.authToken(), config.tlsCa(), config.tlsCert(), config.tlsKey());
         AtomicInteger n = new AtomicInteger();
         this.executor = Executors.newCachedThreadPool(r -> {
             Thread t = new Thread(r, "tandem-branch-" + n.incrementAndGet());
@@ -102,7 +102,8 @@ public final class TandemTransactionManager implements TransactionManager, UserT
     /**
      * Checks the configuration against the coordinator: it answers, can
      * decide, and knows every resource manager a {@link TandemDataSource} of
-     * this manager names. Call it at start-up to fail early with a clear
+     * this manager names. With several addresses, the coordinator checked is
+     * the one in use, or the one found serving when that one does not. Call it at start-up to fail early with a clear
      * message rather than at the first two-phase commit.
      *
      * @throws SystemException saying what is wrong and what to do
@@ -110,13 +111,15 @@ public final class TandemTransactionManager implements TransactionManager, UserT
     public void verify() throws SystemException {
         HealthResponse h;
         try {
-            h = coordinator.health(Duration.ofSeconds(5));
+            h = coordinator.healthOfPrimary(Duration.ofSeconds(5));
         } catch (StatusRuntimeException e) {
-            throw new SystemException("tandem: the coordinator at " + config.coordinator() + " did not answer Health: "
-                    + CoordinatorClient.describe(e) + "; check the address (tandem serve --listen), that it runs, and the auth token");
+            throw new SystemException("tandem: the coordinator at " + coordinator.target() + " did not answer Health: "
+                    + CoordinatorClient.describe(e) + (config.coordinators().size() > 1 ? " (nor did another of " + coordinator.targets() + " serve)" : "")
+                    + "; check the address (tandem serve --listen), that it runs, and the auth token");
         }
         if (!h.getServing()) {
-            throw new SystemException("tandem: the coordinator at " + config.coordinator() + " cannot decide transactions: " + h.getMessage());
+            throw new SystemException("tandem: the coordinator at " + coordinator.target() + " cannot decide transactions: " + h.getMessage()
+                    + (config.coordinators().size() > 1 ? " (and no other of " + coordinator.targets() + " serves)" : ""));
         }
         Set<String> known = new TreeSet<>();
         for (RMHealth r : h.getRmsList()) {
@@ -125,7 +128,7 @@ public final class TandemTransactionManager implements TransactionManager, UserT
         Set<String> missing = new TreeSet<>(rms.keySet());
         missing.removeAll(known);
         if (!missing.isEmpty()) {
-            throw new SystemException("tandem: the coordinator at " + config.coordinator() + " knows no resource manager named "
+            throw new SystemException("tandem: the coordinator at " + coordinator.target() + " knows no resource manager named "
                     + missing + " (it knows " + known + "): give it --rm NAME=driver:DSN for each, with the same names as the TandemDataSources");
         }
     }
@@ -164,7 +167,7 @@ public final class TandemTransactionManager implements TransactionManager, UserT
                 coordinatorRms = known = names;
             }
         } catch (StatusRuntimeException e) {
-            java.util.logging.Logger.getLogger("io.github.tandemtx.jta").warning("tandem: could not ask the coordinator at " + config.coordinator()
+            java.util.logging.Logger.getLogger("io.github.tandemtx.jta").warning("tandem: could not ask the coordinator at " + coordinator.target()
                     + " which resource managers it recovers (" + CoordinatorClient.describe(e) + "); commit points go on without it");
         } finally {
             nextRmProbe = System.nanoTime() + RM_PROBE_AGAIN_NANOS;

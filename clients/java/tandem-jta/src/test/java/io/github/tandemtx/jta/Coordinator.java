@@ -107,6 +107,15 @@ final class Coordinator implements AutoCloseable {
                 .status(StatusRequest.newBuilder().setGtrid(gtrid).build()).getOutcome();
     }
 
+    /** Health's message (role, epoch, standby state), "" when it does not answer. */
+    String healthMessage() {
+        try {
+            return CoordinatorGrpc.newBlockingStub(channel).withDeadlineAfter(2, TimeUnit.SECONDS).health(HealthRequest.getDefaultInstance()).getMessage();
+        } catch (io.grpc.StatusRuntimeException e) {
+            return "";
+        }
+    }
+
     /** SIGKILL, and wait until the process is gone. */
     void kill() throws InterruptedException {
         proc.destroyForcibly();
