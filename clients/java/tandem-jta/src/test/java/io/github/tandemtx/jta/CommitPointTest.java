@@ -69,6 +69,17 @@ class CommitPointTest {
         TandemJtaTest.insert(c, id);
     }
 
+    /** Begins a transaction of tm that inserts row id through pg, then through maria; returns its gtrid. */
+    static String writeBoth(TandemTransactionManager tm, javax.sql.DataSource pg, javax.sql.DataSource maria, String id) throws Exception {
+        tm.begin();
+        String g = gtrid(tm);
+        try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
+            insert(a, id);
+            insert(b, id);
+        }
+        return g;
+    }
+
     /** The outcome row of gtrid in the decision table behind c ("" when none). */
     static String decisionRow(Connection conn, String g) throws SQLException {
         try (Connection c = conn; Statement st = c.createStatement();
@@ -123,12 +134,7 @@ class CommitPointTest {
                 TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
                 TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
             String id = TandemJtaTest.id();
-            tm.begin();
-            String g = gtrid(tm);
-            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
-                insert(a, id);
-                insert(b, id);
-            }
+            String g = writeBoth(tm, pg, maria, id);
             try (Connection c = TestEnv.maria()) {
                 assertEquals(DecisionTable.Outcome.ABORT, DecisionTable.resolve(c, DecisionTable.Dialect.MARIADB, g, Duration.ofSeconds(1)));
             }
@@ -520,12 +526,7 @@ class CommitPointTest {
                 TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSourceVia(px.port()));
                 Connection holder = TestEnv.maria()) {
             String id = TandemJtaTest.id();
-            tm.begin();
-            String g = gtrid(tm);
-            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
-                insert(a, id);
-                insert(b, id);
-            }
+            String g = writeBoth(tm, pg, maria, id);
             TandemTransaction.failpoint = s -> {
                 if (s.equals("before-commit-point")) {
                     try (Statement st = holder.createStatement()) {
@@ -794,12 +795,7 @@ class CommitPointTest {
                 TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
                 TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
             String id = TandemJtaTest.id();
-            tm.begin();
-            String g = gtrid(tm);
-            try (Connection a = pg.getConnection(); Connection b = maria.getConnection()) {
-                insert(a, id);
-                insert(b, id);
-            }
+            String g = writeBoth(tm, pg, maria, id);
             assertNull(((TandemTransaction) tm.getTransaction()).commitPoint());
             tm.commit();
             assertEquals(tandem.v1.Tandem.Outcome.COMMITTED, coord.status(g), "the coordinator decided");
