@@ -57,6 +57,17 @@ import tandem.v1.Tandem.StatusResponse;
  * other callers wait for its answer), and a probe that found nobody is not
  * repeated within {@link #PROBE_QUIET_NANOS}: the callers back off and try
  * again.
+ *
+ * <p>It follows one cluster, and forward only. The cluster is the one the
+ * first Health answer of the coordinator in use names ({@code cluster=ID}):
+ * a coordinator of another cluster in the list (a misconfigured address) is
+ * never moved to, whatever its epoch, since its Commit would decide apart from
+ * this cluster's log and its Status knows nothing of this cluster's decisions
+ * (it is logged once, naming it). Once the client moved to the primary of an
+ * epoch, a coordinator of an older epoch that still says serving (a
+ * superseded primary before it learns it is fenced) is not moved to either.
+ * Until a cluster is known, a probe whose serving answers name two clusters
+ * moves nowhere.
  */
 final class CoordinatorClient implements AutoCloseable {
     static final Metadata.Key<String> AUTHORIZATION = Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
@@ -72,6 +83,7 @@ final class CoordinatorClient implements AutoCloseable {
 
     private static final Logger LOG = Logger.getLogger("io.github.tandemtx.jta");
     private static final Pattern EPOCH = Pattern.compile("\\bepoch=(\\d+)");
+    private static final Pattern CLUSTER = Pattern.compile("\\bcluster=(\\S+)");
 
     /** One configured coordinator address and its channel. */
     static final class Endpoint {
@@ -96,6 +108,12 @@ final class CoordinatorClient implements AutoCloseable {
     /** When (System.nanoTime) a probe last found nobody better. Guarded by mu. */
     private long lastProbe;
     private boolean probedFruitlessly;
+    /** The cluster followed (Health's cluster=); null until a Health answer of the one in use named it. Guarded by mu. */
+    private String cluster;
+    /** The highest epoch of a coordinator moved to: an older one is never moved to. Guarded by mu. */
+    private long epochFloor;
+    /** Addresses of another cluster already logged. */
+    private final java.util.Set<String> warnedForeign = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
     CoordinatorClient(String target, String authToken) {
         this(List.of(target), authToken, null, null, null);
@@ -212,10 +230,10 @@ final class CoordinatorClient implements AutoCloseable {
             }
             return cur.get();
         }
-        long[] epoch = new long[1];
+        Place[] place = new Place[1];
         Endpoint to = from;
         try {
-            to = probe(from, Math.min(deadline, System.nanoTime() + PROBE_TIMEOUT.toNanos()), epoch);
+            to = probe(from, Math.min(deadline, System.nanoTime() + PROBE_TIMEOUT.toNanos()), place);
         } finally {
             synchronized (mu) {
                 probing = null;
@@ -225,64 +243,137 @@ final class CoordinatorClient implements AutoCloseable {
                 } else {
                     cur.set(to);
                     probedFruitlessly = false;
+                    if (cluster == null) {
+                        cluster = place[0].cluster();
+                    }
+                    epochFloor = Math.max(epochFloor, place[0].epoch());
                 }
             }
             mine.complete(null);
         }
         if (to != from) {
-            LOG.warning("tandem: coordinator moved from " + from.target + " to " + to.target + " (it serves, epoch " + epoch[0]
-                    + "; because " + from.target + " " + why + ")");
+            LOG.warning("tandem: coordinator moved from " + from.target + " to " + to.target + " (it serves, epoch " + place[0].epoch()
+                    + (place[0].cluster() != null ? " of cluster " + place[0].cluster() : "") + "; because " + from.target + " " + why + ")");
         }
         return to;
+    }
+
+    /** What one Health answer says of its coordinator: its cluster (null: not said) and epoch (0: not said). */
+    record Place(String cluster, long epoch) {
+    }
+
+    /**
+     * The place Health's message gives: from its "role=… cluster=ID epoch=N"
+     * line (internal/server/standby.go, describe), which follows any notes
+     * about the RMs (whose text could hold anything); from the whole message
+     * when it has no such line (an older server).
+     */
+    static Place place(HealthResponse h) {
+        String line = h.getMessage();
+        for (String l : h.getMessage().split("\n")) {
+            if (l.startsWith("role=")) {
+                line = l;
+                break;
+            }
+        }
+        long epoch = 0;
+        Matcher m = EPOCH.matcher(line);
+        if (m.find()) {
+            try {
+                epoch = Long.parseUnsignedLong(m.group(1));
+            } catch (NumberFormatException ignored) {
+                // not a number we can compare: epoch 0
+            }
+        }
+        Matcher c = CLUSTER.matcher(line);
+        return new Place(c.find() ? c.group(1) : null, epoch);
+    }
+
+    /** Takes the cluster named by a Health answer of the coordinator in use, if none is known yet. */
+    private void learn(HealthResponse h) {
+        String c = place(h).cluster();
+        if (c != null) {
+            synchronized (mu) {
+                if (cluster == null) {
+                    cluster = c;
+                }
+            }
+        }
     }
 
     /**
      * Asks every configured coordinator's Health in parallel (until deadline)
      * and returns the one that serves with the highest epoch (a superseded
      * primary not fenced yet may still say serving), preferring from, then the
-     * configured order; from when none serves. Its epoch goes to epochOut[0].
+     * configured order; from when none serves. Only a coordinator of the
+     * cluster followed (the one known, else the one from's answer names) and
+     * of an epoch no older than one moved to before counts. Its place goes to
+     * placeOut[0].
      */
-    private Endpoint probe(Endpoint from, long deadline, long[] epochOut) {
+    private Endpoint probe(Endpoint from, long deadline, Place[] placeOut) {
         List<Future<HealthResponse>> asks = new ArrayList<>();
         long left = Math.max(1, deadline - System.nanoTime());
         for (Endpoint ep : eps) {
             asks.add(ep.future.withDeadlineAfter(left, TimeUnit.NANOSECONDS).health(HealthRequest.getDefaultInstance()));
         }
-        int best = -1;
-        long bestEpoch = 0;
+        HealthResponse[] answers = new HealthResponse[eps.size()];
         for (int i = 0; i < eps.size(); i++) {
-            HealthResponse h;
             try {
-                h = asks.get(i).get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+                answers[i] = asks.get(i).get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 asks.forEach(f -> f.cancel(true));
                 break;
             } catch (ExecutionException | TimeoutException | RuntimeException e) {
-                asks.get(i).cancel(true);
-                continue; // unreachable or slow: not the one
+                asks.get(i).cancel(true); // unreachable or slow: not the one
             }
-            if (!h.getServing()) {
+        }
+        String known;
+        long floor;
+        synchronized (mu) {
+            int f = eps.indexOf(from);
+            if (cluster == null && answers[f] != null) {
+                cluster = place(answers[f]).cluster();
+            }
+            known = cluster;
+            floor = epochFloor;
+        }
+        int best = -1;
+        Place bestPlace = null;
+        java.util.Set<String> clusters = new java.util.TreeSet<>();
+        for (int i = 0; i < eps.size(); i++) {
+            if (answers[i] == null || !answers[i].getServing()) {
                 continue;
             }
-            long epoch = 0;
-            Matcher m = EPOCH.matcher(h.getMessage());
-            if (m.find()) {
-                try {
-                    epoch = Long.parseUnsignedLong(m.group(1));
-                } catch (NumberFormatException ignored) {
-                    // not a number we can compare: epoch 0
+            Place p = place(answers[i]);
+            if (known != null && !known.equals(p.cluster())) {
+                if (warnedForeign.add(eps.get(i).target)) {
+                    LOG.warning("tandem: the coordinator at " + eps.get(i).target + " serves " + (p.cluster() != null ? "cluster " + p.cluster()
+                            : "no cluster it names") + ", not cluster " + known + " (the one this client follows): never used;"
+                            + " list only one cluster's coordinators in TandemConfig.coordinators");
                 }
+                continue;
             }
-            if (best < 0 || Long.compareUnsigned(epoch, bestEpoch) > 0 || (epoch == bestEpoch && eps.get(i) == from)) {
+            if (Long.compareUnsigned(p.epoch(), floor) < 0) {
+                continue; // superseded: a primary of a newer epoch was moved to
+            }
+            if (p.cluster() != null) {
+                clusters.add(p.cluster());
+            }
+            if (best < 0 || Long.compareUnsigned(p.epoch(), bestPlace.epoch()) > 0 || (p.epoch() == bestPlace.epoch() && eps.get(i) == from)) {
                 best = i;
-                bestEpoch = epoch;
+                bestPlace = p;
             }
+        }
+        if (clusters.size() > 1) {
+            LOG.warning("tandem: coordinators of several clusters " + clusters + " serve among " + targets()
+                    + ", and this client does not know which it follows yet: it moves to none; list only one cluster's coordinators");
+            return from;
         }
         if (best < 0) {
             return from;
         }
-        epochOut[0] = bestEpoch;
+        placeOut[0] = bestPlace;
         return eps.get(best);
     }
 
@@ -505,7 +596,9 @@ final class CoordinatorClient implements AutoCloseable {
 
     /** Health of the coordinator in use now (no probe, no move). */
     HealthResponse health(Duration timeout) {
-        return cur.get().stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
+        HealthResponse h = cur.get().stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
+        learn(h);
+        return h;
     }
 
     /**
@@ -521,6 +614,7 @@ final class CoordinatorClient implements AutoCloseable {
         HealthResponse h;
         try {
             h = ep.stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
+            learn(h);
             if (h.getServing() || eps.size() == 1) {
                 return h;
             }

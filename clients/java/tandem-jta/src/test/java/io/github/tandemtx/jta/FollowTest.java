@@ -50,7 +50,8 @@ class FollowTest {
     static final class RoleFake extends CoordinatorGrpc.CoordinatorImplBase {
         final AtomicBoolean serving = new AtomicBoolean();
         final boolean hint;
-        final int epoch;
+        final long epoch;
+        final String cluster;
         /** Answers a serving fake's Commit; null: COMMITTED. */
         volatile Function<CommitRequest, Object> commit;
         volatile Outcome status = Outcome.UNDECIDED;
@@ -62,9 +63,15 @@ class FollowTest {
         final AtomicInteger resolves = new AtomicInteger();
         Server server;
 
-        RoleFake(boolean hint, int epoch, boolean serving) {
+        RoleFake(boolean hint, long epoch, boolean serving) {
+            this(hint, epoch, serving, "c");
+        }
+
+        /** A coordinator of cluster (Health's "cluster=" as the server says it). */
+        RoleFake(boolean hint, long epoch, boolean serving, String cluster) {
             this.hint = hint;
             this.epoch = epoch;
+            this.cluster = cluster;
             this.serving.set(serving);
         }
 
@@ -130,7 +137,8 @@ class FollowTest {
         public void health(HealthRequest req, StreamObserver<HealthResponse> out) {
             health.incrementAndGet();
             boolean s = serving.get();
-            out.onNext(HealthResponse.newBuilder().setServing(s).setMessage(s ? "role=primary cluster=c epoch=" + epoch : "role=standby of x epoch=" + epoch)
+            out.onNext(HealthResponse.newBuilder().setServing(s).setMessage(s ? "role=primary cluster=" + cluster + " epoch=" + epoch
+                    : "role=standby of x (following) synchronized=yes cluster=" + cluster + " epoch=" + epoch)
                     .build());
             out.onCompleted();
         }
@@ -394,6 +402,106 @@ class FollowTest {
             assertEquals(promoted.addr(), c.target());
             assertEquals(0, stale.commits.get());
             assertEquals(1, promoted.commits.get());
+        }
+    }
+
+    /**
+     * A coordinator of another cluster in the list (a misconfigured address:
+     * another group's coordinator, a staging one) that says serving with a
+     * higher epoch is never followed: its Commit would decide with its own
+     * RMs (the real prepared branches rolled back later by this cluster's
+     * in-doubt scan while MariaDB's committed on the client's session), and
+     * its Status could say ABORTED of what this cluster committed. Without
+     * an unanswered attempt the Commit goes to this cluster's primary; after
+     * one, its Status (COMMITTED) is the outcome, never the other's ABORTED.
+     */
+    @Test
+    void anotherClustersCoordinatorIsNeverFollowed() throws Exception {
+        RoleFake sb = serve(new RoleFake(true, 1, false));
+        RoleFake foreign = serve(new RoleFake(true, 99, true, "z"));
+        foreign.status = Outcome.ABORTED;
+        RoleFake pr = serve(new RoleFake(true, 2, true));
+        try (CoordinatorClient c = new CoordinatorClient(List.of(sb.addr(), foreign.addr(), pr.addr()), null)) {
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofSeconds(2), null);
+            assertNotNull(r.response, r.refusal + r.unknown);
+            assertEquals(0, foreign.commits.get() + foreign.statuses.get(), "a Commit or Status went to the coordinator of cluster z");
+            assertEquals(pr.addr(), c.target());
+            assertEquals(1, pr.commits.get());
+        }
+        RoleFake old = serve(new RoleFake(true, 1, true));
+        dropsTheCommitAndStepsDown(old);
+        RoleFake nu = serve(new RoleFake(true, 2, true));
+        nu.status = Outcome.COMMITTED;
+        try (CoordinatorClient c = new CoordinatorClient(List.of(old.addr(), foreign.addr(), nu.addr()), null)) {
+            c.healthOfPrimary(Duration.ofSeconds(2)); // verify(): the client learns its cluster from the first coordinator
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofSeconds(2), null);
+            assertNotNull(r.response, r.refusal + r.unknown);
+            assertEquals(Outcome.COMMITTED, r.response.getOutcome(), "the other cluster's Status decided the outcome: " + r.response.getMessage());
+            assertEquals(nu.addr(), c.target());
+        }
+        synchronized (logged) {
+            assertTrue(logged.stream().anyMatch(m -> m.contains(foreign.addr()) && m.contains("cluster z")), "the foreign address named: " + logged);
+        }
+    }
+
+    /**
+     * Once the client follows the primary of epoch 2, a coordinator of an
+     * older epoch that still says serving (the superseded primary, before it
+     * learns it is fenced) is never followed back when the new one cannot be
+     * reached: its UNDECIDED and its Commit would decide apart from the
+     * promoted primary. The Commit stays unknown instead (nothing aborted).
+     */
+    @Test
+    void neverBackToASupersededEpoch() throws Exception {
+        RoleFake old = serve(new RoleFake(true, 1, false));
+        RoleFake nu = serve(new RoleFake(true, 2, true));
+        try (CoordinatorClient c = new CoordinatorClient(List.of(old.addr(), nu.addr()), null)) {
+            assertNotNull(c.commit(req(), Duration.ofSeconds(2), null).response);
+            assertEquals(nu.addr(), c.target());
+            old.serving.set(true); // not fenced yet: says serving, epoch 1
+            String nuAddr = nu.addr();
+            nu.server.shutdownNow().awaitTermination(); // the new primary cannot be reached
+            int oldCommits = old.commits.get();
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofMillis(500), null);
+            assertEquals(oldCommits, old.commits.get(), "a Commit went back to the superseded primary (epoch 1)");
+            assertEquals(0, old.statuses.get(), "a Status went back to the superseded primary (epoch 1)");
+            assertNull(r.refused, r.refusal);
+            assertNotNull(r.unknown);
+            assertEquals(nuAddr, c.target());
+        }
+    }
+
+    /**
+     * Health's place is read from its "role=" line, after any notes about the
+     * RMs (whose text could hold "epoch=" or "cluster="); an older server's
+     * message without that line is read whole; no epoch is 0, no cluster null.
+     */
+    @Test
+    void placeIsReadFromTheRoleLine() {
+        Function<String, CoordinatorClient.Place> at = m -> CoordinatorClient.place(HealthResponse.newBuilder().setMessage(m).build());
+        assertEquals(new CoordinatorClient.Place("c", 3), at.apply("rm pg: dial: epoch=999 cluster=q\nrole=primary cluster=c epoch=3 transport=sync"));
+        assertEquals(new CoordinatorClient.Place("c", 2), at.apply("role=standby of 127.0.0.1:7072 (following) synchronized=yes cluster=c epoch=2 at=5"));
+        assertEquals(new CoordinatorClient.Place(null, 4), at.apply("epoch=4"));
+        assertEquals(new CoordinatorClient.Place(null, 0), at.apply("epoch=99999999999999999999999"));
+        assertEquals(new CoordinatorClient.Place(null, 0), at.apply(""));
+    }
+
+    /** Before the client knows its cluster, serving coordinators of two clusters: it moves to neither, and says so. */
+    @Test
+    void twoClustersServingAndNoneKnownMovesNowhere() throws Exception {
+        RoleFake first = serve(new RoleFake(true, 1, true));
+        String firstAddr = first.addr();
+        RoleFake x = serve(new RoleFake(true, 2, true, "x"));
+        RoleFake y = serve(new RoleFake(true, 3, true, "y"));
+        try (CoordinatorClient c = new CoordinatorClient(List.of(firstAddr, x.addr(), y.addr()), null)) {
+            first.server.shutdownNow().awaitTermination(); // the first cannot be reached before any Health named a cluster
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofMillis(300), null);
+            assertNull(r.response);
+            assertEquals(0, x.commits.get() + y.commits.get() + x.statuses.get() + y.statuses.get());
+            assertEquals(firstAddr, c.target());
+        }
+        synchronized (logged) {
+            assertTrue(logged.stream().anyMatch(m -> m.contains("several clusters [x, y]")), logged.toString());
         }
     }
 
