@@ -614,6 +614,35 @@ class FollowTest {
         }
     }
 
+    /**
+     * An address the gRPC channel would take and never reach is refused when
+     * the configuration is built, naming it and what to write instead (as the
+     * Go SDK's addrhint): no port (gRPC would dial 443), whitespace, several
+     * addresses in one string; and a list longer than MAX_COORDINATORS (every
+     * probe asks each address's Health at once).
+     */
+    @Test
+    void coordinatorAddressesAreChecked() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> TandemConfig.coordinators("127.0.0.1:1", "10.0.0.2"));
+        assertTrue(e.getMessage().contains("\"10.0.0.2\" has no port") && e.getMessage().contains("10.0.0.2:7070"), e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> TandemConfig.coordinator(" 127.0.0.1:7070"));
+        assertTrue(e.getMessage().contains("whitespace"), e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> TandemConfig.coordinator("10.0.0.1:7070,10.0.0.2:7070"));
+        assertTrue(e.getMessage().contains("TandemConfig.coordinators(\"10.0.0.1:7070\", \"10.0.0.2:7070\")"), e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> TandemConfig.coordinator("127.0.0.1:99999"));
+        assertTrue(e.getMessage().contains("port"), e.getMessage());
+        String[] many = new String[TandemConfig.MAX_COORDINATORS + 1];
+        for (int i = 0; i < many.length; i++) {
+            many[i] = "127.0.0.1:" + (7000 + i);
+        }
+        e = assertThrows(IllegalArgumentException.class, () -> TandemConfig.coordinators(many));
+        assertTrue(e.getMessage().contains(many.length + " coordinator addresses"), e.getMessage());
+        for (String ok : new String[] {"127.0.0.1:7070", "[::1]:7070", "tandem.internal:7070", "dns:///tandem.internal:7070", "unix:///tmp/t.sock"}) {
+            assertEquals(ok, TandemConfig.coordinator(ok).coordinator());
+        }
+        assertEquals(TandemConfig.MAX_COORDINATORS, TandemConfig.coordinators(java.util.Arrays.copyOf(many, many.length - 1)).coordinators().size());
+    }
+
     @Test
     void coordinatorsConfig() {
         TandemConfig c = TandemConfig.coordinators("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:1", "127.0.0.1:3");
