@@ -78,6 +78,19 @@ final class CoordinatorClient implements AutoCloseable {
 
     /** Bounds one probe of the coordinators' Health. */
     static final Duration PROBE_TIMEOUT = Duration.ofSeconds(1);
+    /**
+     * The channels ping a coordinator after this long without a byte from it,
+     * calls or none, and close the connection when no answer comes within
+     * {@link #KEEPALIVE_TIMEOUT}: a primary whose machine went silent (powered
+     * off, a partition that drops packets: no RST) fails the call in flight
+     * with UNAVAILABLE, so the client probes and moves, instead of waiting on
+     * a dead connection for the whole decision timeout and the kernel's
+     * retransmission timeout (about 15 minutes). Not below the server's
+     * ping allowance (internal/server/limits.go, PingMinTime 10 s: more often
+     * draws GOAWAY too_many_pings).
+     */
+    static final Duration KEEPALIVE_TIME = Duration.ofSeconds(15);
+    static final Duration KEEPALIVE_TIMEOUT = Duration.ofSeconds(5);
     /** How long a probe that found no other serving coordinator is trusted before the next. */
     static final long PROBE_QUIET_NANOS = TimeUnit.MILLISECONDS.toNanos(50);
 
@@ -158,6 +171,8 @@ final class CoordinatorClient implements AutoCloseable {
         if (authToken != null && !authToken.isEmpty()) {
             b.intercept(headers(AUTHORIZATION, "Bearer " + authToken));
         }
+        b.keepAliveTime(KEEPALIVE_TIME.toNanos(), TimeUnit.NANOSECONDS).keepAliveTimeout(KEEPALIVE_TIMEOUT.toNanos(), TimeUnit.NANOSECONDS)
+                .keepAliveWithoutCalls(true);
         return b.build();
     }
 

@@ -505,6 +505,41 @@ class FollowTest {
         }
     }
 
+    /**
+     * The primary's machine goes silent (powered off, or a partition that
+     * drops packets: no RST, the TCP connection stays "open") while a Commit
+     * waits for its answer, and the standby is promoted. Without keepalive the
+     * call would wait for the whole decision timeout (and the next ones too,
+     * on the same dead connection, for the kernel's retransmission timeout:
+     * about 15 minutes) and end unknown; with it the connection is found dead
+     * within CoordinatorClient.KEEPALIVE_TIME + KEEPALIVE_TIMEOUT, the client
+     * moves to the promoted standby and settles the Commit there (Status,
+     * then the Commit). The bound asserted is the decision timeout: a
+     * liveness bound, not a timing.
+     */
+    @Test
+    void aSilentPrimaryIsLeftWithinTheKeepalive() throws Exception {
+        RoleFake old = serve(new RoleFake(true, 1, true));
+        RoleFake nu = serve(new RoleFake(true, 2, false));
+        try (TcpProxy proxy = new TcpProxy("127.0.0.1", old.server.getPort());
+                CoordinatorClient c = new CoordinatorClient(List.of("127.0.0.1:" + proxy.port(), nu.addr()), null)) {
+            assertNotNull(c.commit(req(), Duration.ofSeconds(5), null).response, "through the proxy before it goes silent");
+            proxy.dropToServer = true;
+            proxy.dropToClient = true;
+            old.serving.set(false);
+            nu.serving.set(true);
+            long t0 = System.nanoTime();
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofSeconds(45), null);
+            System.out.println("aSilentPrimaryIsLeftWithinTheKeepalive: settled on the promoted standby after "
+                    + (System.nanoTime() - t0) / 1_000_000 + " ms");
+            assertNotNull(r.response, "the silent primary held the Commit for the whole decision timeout: " + r.unknown);
+            assertEquals(Outcome.COMMITTED, r.response.getOutcome());
+            assertEquals(nu.addr(), c.target());
+            assertEquals(1, nu.statuses.get(), "the unanswered attempt is asked of the new primary first");
+            assertEquals(0, nu.resolves.get() + nu.aborts.get() + old.aborts.get());
+        }
+    }
+
     /** Abort (a branch the client could not roll back) and Status follow the primary too; Status never resolves unless asked. */
     @Test
     void abortAndStatusFollowThePrimary() throws Exception {
