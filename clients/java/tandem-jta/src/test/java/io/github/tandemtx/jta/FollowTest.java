@@ -540,6 +540,34 @@ class FollowTest {
         }
     }
 
+    /**
+     * A standby promoted with --accept-data-loss may lack the old primary's
+     * decision: it answers Status UNDECIDED for a gtrid from before the
+     * promotion and refuses its Commit (INTERNAL, "outcome unknown"). After
+     * an unanswered attempt on the old primary that is unknown, never a
+     * rollback, and nothing aborts or resolves; the session-bound branches
+     * are not committed (no early decision came).
+     */
+    @Test
+    void acceptDataLossPrimaryRefusingAnOldGtridIsUnknown() throws Exception {
+        RoleFake old = serve(new RoleFake(true, 1, true));
+        dropsTheCommitAndStepsDown(old);
+        RoleFake nu = serve(new RoleFake(true, 2, true));
+        nu.status = Outcome.UNDECIDED;
+        nu.commit = r -> Status.INTERNAL.withDescription("coord: decision outcome unknown: gtrid began before this coordinator was promoted with --accept-data-loss");
+        AtomicInteger settled = new AtomicInteger();
+        try (CoordinatorClient c = new CoordinatorClient(List.of(old.addr(), nu.addr()), null)) {
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofSeconds(2), settled::incrementAndGet);
+            assertNull(r.refused, "a rollback after an unanswered attempt: " + r.refusal);
+            assertNull(r.response);
+            assertNotNull(r.unknown);
+            assertTrue(r.unknown.contains("connection reset") && r.unknown.contains("accept-data-loss"), r.unknown);
+            assertEquals(0, settled.get(), "the session-bound branches were committed without a decision");
+            assertEquals(1, nu.statuses.get());
+            assertEquals(0, nu.resolves.get() + nu.aborts.get() + old.aborts.get());
+        }
+    }
+
     /** Abort (a branch the client could not roll back) and Status follow the primary too; Status never resolves unless asked. */
     @Test
     void abortAndStatusFollowThePrimary() throws Exception {
