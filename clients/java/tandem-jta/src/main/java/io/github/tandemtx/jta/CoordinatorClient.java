@@ -322,8 +322,8 @@ final class CoordinatorClient implements AutoCloseable {
      * primary not fenced yet may still say serving), preferring from, then the
      * configured order; from when none serves. Only a coordinator of the
      * cluster followed (the one known, else the one from's answer names) and
-     * of an epoch no older than one moved to before counts. Its place goes to
-     * placeOut[0].
+     * of an epoch no older than one moved to before counts; an interrupted
+     * probe moves nowhere. Its place goes to placeOut[0].
      */
     private Endpoint probe(Endpoint from, long deadline, Place[] placeOut) {
         List<Future<HealthResponse>> asks = new ArrayList<>();
@@ -336,9 +336,11 @@ final class CoordinatorClient implements AutoCloseable {
             try {
                 answers[i] = asks.get(i).get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
             } catch (InterruptedException e) {
+                // Not on the answers heard so far: the one not heard may be
+                // the primary of a newer epoch.
                 Thread.currentThread().interrupt();
                 asks.forEach(f -> f.cancel(true));
-                break;
+                return from;
             } catch (ExecutionException | TimeoutException | RuntimeException e) {
                 asks.get(i).cancel(true); // unreachable or slow: not the one
             }
@@ -527,7 +529,9 @@ final class CoordinatorClient implements AutoCloseable {
                 Thread.sleep(Math.max(1, Math.min(backoffMs, leftMs)));
             } catch (InterruptedException ie) {
                 Thread.currentThread().interrupt();
-                r.unknown = "interrupted while retrying the Commit call to " + ep.target + ": " + (ambiguous != null ? describe(ambiguous) : "");
+                r.unknown = "interrupted while retrying the Commit call to " + ep.target + ": " + (ambiguous != null
+                        ? "an earlier attempt went unanswered (" + describe(ambiguous) + "), so the decision may exist"
+                        : "the attempts so far were refused (the last: " + describe(err) + ")");
                 return r;
             }
             backoffMs = Math.min(2 * backoffMs, 1000);

@@ -56,6 +56,8 @@ class FollowTest {
         volatile Function<CommitRequest, Object> commit;
         volatile Outcome status = Outcome.UNDECIDED;
         volatile Status statusError;
+        /** When set, Health waits for it (a slow coordinator). */
+        volatile java.util.concurrent.CountDownLatch healthGate;
         final AtomicInteger commits = new AtomicInteger();
         final AtomicInteger aborts = new AtomicInteger();
         final AtomicInteger health = new AtomicInteger();
@@ -136,6 +138,13 @@ class FollowTest {
         @Override
         public void health(HealthRequest req, StreamObserver<HealthResponse> out) {
             health.incrementAndGet();
+            if (healthGate != null) {
+                try {
+                    healthGate.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
             boolean s = serving.get();
             out.onNext(HealthResponse.newBuilder().setServing(s).setMessage(s ? "role=primary cluster=" + cluster + " epoch=" + epoch
                     : "role=standby of x (following) synchronized=yes cluster=" + cluster + " epoch=" + epoch)
@@ -565,6 +574,40 @@ class FollowTest {
             assertEquals(0, settled.get(), "the session-bound branches were committed without a decision");
             assertEquals(1, nu.statuses.get());
             assertEquals(0, nu.resolves.get() + nu.aborts.get() + old.aborts.get());
+        }
+    }
+
+    /**
+     * A caller interrupted while its probe waits for the answers moves
+     * nowhere on the answers it has: the one it has not heard may be the
+     * primary of a newer epoch (here the stale epoch-1 primary answered
+     * first, the promoted epoch-2 one is slow), and a Commit sent to the
+     * stale one could be decided apart from the promoted one.
+     */
+    @Test
+    void anInterruptedProbeMovesNowhere() throws Exception {
+        RoleFake sb = serve(new RoleFake(true, 0, false));
+        RoleFake stale = serve(new RoleFake(true, 1, true));
+        RoleFake promoted = serve(new RoleFake(true, 2, true));
+        promoted.healthGate = new java.util.concurrent.CountDownLatch(1);
+        try (CoordinatorClient c = new CoordinatorClient(List.of(sb.addr(), stale.addr(), promoted.addr()), null)) {
+            AtomicBoolean done = new AtomicBoolean();
+            Thread t = new Thread(() -> {
+                c.commit(req(), Duration.ofSeconds(5), null);
+                done.set(true);
+            });
+            t.start();
+            while (promoted.health.get() == 0 || stale.health.get() == 0) {
+                Thread.sleep(5);
+            }
+            Thread.sleep(50); // the stale one's answer is in; the promoted one's is held
+            t.interrupt();
+            t.join(10_000);
+            promoted.healthGate.countDown();
+            assertTrue(done.get(), "the interrupted commit returned");
+            assertEquals(0, moves(sb.addr(), stale.addr()), "moved to the stale primary on a partial probe: " + logged);
+            assertEquals(0, stale.commits.get(), "a Commit went to the stale primary");
+            assertNotEquals(stale.addr(), c.target());
         }
     }
 
