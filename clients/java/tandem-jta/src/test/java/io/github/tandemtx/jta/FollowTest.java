@@ -56,6 +56,8 @@ class FollowTest {
         volatile Function<CommitRequest, Object> commit;
         volatile Outcome status = Outcome.UNDECIDED;
         volatile Status statusError;
+        /** Refuses every call as a non-primary although Health says serving (a buggy or hostile coordinator). */
+        volatile boolean refuseAll;
         /** When set, Health waits for it (a slow coordinator). */
         volatile java.util.concurrent.CountDownLatch healthGate;
         final AtomicInteger commits = new AtomicInteger();
@@ -93,7 +95,7 @@ class FollowTest {
         @Override
         public void commit(CommitRequest req, StreamObserver<CommitResponse> out) {
             commits.incrementAndGet();
-            if (!serving.get()) {
+            if (!serving.get() || refuseAll) {
                 refuse(out);
                 return;
             }
@@ -109,7 +111,7 @@ class FollowTest {
         @Override
         public void abort(AbortRequest req, StreamObserver<AbortResponse> out) {
             aborts.incrementAndGet();
-            if (!serving.get()) {
+            if (!serving.get() || refuseAll) {
                 refuse(out);
                 return;
             }
@@ -123,7 +125,7 @@ class FollowTest {
             if (req.getResolve()) {
                 resolves.incrementAndGet();
             }
-            if (!serving.get()) {
+            if (!serving.get() || refuseAll) {
                 refuse(out);
                 return;
             }
@@ -608,6 +610,27 @@ class FollowTest {
             assertEquals(0, moves(sb.addr(), stale.addr()), "moved to the stale primary on a partial probe: " + logged);
             assertEquals(0, stale.commits.get(), "a Commit went to the stale primary");
             assertNotEquals(stale.addr(), c.target());
+        }
+    }
+
+    /**
+     * Two coordinators that both say serving in Health but refuse every call
+     * as non-primaries (a bug, or a hostile address) do not make the client
+     * spin calls and probes at both until the timeout: of equal epochs the
+     * one in use is kept (and a lower one is never moved back to), so the
+     * calls back off.
+     */
+    @Test
+    void movingBackAndForthBacksOff() throws Exception {
+        RoleFake a = serve(new RoleFake(true, 1, true));
+        RoleFake b = serve(new RoleFake(true, 1, true));
+        a.refuseAll = true;
+        b.refuseAll = true;
+        try (CoordinatorClient c = new CoordinatorClient(List.of(a.addr(), b.addr()), null)) {
+            assertThrows(io.grpc.StatusRuntimeException.class, () -> c.status(TandemXid.newGtrid(), false, Duration.ofMillis(500)));
+            int calls = a.statuses.get() + b.statuses.get();
+            int probes = a.health.get() + b.health.get();
+            assertTrue(calls <= 30 && probes <= 60, calls + " Status calls and " + probes + " Health probes in 0.5 s");
         }
     }
 
