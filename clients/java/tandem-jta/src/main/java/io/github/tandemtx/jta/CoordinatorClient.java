@@ -67,7 +67,10 @@ import tandem.v1.Tandem.StatusResponse;
  * epoch, a coordinator of an older epoch that still says serving (a
  * superseded primary before it learns it is fenced) is not moved to either.
  * Until a cluster is known, a probe whose serving answers name two clusters
- * moves nowhere.
+ * moves nowhere. A primary started without --standby-listen names neither
+ * cluster nor epoch: it is moved to only when no coordinator naming the
+ * cluster serves (so a standalone coordinator of another group in the list
+ * is still a risk there: the client cannot tell it from this cluster's).
  */
 final class CoordinatorClient implements AutoCloseable {
     static final Metadata.Key<String> AUTHORIZATION = Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
@@ -304,6 +307,20 @@ final class CoordinatorClient implements AutoCloseable {
         return new Place(c.find() ? c.group(1) : null, epoch);
     }
 
+    /**
+     * Whether serving answer p beats q: one naming its cluster beats one that
+     * names none (a primary without --standby-listen, or an older server,
+     * says neither cluster nor epoch: followed only when no named one
+     * serves); then the higher epoch; then the one in use.
+     */
+    private static boolean better(Place p, boolean pIsFrom, Place q, boolean qIsFrom) {
+        if ((p.cluster() != null) != (q.cluster() != null)) {
+            return p.cluster() != null;
+        }
+        int c = Long.compareUnsigned(p.epoch(), q.epoch());
+        return c > 0 || (c == 0 && pIsFrom && !qIsFrom);
+    }
+
     /** Takes the cluster named by a Health answer of the coordinator in use, if none is known yet. */
     private void learn(HealthResponse h) {
         String c = place(h).cluster();
@@ -320,10 +337,12 @@ final class CoordinatorClient implements AutoCloseable {
      * Asks every configured coordinator's Health in parallel (until deadline)
      * and returns the one that serves with the highest epoch (a superseded
      * primary not fenced yet may still say serving), preferring from, then the
-     * configured order; from when none serves. Only a coordinator of the
-     * cluster followed (the one known, else the one from's answer names) and
-     * of an epoch no older than one moved to before counts; an interrupted
-     * probe moves nowhere. Its place goes to placeOut[0].
+     * configured order; from when none serves. A coordinator naming another
+     * cluster than the one followed (the one known, else the one from's
+     * answer names) never counts, nor one naming an epoch older than one
+     * moved to before; one naming no cluster (a primary without
+     * --standby-listen: no cluster, no epoch) counts only when no named one
+     * serves; an interrupted probe moves nowhere. Its place goes to placeOut[0].
      */
     private Endpoint probe(Endpoint from, long deadline, Place[] placeOut) {
         List<Future<HealthResponse>> asks = new ArrayList<>();
@@ -363,21 +382,20 @@ final class CoordinatorClient implements AutoCloseable {
                 continue;
             }
             Place p = place(answers[i]);
-            if (known != null && !known.equals(p.cluster())) {
+            if (known != null && p.cluster() != null && !known.equals(p.cluster())) {
                 if (warnedForeign.add(eps.get(i).target)) {
-                    LOG.warning("tandem: the coordinator at " + eps.get(i).target + " serves " + (p.cluster() != null ? "cluster " + p.cluster()
-                            : "no cluster it names") + ", not cluster " + known + " (the one this client follows): never used;"
-                            + " list only one cluster's coordinators in TandemConfig.coordinators");
+                    LOG.warning("tandem: the coordinator at " + eps.get(i).target + " serves cluster " + p.cluster() + ", not cluster " + known
+                            + " (the one this client follows): never used; list only one cluster's coordinators in TandemConfig.coordinators");
                 }
                 continue;
             }
-            if (Long.compareUnsigned(p.epoch(), floor) < 0) {
+            if (p.cluster() != null && Long.compareUnsigned(p.epoch(), floor) < 0) {
                 continue; // superseded: a primary of a newer epoch was moved to
             }
             if (p.cluster() != null) {
                 clusters.add(p.cluster());
             }
-            if (best < 0 || Long.compareUnsigned(p.epoch(), bestPlace.epoch()) > 0 || (p.epoch() == bestPlace.epoch() && eps.get(i) == from)) {
+            if (best < 0 || better(p, eps.get(i) == from, bestPlace, eps.get(best) == from)) {
                 best = i;
                 bestPlace = p;
             }

@@ -148,7 +148,7 @@ class FollowTest {
                 }
             }
             boolean s = serving.get();
-            out.onNext(HealthResponse.newBuilder().setServing(s).setMessage(s ? "role=primary cluster=" + cluster + " epoch=" + epoch
+            out.onNext(HealthResponse.newBuilder().setServing(s).setMessage(cluster == null ? "" : s ? "role=primary cluster=" + cluster + " epoch=" + epoch
                     : "role=standby of x (following) synchronized=yes cluster=" + cluster + " epoch=" + epoch)
                     .build());
             out.onCompleted();
@@ -631,6 +631,40 @@ class FollowTest {
             int calls = a.statuses.get() + b.statuses.get();
             int probes = a.health.get() + b.health.get();
             assertTrue(calls <= 30 && probes <= 60, calls + " Status calls and " + probes + " Health probes in 0.5 s");
+        }
+    }
+
+    /**
+     * A primary started without --standby-listen (README's failover recipe:
+     * "tandem promote --data-dir /b; tandem serve --data-dir /b --rm …")
+     * names no cluster and no epoch in Health. It is still followed, after
+     * the client learnt its cluster and an epoch floor from the old primary:
+     * the Commit caught in the failover is settled there by Status. A named
+     * coordinator of the client's cluster is preferred to it.
+     */
+    @Test
+    void aPrimaryNamingNoClusterIsFollowed() throws Exception {
+        RoleFake sb = serve(new RoleFake(true, 1, false));
+        RoleFake old = serve(new RoleFake(true, 2, true));
+        RoleFake plain = serve(new RoleFake(true, 0, false, null));
+        plain.status = Outcome.COMMITTED;
+        try (CoordinatorClient c = new CoordinatorClient(List.of(sb.addr(), old.addr(), plain.addr()), null)) {
+            assertNotNull(c.commit(req(), Duration.ofSeconds(2), null).response);
+            assertEquals(old.addr(), c.target(), "moved to the named primary of epoch 2");
+            dropsTheCommitAndStepsDown(old);
+            plain.serving.set(true);
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofSeconds(2), null);
+            assertNotNull(r.response, "the primary naming no cluster was not followed: " + r.unknown);
+            assertEquals(Outcome.COMMITTED, r.response.getOutcome());
+            assertEquals(plain.addr(), c.target());
+            assertEquals(1, plain.statuses.get());
+        }
+        RoleFake named = serve(new RoleFake(true, 1, true));
+        RoleFake plain2 = serve(new RoleFake(true, 0, true, null));
+        RoleFake sb2 = serve(new RoleFake(true, 1, false));
+        try (CoordinatorClient c = new CoordinatorClient(List.of(sb2.addr(), plain2.addr(), named.addr()), null)) {
+            assertNotNull(c.commit(req(), Duration.ofSeconds(2), null).response);
+            assertEquals(named.addr(), c.target(), "the named coordinator of the cluster is preferred");
         }
     }
 
