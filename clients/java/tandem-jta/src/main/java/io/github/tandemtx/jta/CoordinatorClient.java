@@ -593,13 +593,23 @@ final class CoordinatorClient implements AutoCloseable {
         long deadline = System.nanoTime() + timeout.toNanos();
         Endpoint ep = cur.get();
         long backoffMs = 10;
+        StatusRuntimeException last = null;
         for (;;) {
             long left = deadline - System.nanoTime();
+            if (left <= 0 && last != null) {
+                // The time ran out between attempts: the last answer says why,
+                // not an attempt started with nothing left.
+                throw noPrimary(ep, last, timeout);
+            }
             try {
                 return fn.apply(ep.stub.withDeadlineAfter(Math.max(left, 1), TimeUnit.NANOSECONDS));
             } catch (StatusRuntimeException e) {
-                if (!mayHaveMoved(e) || System.nanoTime() - deadline >= 0) {
-                    throw e;
+                last = e;
+                if (!mayHaveMoved(e)) {
+                    throw at(ep, e);
+                }
+                if (System.nanoTime() - deadline >= 0) {
+                    throw noPrimary(ep, e, timeout);
                 }
                 Endpoint next = moveFrom(ep, "answered " + describe(e), deadline);
                 if (next != ep) {
@@ -607,18 +617,29 @@ final class CoordinatorClient implements AutoCloseable {
                     continue;
                 }
                 if (!notPrimary(e) && e.getStatus().getCode() != Status.Code.UNAVAILABLE) {
-                    throw e; // FAILED_PRECONDITION with nobody else serving: a refusal
+                    throw at(ep, e); // FAILED_PRECONDITION with nobody else serving: a refusal
                 }
                 try {
                     long leftMs = (deadline - System.nanoTime()) / 1_000_000 + 1;
                     Thread.sleep(Math.max(1, Math.min(backoffMs, leftMs)));
                 } catch (InterruptedException ie) {
                     Thread.currentThread().interrupt();
-                    throw e;
+                    throw at(ep, e);
                 }
                 backoffMs = Math.min(2 * backoffMs, 1000);
             }
         }
+    }
+
+    /** e, from the coordinator at ep, saying so (its code, cause and trailers kept). */
+    private static StatusRuntimeException at(Endpoint ep, StatusRuntimeException e) {
+        return e.getStatus().withDescription("the coordinator at " + ep.target + ": " + describe(e)).asRuntimeException(e.getTrailers());
+    }
+
+    /** e, the last answer (from ep) when timeout ended with no coordinator serving: naming every address. */
+    private StatusRuntimeException noPrimary(Endpoint ep, StatusRuntimeException e, Duration timeout) {
+        return e.getStatus().withDescription("no coordinator of " + targets() + " served as the primary within " + timeout.toMillis()
+                + "ms (the last answer, from " + ep.target + ": " + describe(e) + ")").asRuntimeException(e.getTrailers());
     }
 
     /** Abort decides ABORT for gtrid and rolls back the listed prepared branches from the coordinator (the primary). */

@@ -668,6 +668,31 @@ class FollowTest {
         }
     }
 
+    /**
+     * When Abort or Status ends without a primary, or a coordinator refuses
+     * it, the error names the coordinator that answered last and every
+     * configured address (what the operator has to look at).
+     */
+    @Test
+    void abortAndStatusErrorsNameTheAddresses() throws Exception {
+        RoleFake a = serve(new RoleFake(true, 1, false));
+        RoleFake b = serve(new RoleFake(true, 1, false));
+        try (CoordinatorClient c = new CoordinatorClient(List.of(a.addr(), b.addr()), null)) {
+            io.grpc.StatusRuntimeException e = assertThrows(io.grpc.StatusRuntimeException.class,
+                    () -> c.abort(AbortRequest.newBuilder().setGtrid(TandemXid.newGtrid()).build(), Duration.ofMillis(300)));
+            assertTrue(e.getMessage().contains("no coordinator of " + a.addr() + ", " + b.addr() + " served as the primary")
+                    && e.getMessage().contains("the last answer, from " + a.addr()), e.getMessage());
+            assertEquals(Status.Code.FAILED_PRECONDITION, e.getStatus().getCode(), "the code is the coordinator's");
+            assertTrue(CoordinatorClient.notPrimary(e), "the trailers are kept");
+        }
+        RoleFake p = serve(new RoleFake(true, 1, true));
+        p.statusError = Status.PERMISSION_DENIED.withDescription("token not accepted");
+        try (CoordinatorClient c = new CoordinatorClient(List.of(p.addr()), null)) {
+            io.grpc.StatusRuntimeException e = assertThrows(io.grpc.StatusRuntimeException.class, () -> c.status(TandemXid.newGtrid(), false, Duration.ofSeconds(1)));
+            assertTrue(e.getMessage().contains("the coordinator at " + p.addr()) && e.getMessage().contains("token not accepted"), e.getMessage());
+        }
+    }
+
     /** Abort (a branch the client could not roll back) and Status follow the primary too; Status never resolves unless asked. */
     @Test
     void abortAndStatusFollowThePrimary() throws Exception {
