@@ -128,8 +128,10 @@ final class CoordinatorClient implements AutoCloseable {
     private String cluster;
     /** The highest epoch of a coordinator moved to: an older one is never moved to. Guarded by mu. */
     private long epochFloor;
-    /** Addresses of another cluster already logged. */
+    /** Addresses of another cluster already logged (at most one per address). */
     private final java.util.Set<String> warnedForeign = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    /** Whether serving coordinators of several clusters were logged. */
+    private final AtomicBoolean warnedClusters = new AtomicBoolean();
 
     CoordinatorClient(String target, String authToken) {
         this(List.of(target), authToken, null, null, null);
@@ -401,8 +403,10 @@ final class CoordinatorClient implements AutoCloseable {
             }
         }
         if (clusters.size() > 1) {
-            LOG.warning("tandem: coordinators of several clusters " + clusters + " serve among " + targets()
-                    + ", and this client does not know which it follows yet: it moves to none; list only one cluster's coordinators");
+            if (warnedClusters.compareAndSet(false, true)) { // once, not once per probe
+                LOG.warning("tandem: coordinators of several clusters " + clusters + " serve among " + targets()
+                        + ", and this client does not know which it follows yet: it moves to none; list only one cluster's coordinators");
+            }
             return from;
         }
         if (best < 0) {
