@@ -57,6 +57,20 @@ import tandem.v1.Tandem.StatusResponse;
  * other callers wait for its answer), and a probe that found nobody is not
  * repeated within {@link #PROBE_QUIET_NANOS}: the callers back off and try
  * again.
+ *
+ * <p>It follows one cluster, and forward only. The cluster is the one the
+ * first Health answer of the coordinator in use names ({@code cluster=ID}):
+ * a coordinator of another cluster in the list (a misconfigured address) is
+ * never moved to, whatever its epoch, since its Commit would decide apart from
+ * this cluster's log and its Status knows nothing of this cluster's decisions
+ * (it is logged once, naming it). Once the client moved to the primary of an
+ * epoch, a coordinator of an older epoch that still says serving (a
+ * superseded primary before it learns it is fenced) is not moved to either.
+ * Until a cluster is known, a probe whose serving answers name two clusters
+ * moves nowhere. A primary started without --standby-listen names neither
+ * cluster nor epoch: it is moved to only when no coordinator naming the
+ * cluster serves (so a standalone coordinator of another group in the list
+ * is still a risk there: the client cannot tell it from this cluster's).
  */
 final class CoordinatorClient implements AutoCloseable {
     static final Metadata.Key<String> AUTHORIZATION = Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
@@ -67,11 +81,25 @@ final class CoordinatorClient implements AutoCloseable {
 
     /** Bounds one probe of the coordinators' Health. */
     static final Duration PROBE_TIMEOUT = Duration.ofSeconds(1);
+    /**
+     * The channels ping a coordinator after this long without a byte from it,
+     * calls or none, and close the connection when no answer comes within
+     * {@link #KEEPALIVE_TIMEOUT}: a primary whose machine went silent (powered
+     * off, a partition that drops packets: no RST) fails the call in flight
+     * with UNAVAILABLE, so the client probes and moves, instead of waiting on
+     * a dead connection for the whole decision timeout and the kernel's
+     * retransmission timeout (about 15 minutes). Not below the server's
+     * ping allowance (internal/server/limits.go, PingMinTime 10 s: more often
+     * draws GOAWAY too_many_pings).
+     */
+    static final Duration KEEPALIVE_TIME = Duration.ofSeconds(15);
+    static final Duration KEEPALIVE_TIMEOUT = Duration.ofSeconds(5);
     /** How long a probe that found no other serving coordinator is trusted before the next. */
     static final long PROBE_QUIET_NANOS = TimeUnit.MILLISECONDS.toNanos(50);
 
     private static final Logger LOG = Logger.getLogger("io.github.tandemtx.jta");
     private static final Pattern EPOCH = Pattern.compile("\\bepoch=(\\d+)");
+    private static final Pattern CLUSTER = Pattern.compile("\\bcluster=(\\S+)");
 
     /** One configured coordinator address and its channel. */
     static final class Endpoint {
@@ -96,6 +124,14 @@ final class CoordinatorClient implements AutoCloseable {
     /** When (System.nanoTime) a probe last found nobody better. Guarded by mu. */
     private long lastProbe;
     private boolean probedFruitlessly;
+    /** The cluster followed (Health's cluster=); null until a Health answer of the one in use named it. Guarded by mu. */
+    private String cluster;
+    /** The highest epoch of a coordinator moved to: an older one is never moved to. Guarded by mu. */
+    private long epochFloor;
+    /** Addresses of another cluster already logged (at most one per address). */
+    private final java.util.Set<String> warnedForeign = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    /** Whether serving coordinators of several clusters were logged. */
+    private final AtomicBoolean warnedClusters = new AtomicBoolean();
 
     CoordinatorClient(String target, String authToken) {
         this(List.of(target), authToken, null, null, null);
@@ -140,6 +176,8 @@ final class CoordinatorClient implements AutoCloseable {
         if (authToken != null && !authToken.isEmpty()) {
             b.intercept(headers(AUTHORIZATION, "Bearer " + authToken));
         }
+        b.keepAliveTime(KEEPALIVE_TIME.toNanos(), TimeUnit.NANOSECONDS).keepAliveTimeout(KEEPALIVE_TIMEOUT.toNanos(), TimeUnit.NANOSECONDS)
+                .keepAliveWithoutCalls(true);
         return b.build();
     }
 
@@ -212,10 +250,10 @@ final class CoordinatorClient implements AutoCloseable {
             }
             return cur.get();
         }
-        long[] epoch = new long[1];
+        Place[] place = new Place[1];
         Endpoint to = from;
         try {
-            to = probe(from, Math.min(deadline, System.nanoTime() + PROBE_TIMEOUT.toNanos()), epoch);
+            to = probe(from, Math.min(deadline, System.nanoTime() + PROBE_TIMEOUT.toNanos()), place);
         } finally {
             synchronized (mu) {
                 probing = null;
@@ -225,64 +263,156 @@ final class CoordinatorClient implements AutoCloseable {
                 } else {
                     cur.set(to);
                     probedFruitlessly = false;
+                    if (cluster == null) {
+                        cluster = place[0].cluster();
+                    }
+                    epochFloor = Math.max(epochFloor, place[0].epoch());
                 }
             }
             mine.complete(null);
         }
         if (to != from) {
-            LOG.warning("tandem: coordinator moved from " + from.target + " to " + to.target + " (it serves, epoch " + epoch[0]
-                    + "; because " + from.target + " " + why + ")");
+            LOG.warning("tandem: coordinator moved from " + from.target + " to " + to.target + " (it serves, epoch " + place[0].epoch()
+                    + (place[0].cluster() != null ? " of cluster " + place[0].cluster() : "") + "; because " + from.target + " " + why + ")");
         }
         return to;
+    }
+
+    /** What one Health answer says of its coordinator: its cluster (null: not said) and epoch (0: not said). */
+    record Place(String cluster, long epoch) {
+    }
+
+    /**
+     * The place Health's message gives: from its "role=… cluster=ID epoch=N"
+     * line (internal/server/standby.go, describe), which follows any notes
+     * about the RMs (whose text could hold anything); from the whole message
+     * when it has no such line (an older server).
+     */
+    static Place place(HealthResponse h) {
+        String line = h.getMessage();
+        for (String l : h.getMessage().split("\n")) {
+            if (l.startsWith("role=")) {
+                line = l;
+                break;
+            }
+        }
+        long epoch = 0;
+        Matcher m = EPOCH.matcher(line);
+        if (m.find()) {
+            try {
+                epoch = Long.parseUnsignedLong(m.group(1));
+            } catch (NumberFormatException ignored) {
+                // not a number we can compare: epoch 0
+            }
+        }
+        Matcher c = CLUSTER.matcher(line);
+        return new Place(c.find() ? c.group(1) : null, epoch);
+    }
+
+    /**
+     * Whether serving answer p beats q: one naming its cluster beats one that
+     * names none (a primary without --standby-listen, or an older server,
+     * says neither cluster nor epoch: followed only when no named one
+     * serves); then the higher epoch; then the one in use.
+     */
+    private static boolean better(Place p, boolean pIsFrom, Place q, boolean qIsFrom) {
+        if ((p.cluster() != null) != (q.cluster() != null)) {
+            return p.cluster() != null;
+        }
+        int c = Long.compareUnsigned(p.epoch(), q.epoch());
+        return c > 0 || (c == 0 && pIsFrom && !qIsFrom);
+    }
+
+    /** Takes the cluster named by a Health answer of the coordinator in use, if none is known yet. */
+    private void learn(HealthResponse h) {
+        String c = place(h).cluster();
+        if (c != null) {
+            synchronized (mu) {
+                if (cluster == null) {
+                    cluster = c;
+                }
+            }
+        }
     }
 
     /**
      * Asks every configured coordinator's Health in parallel (until deadline)
      * and returns the one that serves with the highest epoch (a superseded
      * primary not fenced yet may still say serving), preferring from, then the
-     * configured order; from when none serves. Its epoch goes to epochOut[0].
+     * configured order; from when none serves. A coordinator naming another
+     * cluster than the one followed (the one known, else the one from's
+     * answer names) never counts, nor one naming an epoch older than one
+     * moved to before; one naming no cluster (a primary without
+     * --standby-listen: no cluster, no epoch) counts only when no named one
+     * serves; an interrupted probe moves nowhere. Its place goes to placeOut[0].
      */
-    private Endpoint probe(Endpoint from, long deadline, long[] epochOut) {
+    private Endpoint probe(Endpoint from, long deadline, Place[] placeOut) {
         List<Future<HealthResponse>> asks = new ArrayList<>();
         long left = Math.max(1, deadline - System.nanoTime());
         for (Endpoint ep : eps) {
             asks.add(ep.future.withDeadlineAfter(left, TimeUnit.NANOSECONDS).health(HealthRequest.getDefaultInstance()));
         }
-        int best = -1;
-        long bestEpoch = 0;
+        HealthResponse[] answers = new HealthResponse[eps.size()];
         for (int i = 0; i < eps.size(); i++) {
-            HealthResponse h;
             try {
-                h = asks.get(i).get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+                answers[i] = asks.get(i).get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
             } catch (InterruptedException e) {
+                // Not on the answers heard so far: the one not heard may be
+                // the primary of a newer epoch.
                 Thread.currentThread().interrupt();
                 asks.forEach(f -> f.cancel(true));
-                break;
+                return from;
             } catch (ExecutionException | TimeoutException | RuntimeException e) {
-                asks.get(i).cancel(true);
-                continue; // unreachable or slow: not the one
+                asks.get(i).cancel(true); // unreachable or slow: not the one
             }
-            if (!h.getServing()) {
+        }
+        String known;
+        long floor;
+        synchronized (mu) {
+            int f = eps.indexOf(from);
+            if (cluster == null && answers[f] != null) {
+                cluster = place(answers[f]).cluster();
+            }
+            known = cluster;
+            floor = epochFloor;
+        }
+        int best = -1;
+        Place bestPlace = null;
+        java.util.Set<String> clusters = new java.util.TreeSet<>();
+        for (int i = 0; i < eps.size(); i++) {
+            if (answers[i] == null || !answers[i].getServing()) {
                 continue;
             }
-            long epoch = 0;
-            Matcher m = EPOCH.matcher(h.getMessage());
-            if (m.find()) {
-                try {
-                    epoch = Long.parseUnsignedLong(m.group(1));
-                } catch (NumberFormatException ignored) {
-                    // not a number we can compare: epoch 0
+            Place p = place(answers[i]);
+            if (known != null && p.cluster() != null && !known.equals(p.cluster())) {
+                if (warnedForeign.add(eps.get(i).target)) {
+                    LOG.warning("tandem: the coordinator at " + eps.get(i).target + " serves cluster " + p.cluster() + ", not cluster " + known
+                            + " (the one this client follows): never used; list only one cluster's coordinators in TandemConfig.coordinators");
                 }
+                continue;
             }
-            if (best < 0 || Long.compareUnsigned(epoch, bestEpoch) > 0 || (epoch == bestEpoch && eps.get(i) == from)) {
+            if (p.cluster() != null && Long.compareUnsigned(p.epoch(), floor) < 0) {
+                continue; // superseded: a primary of a newer epoch was moved to
+            }
+            if (p.cluster() != null) {
+                clusters.add(p.cluster());
+            }
+            if (best < 0 || better(p, eps.get(i) == from, bestPlace, eps.get(best) == from)) {
                 best = i;
-                bestEpoch = epoch;
+                bestPlace = p;
             }
+        }
+        if (clusters.size() > 1) {
+            if (warnedClusters.compareAndSet(false, true)) { // once, not once per probe
+                LOG.warning("tandem: coordinators of several clusters " + clusters + " serve among " + targets()
+                        + ", and this client does not know which it follows yet: it moves to none; list only one cluster's coordinators");
+            }
+            return from;
         }
         if (best < 0) {
             return from;
         }
-        epochOut[0] = bestEpoch;
+        placeOut[0] = bestPlace;
         return eps.get(best);
     }
 
@@ -421,7 +551,9 @@ final class CoordinatorClient implements AutoCloseable {
                 Thread.sleep(Math.max(1, Math.min(backoffMs, leftMs)));
             } catch (InterruptedException ie) {
                 Thread.currentThread().interrupt();
-                r.unknown = "interrupted while retrying the Commit call to " + ep.target + ": " + (ambiguous != null ? describe(ambiguous) : "");
+                r.unknown = "interrupted while retrying the Commit call to " + ep.target + ": " + (ambiguous != null
+                        ? "an earlier attempt went unanswered (" + describe(ambiguous) + "), so the decision may exist"
+                        : "the attempts so far were refused (the last: " + describe(err) + ")");
                 return r;
             }
             backoffMs = Math.min(2 * backoffMs, 1000);
@@ -465,13 +597,23 @@ final class CoordinatorClient implements AutoCloseable {
         long deadline = System.nanoTime() + timeout.toNanos();
         Endpoint ep = cur.get();
         long backoffMs = 10;
+        StatusRuntimeException last = null;
         for (;;) {
             long left = deadline - System.nanoTime();
+            if (left <= 0 && last != null) {
+                // The time ran out between attempts: the last answer says why,
+                // not an attempt started with nothing left.
+                throw noPrimary(ep, last, timeout);
+            }
             try {
                 return fn.apply(ep.stub.withDeadlineAfter(Math.max(left, 1), TimeUnit.NANOSECONDS));
             } catch (StatusRuntimeException e) {
-                if (!mayHaveMoved(e) || System.nanoTime() - deadline >= 0) {
-                    throw e;
+                last = e;
+                if (!mayHaveMoved(e)) {
+                    throw at(ep, e);
+                }
+                if (System.nanoTime() - deadline >= 0) {
+                    throw noPrimary(ep, e, timeout);
                 }
                 Endpoint next = moveFrom(ep, "answered " + describe(e), deadline);
                 if (next != ep) {
@@ -479,18 +621,29 @@ final class CoordinatorClient implements AutoCloseable {
                     continue;
                 }
                 if (!notPrimary(e) && e.getStatus().getCode() != Status.Code.UNAVAILABLE) {
-                    throw e; // FAILED_PRECONDITION with nobody else serving: a refusal
+                    throw at(ep, e); // FAILED_PRECONDITION with nobody else serving: a refusal
                 }
                 try {
                     long leftMs = (deadline - System.nanoTime()) / 1_000_000 + 1;
                     Thread.sleep(Math.max(1, Math.min(backoffMs, leftMs)));
                 } catch (InterruptedException ie) {
                     Thread.currentThread().interrupt();
-                    throw e;
+                    throw at(ep, e);
                 }
                 backoffMs = Math.min(2 * backoffMs, 1000);
             }
         }
+    }
+
+    /** e, from the coordinator at ep, saying so (its code, cause and trailers kept). */
+    private static StatusRuntimeException at(Endpoint ep, StatusRuntimeException e) {
+        return e.getStatus().withDescription("the coordinator at " + ep.target + ": " + describe(e)).asRuntimeException(e.getTrailers());
+    }
+
+    /** e, the last answer (from ep) when timeout ended with no coordinator serving: naming every address. */
+    private StatusRuntimeException noPrimary(Endpoint ep, StatusRuntimeException e, Duration timeout) {
+        return e.getStatus().withDescription("no coordinator of " + targets() + " served as the primary within " + timeout.toMillis()
+                + "ms (the last answer, from " + ep.target + ": " + describe(e) + ")").asRuntimeException(e.getTrailers());
     }
 
     /** Abort decides ABORT for gtrid and rolls back the listed prepared branches from the coordinator (the primary). */
@@ -505,7 +658,9 @@ final class CoordinatorClient implements AutoCloseable {
 
     /** Health of the coordinator in use now (no probe, no move). */
     HealthResponse health(Duration timeout) {
-        return cur.get().stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
+        HealthResponse h = cur.get().stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
+        learn(h);
+        return h;
     }
 
     /**
@@ -521,6 +676,7 @@ final class CoordinatorClient implements AutoCloseable {
         HealthResponse h;
         try {
             h = ep.stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
+            learn(h);
             if (h.getServing() || eps.size() == 1) {
                 return h;
             }

@@ -39,6 +39,9 @@ public final class TandemConfig {
         COORDINATOR
     }
 
+    /** The most coordinator addresses a configuration takes (every probe asks each one's Health at once). */
+    public static final int MAX_COORDINATORS = 16;
+
     private List<String> coordinators;
     private String authToken;
     private Duration decisionTimeout = DEFAULT_DECISION_TIMEOUT;
@@ -75,6 +78,35 @@ public final class TandemConfig {
         return coordinators(target);
     }
 
+    /** host:port, [v6]:port; anything with "://" or "unix:" is a gRPC target name resolved as such. */
+    private static final java.util.regex.Pattern HOST_PORT = java.util.regex.Pattern.compile("(\\[[^\\]]+\\]|[^:\\[\\]]+):(\\d{1,5})");
+
+    /** Refuses an address the gRPC channel would take and never reach (the Go SDK's addrhint.CheckAPIAddr). */
+    private static void checkAddress(String t) {
+        if (t.chars().anyMatch(Character::isWhitespace)) {
+            throw new IllegalArgumentException("TandemConfig: coordinator address \"" + t + "\" has whitespace; want host:port of `tandem serve --listen`");
+        }
+        if (t.contains(",")) {
+            throw new IllegalArgumentException("TandemConfig: coordinator address \"" + t + "\" holds several; give each on its own: TandemConfig.coordinators(\""
+                    + String.join("\", \"", t.split(",")) + "\")");
+        }
+        if (t.contains("://") || t.startsWith("unix:")) {
+            return;
+        }
+        java.util.regex.Matcher m = HOST_PORT.matcher(t);
+        if (!m.matches()) {
+            if (!t.contains(":") || (t.startsWith("[") && t.endsWith("]"))) {
+                throw new IllegalArgumentException("TandemConfig: coordinator address \"" + t + "\" has no port (gRPC would dial port 443): did you mean \""
+                        + t + ":7070\"?");
+            }
+            throw new IllegalArgumentException("TandemConfig: coordinator address \"" + t + "\": want host:port, e.g. 127.0.0.1:7070, or a gRPC target such as dns:///host:7070");
+        }
+        int port = Integer.parseInt(m.group(2));
+        if (port < 1 || port > 65535) {
+            throw new IllegalArgumentException("TandemConfig: coordinator address \"" + t + "\": port " + port + " is not 1-65535");
+        }
+    }
+
     /**
      * A configuration for a cluster of coordinators: a primary and its
      * standbys ({@code tandem serve --standby-of}), each a gRPC target as in
@@ -83,8 +115,12 @@ public final class TandemConfig {
      * until then; when that one refuses as a non-primary or cannot be reached,
      * it asks every address's Health and moves to the one that serves
      * (README, "Following the primary"). An address listed twice counts once.
+     * List only one cluster's coordinators: the manager never follows one of
+     * another cluster (Health's {@code cluster=}).
      *
-     * @throws IllegalArgumentException when no address is given or one is empty
+     * @throws IllegalArgumentException when no address is given, one is empty,
+     *     has whitespace or a comma, is host without :port (gRPC would dial port
+     *     443), or more than {@link #MAX_COORDINATORS} are given
      */
     public static TandemConfig coordinators(String... targets) {
         if (targets == null || targets.length == 0) {
@@ -97,9 +133,14 @@ public final class TandemConfig {
                 throw new IllegalArgumentException("TandemConfig: " + (targets.length == 1 ? "the coordinator address"
                         : "coordinator address " + (i + 1) + " of " + targets.length) + " is empty; want host:port of `tandem serve --listen`");
             }
+            checkAddress(t);
             if (!out.contains(t)) {
                 out.add(t);
             }
+        }
+        if (out.size() > MAX_COORDINATORS) {
+            throw new IllegalArgumentException("TandemConfig: " + out.size() + " coordinator addresses, more than " + MAX_COORDINATORS
+                    + ": list a cluster's primary and its standbys (every probe asks each one's Health at once)");
         }
         TandemConfig c = new TandemConfig();
         c.coordinators = List.copyOf(out);

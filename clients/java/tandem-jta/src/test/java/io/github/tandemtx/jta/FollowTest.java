@@ -50,11 +50,16 @@ class FollowTest {
     static final class RoleFake extends CoordinatorGrpc.CoordinatorImplBase {
         final AtomicBoolean serving = new AtomicBoolean();
         final boolean hint;
-        final int epoch;
+        final long epoch;
+        final String cluster;
         /** Answers a serving fake's Commit; null: COMMITTED. */
         volatile Function<CommitRequest, Object> commit;
         volatile Outcome status = Outcome.UNDECIDED;
         volatile Status statusError;
+        /** Refuses every call as a non-primary although Health says serving (a buggy or hostile coordinator). */
+        volatile boolean refuseAll;
+        /** When set, Health waits for it (a slow coordinator). */
+        volatile java.util.concurrent.CountDownLatch healthGate;
         final AtomicInteger commits = new AtomicInteger();
         final AtomicInteger aborts = new AtomicInteger();
         final AtomicInteger health = new AtomicInteger();
@@ -62,9 +67,15 @@ class FollowTest {
         final AtomicInteger resolves = new AtomicInteger();
         Server server;
 
-        RoleFake(boolean hint, int epoch, boolean serving) {
+        RoleFake(boolean hint, long epoch, boolean serving) {
+            this(hint, epoch, serving, "c");
+        }
+
+        /** A coordinator of cluster (Health's "cluster=" as the server says it). */
+        RoleFake(boolean hint, long epoch, boolean serving, String cluster) {
             this.hint = hint;
             this.epoch = epoch;
+            this.cluster = cluster;
             this.serving.set(serving);
         }
 
@@ -84,7 +95,7 @@ class FollowTest {
         @Override
         public void commit(CommitRequest req, StreamObserver<CommitResponse> out) {
             commits.incrementAndGet();
-            if (!serving.get()) {
+            if (!serving.get() || refuseAll) {
                 refuse(out);
                 return;
             }
@@ -100,7 +111,7 @@ class FollowTest {
         @Override
         public void abort(AbortRequest req, StreamObserver<AbortResponse> out) {
             aborts.incrementAndGet();
-            if (!serving.get()) {
+            if (!serving.get() || refuseAll) {
                 refuse(out);
                 return;
             }
@@ -114,7 +125,7 @@ class FollowTest {
             if (req.getResolve()) {
                 resolves.incrementAndGet();
             }
-            if (!serving.get()) {
+            if (!serving.get() || refuseAll) {
                 refuse(out);
                 return;
             }
@@ -129,8 +140,16 @@ class FollowTest {
         @Override
         public void health(HealthRequest req, StreamObserver<HealthResponse> out) {
             health.incrementAndGet();
+            if (healthGate != null) {
+                try {
+                    healthGate.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
             boolean s = serving.get();
-            out.onNext(HealthResponse.newBuilder().setServing(s).setMessage(s ? "role=primary cluster=c epoch=" + epoch : "role=standby of x epoch=" + epoch)
+            out.onNext(HealthResponse.newBuilder().setServing(s).setMessage(cluster == null ? "" : s ? "role=primary cluster=" + cluster + " epoch=" + epoch
+                    : "role=standby of x (following) synchronized=yes cluster=" + cluster + " epoch=" + epoch)
                     .build());
             out.onCompleted();
         }
@@ -397,6 +416,283 @@ class FollowTest {
         }
     }
 
+    /**
+     * A coordinator of another cluster in the list (a misconfigured address:
+     * another group's coordinator, a staging one) that says serving with a
+     * higher epoch is never followed: its Commit would decide with its own
+     * RMs (the real prepared branches rolled back later by this cluster's
+     * in-doubt scan while MariaDB's committed on the client's session), and
+     * its Status could say ABORTED of what this cluster committed. Without
+     * an unanswered attempt the Commit goes to this cluster's primary; after
+     * one, its Status (COMMITTED) is the outcome, never the other's ABORTED.
+     */
+    @Test
+    void anotherClustersCoordinatorIsNeverFollowed() throws Exception {
+        RoleFake sb = serve(new RoleFake(true, 1, false));
+        RoleFake foreign = serve(new RoleFake(true, 99, true, "z"));
+        foreign.status = Outcome.ABORTED;
+        RoleFake pr = serve(new RoleFake(true, 2, true));
+        try (CoordinatorClient c = new CoordinatorClient(List.of(sb.addr(), foreign.addr(), pr.addr()), null)) {
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofSeconds(2), null);
+            assertNotNull(r.response, r.refusal + r.unknown);
+            assertEquals(0, foreign.commits.get() + foreign.statuses.get(), "a Commit or Status went to the coordinator of cluster z");
+            assertEquals(pr.addr(), c.target());
+            assertEquals(1, pr.commits.get());
+        }
+        RoleFake old = serve(new RoleFake(true, 1, true));
+        dropsTheCommitAndStepsDown(old);
+        RoleFake nu = serve(new RoleFake(true, 2, true));
+        nu.status = Outcome.COMMITTED;
+        try (CoordinatorClient c = new CoordinatorClient(List.of(old.addr(), foreign.addr(), nu.addr()), null)) {
+            c.healthOfPrimary(Duration.ofSeconds(2)); // verify(): the client learns its cluster from the first coordinator
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofSeconds(2), null);
+            assertNotNull(r.response, r.refusal + r.unknown);
+            assertEquals(Outcome.COMMITTED, r.response.getOutcome(), "the other cluster's Status decided the outcome: " + r.response.getMessage());
+            assertEquals(nu.addr(), c.target());
+        }
+        synchronized (logged) {
+            assertTrue(logged.stream().anyMatch(m -> m.contains(foreign.addr()) && m.contains("cluster z")), "the foreign address named: " + logged);
+        }
+    }
+
+    /**
+     * Once the client follows the primary of epoch 2, a coordinator of an
+     * older epoch that still says serving (the superseded primary, before it
+     * learns it is fenced) is never followed back when the new one cannot be
+     * reached: its UNDECIDED and its Commit would decide apart from the
+     * promoted primary. The Commit stays unknown instead (nothing aborted).
+     */
+    @Test
+    void neverBackToASupersededEpoch() throws Exception {
+        RoleFake old = serve(new RoleFake(true, 1, false));
+        RoleFake nu = serve(new RoleFake(true, 2, true));
+        try (CoordinatorClient c = new CoordinatorClient(List.of(old.addr(), nu.addr()), null)) {
+            assertNotNull(c.commit(req(), Duration.ofSeconds(2), null).response);
+            assertEquals(nu.addr(), c.target());
+            old.serving.set(true); // not fenced yet: says serving, epoch 1
+            String nuAddr = nu.addr();
+            nu.server.shutdownNow().awaitTermination(); // the new primary cannot be reached
+            int oldCommits = old.commits.get();
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofMillis(500), null);
+            assertEquals(oldCommits, old.commits.get(), "a Commit went back to the superseded primary (epoch 1)");
+            assertEquals(0, old.statuses.get(), "a Status went back to the superseded primary (epoch 1)");
+            assertNull(r.refused, r.refusal);
+            assertNotNull(r.unknown);
+            assertEquals(nuAddr, c.target());
+        }
+    }
+
+    /**
+     * Health's place is read from its "role=" line, after any notes about the
+     * RMs (whose text could hold "epoch=" or "cluster="); an older server's
+     * message without that line is read whole; no epoch is 0, no cluster null.
+     */
+    @Test
+    void placeIsReadFromTheRoleLine() {
+        Function<String, CoordinatorClient.Place> at = m -> CoordinatorClient.place(HealthResponse.newBuilder().setMessage(m).build());
+        assertEquals(new CoordinatorClient.Place("c", 3), at.apply("rm pg: dial: epoch=999 cluster=q\nrole=primary cluster=c epoch=3 transport=sync"));
+        assertEquals(new CoordinatorClient.Place("c", 2), at.apply("role=standby of 127.0.0.1:7072 (following) synchronized=yes cluster=c epoch=2 at=5"));
+        assertEquals(new CoordinatorClient.Place(null, 4), at.apply("epoch=4"));
+        assertEquals(new CoordinatorClient.Place(null, 0), at.apply("epoch=99999999999999999999999"));
+        assertEquals(new CoordinatorClient.Place(null, 0), at.apply(""));
+    }
+
+    /** Before the client knows its cluster, serving coordinators of two clusters: it moves to neither, and says so. */
+    @Test
+    void twoClustersServingAndNoneKnownMovesNowhere() throws Exception {
+        RoleFake first = serve(new RoleFake(true, 1, true));
+        String firstAddr = first.addr();
+        RoleFake x = serve(new RoleFake(true, 2, true, "x"));
+        RoleFake y = serve(new RoleFake(true, 3, true, "y"));
+        try (CoordinatorClient c = new CoordinatorClient(List.of(firstAddr, x.addr(), y.addr()), null)) {
+            first.server.shutdownNow().awaitTermination(); // the first cannot be reached before any Health named a cluster
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofMillis(300), null);
+            assertNull(r.response);
+            assertEquals(0, x.commits.get() + y.commits.get() + x.statuses.get() + y.statuses.get());
+            assertEquals(firstAddr, c.target());
+        }
+        synchronized (logged) {
+            assertTrue(logged.stream().anyMatch(m -> m.contains("several clusters [x, y]")), logged.toString());
+        }
+    }
+
+    /**
+     * The primary's machine goes silent (powered off, or a partition that
+     * drops packets: no RST, the TCP connection stays "open") while a Commit
+     * waits for its answer, and the standby is promoted. Without keepalive the
+     * call would wait for the whole decision timeout (and the next ones too,
+     * on the same dead connection, for the kernel's retransmission timeout:
+     * about 15 minutes) and end unknown; with it the connection is found dead
+     * within CoordinatorClient.KEEPALIVE_TIME + KEEPALIVE_TIMEOUT, the client
+     * moves to the promoted standby and settles the Commit there (Status,
+     * then the Commit). The bound asserted is the decision timeout: a
+     * liveness bound, not a timing.
+     */
+    @Test
+    void aSilentPrimaryIsLeftWithinTheKeepalive() throws Exception {
+        RoleFake old = serve(new RoleFake(true, 1, true));
+        RoleFake nu = serve(new RoleFake(true, 2, false));
+        try (TcpProxy proxy = new TcpProxy("127.0.0.1", old.server.getPort());
+                CoordinatorClient c = new CoordinatorClient(List.of("127.0.0.1:" + proxy.port(), nu.addr()), null)) {
+            assertNotNull(c.commit(req(), Duration.ofSeconds(5), null).response, "through the proxy before it goes silent");
+            proxy.dropToServer = true;
+            proxy.dropToClient = true;
+            old.serving.set(false);
+            nu.serving.set(true);
+            long t0 = System.nanoTime();
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofSeconds(45), null);
+            System.out.println("aSilentPrimaryIsLeftWithinTheKeepalive: settled on the promoted standby after "
+                    + (System.nanoTime() - t0) / 1_000_000 + " ms");
+            assertNotNull(r.response, "the silent primary held the Commit for the whole decision timeout: " + r.unknown);
+            assertEquals(Outcome.COMMITTED, r.response.getOutcome());
+            assertEquals(nu.addr(), c.target());
+            assertEquals(1, nu.statuses.get(), "the unanswered attempt is asked of the new primary first");
+            assertEquals(0, nu.resolves.get() + nu.aborts.get() + old.aborts.get());
+        }
+    }
+
+    /**
+     * A standby promoted with --accept-data-loss may lack the old primary's
+     * decision: it answers Status UNDECIDED for a gtrid from before the
+     * promotion and refuses its Commit (INTERNAL, "outcome unknown"). After
+     * an unanswered attempt on the old primary that is unknown, never a
+     * rollback, and nothing aborts or resolves; the session-bound branches
+     * are not committed (no early decision came).
+     */
+    @Test
+    void acceptDataLossPrimaryRefusingAnOldGtridIsUnknown() throws Exception {
+        RoleFake old = serve(new RoleFake(true, 1, true));
+        dropsTheCommitAndStepsDown(old);
+        RoleFake nu = serve(new RoleFake(true, 2, true));
+        nu.status = Outcome.UNDECIDED;
+        nu.commit = r -> Status.INTERNAL.withDescription("coord: decision outcome unknown: gtrid began before this coordinator was promoted with --accept-data-loss");
+        AtomicInteger settled = new AtomicInteger();
+        try (CoordinatorClient c = new CoordinatorClient(List.of(old.addr(), nu.addr()), null)) {
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofSeconds(2), settled::incrementAndGet);
+            assertNull(r.refused, "a rollback after an unanswered attempt: " + r.refusal);
+            assertNull(r.response);
+            assertNotNull(r.unknown);
+            assertTrue(r.unknown.contains("connection reset") && r.unknown.contains("accept-data-loss"), r.unknown);
+            assertEquals(0, settled.get(), "the session-bound branches were committed without a decision");
+            assertEquals(1, nu.statuses.get());
+            assertEquals(0, nu.resolves.get() + nu.aborts.get() + old.aborts.get());
+        }
+    }
+
+    /**
+     * A caller interrupted while its probe waits for the answers moves
+     * nowhere on the answers it has: the one it has not heard may be the
+     * primary of a newer epoch (here the stale epoch-1 primary answered
+     * first, the promoted epoch-2 one is slow), and a Commit sent to the
+     * stale one could be decided apart from the promoted one.
+     */
+    @Test
+    void anInterruptedProbeMovesNowhere() throws Exception {
+        RoleFake sb = serve(new RoleFake(true, 0, false));
+        RoleFake stale = serve(new RoleFake(true, 1, true));
+        RoleFake promoted = serve(new RoleFake(true, 2, true));
+        promoted.healthGate = new java.util.concurrent.CountDownLatch(1);
+        try (CoordinatorClient c = new CoordinatorClient(List.of(sb.addr(), stale.addr(), promoted.addr()), null)) {
+            AtomicBoolean done = new AtomicBoolean();
+            Thread t = new Thread(() -> {
+                c.commit(req(), Duration.ofSeconds(5), null);
+                done.set(true);
+            });
+            t.start();
+            while (promoted.health.get() == 0 || stale.health.get() == 0) {
+                Thread.sleep(5);
+            }
+            Thread.sleep(50); // the stale one's answer is in; the promoted one's is held
+            t.interrupt();
+            t.join(10_000);
+            promoted.healthGate.countDown();
+            assertTrue(done.get(), "the interrupted commit returned");
+            assertEquals(0, moves(sb.addr(), stale.addr()), "moved to the stale primary on a partial probe: " + logged);
+            assertEquals(0, stale.commits.get(), "a Commit went to the stale primary");
+            assertNotEquals(stale.addr(), c.target());
+        }
+    }
+
+    /**
+     * Two coordinators that both say serving in Health but refuse every call
+     * as non-primaries (a bug, or a hostile address) do not make the client
+     * spin calls and probes at both until the timeout: of equal epochs the
+     * one in use is kept (and a lower one is never moved back to), so the
+     * calls back off.
+     */
+    @Test
+    void movingBackAndForthBacksOff() throws Exception {
+        RoleFake a = serve(new RoleFake(true, 1, true));
+        RoleFake b = serve(new RoleFake(true, 1, true));
+        a.refuseAll = true;
+        b.refuseAll = true;
+        try (CoordinatorClient c = new CoordinatorClient(List.of(a.addr(), b.addr()), null)) {
+            assertThrows(io.grpc.StatusRuntimeException.class, () -> c.status(TandemXid.newGtrid(), false, Duration.ofMillis(500)));
+            int calls = a.statuses.get() + b.statuses.get();
+            int probes = a.health.get() + b.health.get();
+            assertTrue(calls <= 30 && probes <= 60, calls + " Status calls and " + probes + " Health probes in 0.5 s");
+        }
+    }
+
+    /**
+     * A primary started without --standby-listen (README's failover recipe:
+     * "tandem promote --data-dir /b; tandem serve --data-dir /b --rm …")
+     * names no cluster and no epoch in Health. It is still followed, after
+     * the client learnt its cluster and an epoch floor from the old primary:
+     * the Commit caught in the failover is settled there by Status. A named
+     * coordinator of the client's cluster is preferred to it.
+     */
+    @Test
+    void aPrimaryNamingNoClusterIsFollowed() throws Exception {
+        RoleFake sb = serve(new RoleFake(true, 1, false));
+        RoleFake old = serve(new RoleFake(true, 2, true));
+        RoleFake plain = serve(new RoleFake(true, 0, false, null));
+        plain.status = Outcome.COMMITTED;
+        try (CoordinatorClient c = new CoordinatorClient(List.of(sb.addr(), old.addr(), plain.addr()), null)) {
+            assertNotNull(c.commit(req(), Duration.ofSeconds(2), null).response);
+            assertEquals(old.addr(), c.target(), "moved to the named primary of epoch 2");
+            dropsTheCommitAndStepsDown(old);
+            plain.serving.set(true);
+            CoordinatorClient.CommitResult r = c.commit(req(), Duration.ofSeconds(2), null);
+            assertNotNull(r.response, "the primary naming no cluster was not followed: " + r.unknown);
+            assertEquals(Outcome.COMMITTED, r.response.getOutcome());
+            assertEquals(plain.addr(), c.target());
+            assertEquals(1, plain.statuses.get());
+        }
+        RoleFake named = serve(new RoleFake(true, 1, true));
+        RoleFake plain2 = serve(new RoleFake(true, 0, true, null));
+        RoleFake sb2 = serve(new RoleFake(true, 1, false));
+        try (CoordinatorClient c = new CoordinatorClient(List.of(sb2.addr(), plain2.addr(), named.addr()), null)) {
+            assertNotNull(c.commit(req(), Duration.ofSeconds(2), null).response);
+            assertEquals(named.addr(), c.target(), "the named coordinator of the cluster is preferred");
+        }
+    }
+
+    /**
+     * When Abort or Status ends without a primary, or a coordinator refuses
+     * it, the error names the coordinator that answered last and every
+     * configured address (what the operator has to look at).
+     */
+    @Test
+    void abortAndStatusErrorsNameTheAddresses() throws Exception {
+        RoleFake a = serve(new RoleFake(true, 1, false));
+        RoleFake b = serve(new RoleFake(true, 1, false));
+        try (CoordinatorClient c = new CoordinatorClient(List.of(a.addr(), b.addr()), null)) {
+            io.grpc.StatusRuntimeException e = assertThrows(io.grpc.StatusRuntimeException.class,
+                    () -> c.abort(AbortRequest.newBuilder().setGtrid(TandemXid.newGtrid()).build(), Duration.ofMillis(300)));
+            assertTrue(e.getMessage().contains("no coordinator of " + a.addr() + ", " + b.addr() + " served as the primary")
+                    && e.getMessage().contains("the last answer, from " + a.addr()), e.getMessage());
+            assertEquals(Status.Code.FAILED_PRECONDITION, e.getStatus().getCode(), "the code is the coordinator's");
+            assertTrue(CoordinatorClient.notPrimary(e), "the trailers are kept");
+        }
+        RoleFake p = serve(new RoleFake(true, 1, true));
+        p.statusError = Status.PERMISSION_DENIED.withDescription("token not accepted");
+        try (CoordinatorClient c = new CoordinatorClient(List.of(p.addr()), null)) {
+            io.grpc.StatusRuntimeException e = assertThrows(io.grpc.StatusRuntimeException.class, () -> c.status(TandemXid.newGtrid(), false, Duration.ofSeconds(1)));
+            assertTrue(e.getMessage().contains("the coordinator at " + p.addr()) && e.getMessage().contains("token not accepted"), e.getMessage());
+        }
+    }
+
     /** Abort (a branch the client could not roll back) and Status follow the primary too; Status never resolves unless asked. */
     @Test
     void abortAndStatusFollowThePrimary() throws Exception {
@@ -504,6 +800,35 @@ class FollowTest {
                 cleanUp(g);
             }
         }
+    }
+
+    /**
+     * An address the gRPC channel would take and never reach is refused when
+     * the configuration is built, naming it and what to write instead (as the
+     * Go SDK's addrhint): no port (gRPC would dial 443), whitespace, several
+     * addresses in one string; and a list longer than MAX_COORDINATORS (every
+     * probe asks each address's Health at once).
+     */
+    @Test
+    void coordinatorAddressesAreChecked() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> TandemConfig.coordinators("127.0.0.1:1", "10.0.0.2"));
+        assertTrue(e.getMessage().contains("\"10.0.0.2\" has no port") && e.getMessage().contains("10.0.0.2:7070"), e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> TandemConfig.coordinator(" 127.0.0.1:7070"));
+        assertTrue(e.getMessage().contains("whitespace"), e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> TandemConfig.coordinator("10.0.0.1:7070,10.0.0.2:7070"));
+        assertTrue(e.getMessage().contains("TandemConfig.coordinators(\"10.0.0.1:7070\", \"10.0.0.2:7070\")"), e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> TandemConfig.coordinator("127.0.0.1:99999"));
+        assertTrue(e.getMessage().contains("port"), e.getMessage());
+        String[] many = new String[TandemConfig.MAX_COORDINATORS + 1];
+        for (int i = 0; i < many.length; i++) {
+            many[i] = "127.0.0.1:" + (7000 + i);
+        }
+        e = assertThrows(IllegalArgumentException.class, () -> TandemConfig.coordinators(many));
+        assertTrue(e.getMessage().contains(many.length + " coordinator addresses"), e.getMessage());
+        for (String ok : new String[] {"127.0.0.1:7070", "[::1]:7070", "tandem.internal:7070", "dns:///tandem.internal:7070", "unix:///tmp/t.sock"}) {
+            assertEquals(ok, TandemConfig.coordinator(ok).coordinator());
+        }
+        assertEquals(TandemConfig.MAX_COORDINATORS, TandemConfig.coordinators(java.util.Arrays.copyOf(many, many.length - 1)).coordinators().size());
     }
 
     @Test
