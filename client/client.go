@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/decision"
@@ -250,6 +251,12 @@ func New(cfg Config) (*Client, error) {
 		case len(cfg.DialOptions) == 0:
 			opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		}
+		// Keepalive: a primary whose machine went silent (no reset) would
+		// hold a Commit until DecisionTimeout; a ping after 15 s without a
+		// byte, given up 5 s later, fails the call UNAVAILABLE so the client
+		// moves on. The coordinator allows one ping per 10 s, with or
+		// without calls (internal/server/limits.go). DialOptions may override.
+		opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 15 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}))
 		opts = append(opts, cfg.DialOptions...)
 		if cfg.AuthToken != "" {
 			opts = append(opts, grpc.WithPerRPCCredentials(api.TokenCredentials(cfg.AuthToken)))

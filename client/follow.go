@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,12 @@ type coordinators struct {
 	mu        sync.Mutex    // guards the fields below
 	probing   chan struct{} // closed when the probe in flight ends; nil: none
 	lastProbe time.Time     // when a probe last found nobody better
+	// cluster is the cluster followed (Health's cluster=), learnt from the
+	// first answer of the coordinator in use that names one; "" until then.
+	cluster string
+	// floor is the highest epoch moved to: a coordinator naming an older
+	// one (a superseded primary not fenced yet) is never moved to.
+	floor uint64
 }
 
 func newCoordinators(addrs []string, opts []grpc.DialOption) (*coordinators, error) {
@@ -123,12 +130,37 @@ func (c *Client) mayHaveMoved(err error, trailer metadata.MD) bool {
 	return false
 }
 
-var epochInHealth = regexp.MustCompile(`\bepoch=(\d+)`)
+var (
+	epochInHealth   = regexp.MustCompile(`\bepoch=(\d+)`)
+	clusterInHealth = regexp.MustCompile(`\bcluster=(\S+)`)
+)
 
 // probe is the answer of one coordinator's Health.
 type probe struct {
-	serving bool
-	epoch   uint64
+	answered, serving bool
+	cluster           string // "": not said (a primary without --standby-listen, an older server)
+	epoch             uint64
+}
+
+// placeIn reads the cluster and epoch of a Health message from its
+// "role=… cluster=ID epoch=N" line (internal/server/standby.go), which
+// follows any notes about the RMs (whose text could hold anything); from
+// the whole message when it has no such line (an older server).
+func placeIn(msg string) (cluster string, epoch uint64) {
+	line := msg
+	for _, l := range strings.Split(msg, "\n") {
+		if strings.HasPrefix(l, "role=") {
+			line = l
+			break
+		}
+	}
+	if m := epochInHealth.FindStringSubmatch(line); m != nil {
+		epoch, _ = strconv.ParseUint(m[1], 10, 64)
+	}
+	if m := clusterInHealth.FindStringSubmatch(line); m != nil {
+		cluster = m[1]
+	}
+	return cluster, epoch
 }
 
 // moveFrom looks for the coordinator that serves, after from refused a
@@ -159,7 +191,7 @@ func (c *Client) moveFrom(ctx context.Context, from *endpoint, why error) (*endp
 	done := make(chan struct{})
 	cs.probing = done
 	cs.mu.Unlock()
-	to, epoch := c.probe(ctx, from)
+	to, p := c.probe(ctx, from)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	cs.probing = nil
@@ -170,6 +202,11 @@ func (c *Client) moveFrom(ctx context.Context, from *endpoint, why error) (*endp
 	}
 	cs.cur.Store(to)
 	cs.lastProbe = time.Time{}
+	if p.cluster != "" {
+		cs.cluster = p.cluster
+		cs.floor = max(cs.floor, p.epoch)
+	}
+	epoch := p.epoch
 	if c.cfg.Logger != nil {
 		c.cfg.Logger.Warn("coordinator moved from "+from.addr+" to "+to.addr, "from", from.addr, "to", to.addr,
 			"because", why, "epoch", epoch)
@@ -181,32 +218,70 @@ func (c *Client) moveFrom(ctx context.Context, from *endpoint, why error) (*endp
 // probeTimeout) and returns the one that serves with the highest epoch
 // (a superseded primary that has not been fenced yet may still say
 // serving), preferring from, then the configured order; from when none
-// serves.
-func (c *Client) probe(ctx context.Context, from *endpoint) (*endpoint, uint64) {
-	eps := c.coords.eps
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+// serves. It follows one cluster, forward only: a coordinator naming
+// another cluster than the one followed (the one known, else the one
+// from's answer names) never counts, nor one naming an epoch older than
+// one moved to; one naming no cluster (a primary without --standby-listen)
+// counts only when no named one serves; several clusters serving while
+// none is known, or a probe cut short by ctx, move nowhere.
+func (c *Client) probe(ctx context.Context, from *endpoint) (*endpoint, probe) {
+	cs := c.coords
+	eps := cs.eps
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	probes := make([]probe, len(eps))
 	_ = parallel(len(eps), func(i int) error {
 		c.coordinatorCalls.Add(1)
-		if h, err := eps[i].api.Health(ctx, &api.HealthRequest{}); err == nil {
-			probes[i].serving = h.GetServing()
-			if m := epochInHealth.FindStringSubmatch(h.GetMessage()); m != nil {
-				probes[i].epoch, _ = strconv.ParseUint(m[1], 10, 64)
-			}
+		if h, err := eps[i].api.Health(pctx, &api.HealthRequest{}); err == nil {
+			probes[i] = probe{answered: true, serving: h.GetServing()}
+			probes[i].cluster, probes[i].epoch = placeIn(h.GetMessage())
 		}
 		return nil
 	})
+	if ctx.Err() != nil {
+		return from, probe{} // not on the answers heard so far: the one not heard may be the newer primary
+	}
+	cs.mu.Lock()
+	for i, ep := range eps {
+		if ep == from && cs.cluster == "" && probes[i].answered {
+			cs.cluster = probes[i].cluster
+		}
+	}
+	known, floor := cs.cluster, cs.floor
+	cs.mu.Unlock()
+	better := func(i, j int) bool { // whether serving answer i beats j
+		if (probes[i].cluster != "") != (probes[j].cluster != "") {
+			return probes[i].cluster != ""
+		}
+		return probes[i].epoch > probes[j].epoch || (probes[i].epoch == probes[j].epoch && eps[i] == from)
+	}
 	best := -1
+	clusters := map[string]bool{}
 	for i, p := range probes {
-		if p.serving && (best < 0 || p.epoch > probes[best].epoch || (p.epoch == probes[best].epoch && eps[i] == from)) {
+		switch {
+		case !p.serving:
+			continue
+		case p.cluster != "" && known != "" && p.cluster != known:
+			c.warn("a coordinator in the list serves another cluster than the one this client follows: never used; list only one cluster's coordinators",
+				"coordinator", eps[i].addr, "its_cluster", p.cluster, "followed", known)
+			continue
+		case p.cluster != "" && p.epoch < floor:
+			continue // superseded: a primary of a newer epoch was moved to
+		}
+		if p.cluster != "" {
+			clusters[p.cluster] = true
+		}
+		if best < 0 || better(i, best) {
 			best = i
 		}
 	}
-	if best < 0 {
-		return from, 0
+	if best < 0 || len(clusters) > 1 {
+		if len(clusters) > 1 {
+			c.warn("coordinators of several clusters serve, and this client does not know which it follows yet: it moves to none; list only one cluster's coordinators")
+		}
+		return from, probe{}
 	}
-	return eps[best], probes[best].epoch
+	return eps[best], probes[best]
 }
 
 // current is the coordinator the client uses now.

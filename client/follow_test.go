@@ -30,6 +30,8 @@ type roleFake struct {
 	serving atomic.Bool
 	hint    bool
 	epoch   int
+	cluster string        // named in Health when set
+	slow    time.Duration // Health answers after this long
 	commit  func(*api.CommitRequest) (*api.CommitResponse, error)
 	status  func(*api.StatusRequest) (*api.StatusResponse, error)
 
@@ -85,9 +87,16 @@ func (f *roleFake) Health(context.Context, *api.HealthRequest) (*api.HealthRespo
 	f.mu.Lock()
 	f.health++
 	f.mu.Unlock()
+	time.Sleep(f.slow)
 	msg := "role=standby"
 	if f.serving.Load() {
-		msg = "role=primary epoch=" + strconv.Itoa(f.epoch)
+		msg = "role=primary"
+	}
+	if f.cluster != "" {
+		msg += " cluster=" + f.cluster
+	}
+	if f.serving.Load() || f.cluster != "" {
+		msg += " epoch=" + strconv.Itoa(f.epoch)
 	}
 	return &api.HealthResponse{Serving: f.serving.Load(), Message: msg}, nil
 }
@@ -513,5 +522,78 @@ func TestMoveToTheHighestEpoch(t *testing.T) {
 	}
 	if c.CurrentCoordinator() != promotedAddr || stale.counts().commits != 0 || promoted.counts().commits != 1 {
 		t.Errorf("the client uses %s (stale %+v, promoted %+v); want the epoch-2 primary %s", c.CurrentCoordinator(), stale.counts(), promoted.counts(), promotedAddr)
+	}
+}
+
+// A coordinator of another cluster in the list (Health's cluster=) is never
+// moved to, whatever its epoch: its Commit would be decided apart from this
+// cluster's log, and its Status could say ABORTED of what this cluster
+// committed.
+func TestAnotherClustersCoordinatorIsNeverFollowed(t *testing.T) {
+	sb := &roleFake{hint: true, cluster: "a", epoch: 1}
+	foreign := &roleFake{hint: true, cluster: "z", epoch: 99}
+	primary := &roleFake{hint: true, cluster: "a", epoch: 2}
+	foreign.serving.Store(true)
+	primary.serving.Store(true)
+	sbAddr, _ := serveFake(t, sb)
+	foreignAddr, _ := serveFake(t, foreign)
+	primaryAddr, _ := serveFake(t, primary)
+	c, _ := followClient(t, sbAddr, foreignAddr, primaryAddr)
+	tx, _, _ := twoBranches(t, c)
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	if n := foreign.counts(); n.commits != 0 || c.CurrentCoordinator() != primaryAddr {
+		t.Errorf("the client uses %s and sent cluster z's coordinator %d Commits; want cluster a's primary %s and none", c.CurrentCoordinator(), n.commits, primaryAddr)
+	}
+}
+
+// Once the client moved to a primary of epoch 2, it never goes back to one
+// that still says serving at epoch 1 (a superseded primary not fenced yet).
+func TestNeverBackToASupersededEpoch(t *testing.T) {
+	sb := &roleFake{hint: true, cluster: "a", epoch: 1}
+	promoted := &roleFake{hint: true, cluster: "a", epoch: 2}
+	stale := &roleFake{hint: true, cluster: "a", epoch: 1}
+	promoted.serving.Store(true)
+	stale.serving.Store(true)
+	sbAddr, _ := serveFake(t, sb)
+	promotedAddr, stopPromoted := serveFake(t, promoted)
+	staleAddr, _ := serveFake(t, stale)
+	c, err := New(Config{RMs: twoRMs, Coordinators: []string{sbAddr, promotedAddr, staleAddr}, DecisionTimeout: 700 * time.Millisecond,
+		Defaults: CommitOptions{DecideAt: DecideAtCoordinator}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	tx, _, _ := twoBranches(t, c)
+	if _, err := tx.Commit(context.Background()); err != nil || c.CurrentCoordinator() != promotedAddr {
+		t.Fatalf("Commit = %v on %s; want committed on the epoch-2 primary", err, c.CurrentCoordinator())
+	}
+	stopPromoted()
+	tx, _, _ = twoBranches(t, c)
+	_, _ = tx.Commit(context.Background())
+	if n := stale.counts(); n.commits != 0 {
+		t.Errorf("a Commit went back to the superseded epoch-1 primary (%d)", n.commits)
+	}
+}
+
+// A probe cut short by the caller's context moves nowhere: the coordinator
+// not heard yet may be the primary of a newer epoch.
+func TestAProbeCutShortMovesNowhere(t *testing.T) {
+	sb := &roleFake{hint: true, cluster: "a", epoch: 1}
+	stale := &roleFake{hint: true, cluster: "a", epoch: 1}
+	promoted := &roleFake{hint: true, cluster: "a", epoch: 2, slow: 600 * time.Millisecond}
+	stale.serving.Store(true)
+	promoted.serving.Store(true)
+	sbAddr, _ := serveFake(t, sb)
+	staleAddr, _ := serveFake(t, stale)
+	promotedAddr, _ := serveFake(t, promoted)
+	c, _ := followClient(t, sbAddr, staleAddr, promotedAddr)
+	tx, _, _ := twoBranches(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+	defer cancel()
+	_, _ = tx.Commit(ctx)
+	if c.CurrentCoordinator() == staleAddr || stale.counts().commits != 0 {
+		t.Errorf("moved to the stale primary on a probe cut short (uses %s, stale got %d Commits)", c.CurrentCoordinator(), stale.counts().commits)
 	}
 }
