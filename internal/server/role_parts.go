@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -40,8 +41,16 @@ func (s *Server) newPrimary() (*primaryRole, error) {
 		return nil, err
 	}
 	d := service.Defaults{AsyncVisibility: s.cfg.AsyncVisibility()}
-	if sh != nil {
+	switch id, ok, err := standby.LoadIdentity(s.cfg.DataDir); {
+	case sh != nil:
 		d.HealthNote = func() string { return describe(sh.Status()) }
+	case err == nil && ok:
+		// No standby link, but a cluster identity (a standby promoted
+		// without --standby-listen, a primary restarted without it): named,
+		// so that clients following the primary can tell this coordinator
+		// from another cluster's and from a superseded primary.
+		note := fmt.Sprintf("role=primary cluster=%s epoch=%d standby=none", id.Cluster, id.Epoch)
+		d.HealthNote = func() string { return note }
 	}
 	p := &primaryRole{coord: c, shipper: sh, svc: service.New(c, d), gate: &gate{}, tasks: newTasks(&s.roles.live)}
 	if peer := s.opts.Standby.Peer; sh != nil && peer != "" {

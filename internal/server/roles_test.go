@@ -509,3 +509,27 @@ func TestRoleNames(t *testing.T) {
 		}
 	}
 }
+
+// A primary without a standby link whose data directory has a cluster
+// identity (a standby promoted without --standby-listen, or a primary
+// restarted without it) names its cluster and epoch in Health, so that a
+// client following the primary can tell it from another cluster's
+// coordinator and from a superseded primary; a directory with no identity
+// names none.
+func TestHealthNamesTheClusterWithoutAStandbyLink(t *testing.T) {
+	dir := t.TempDir()
+	id := standby.Identity{Epoch: 3}
+	id.Cluster[0], id.Cluster[15] = 0xab, 0xcd
+	if err := standby.SaveIdentity(dir, id); err != nil {
+		t.Fatal(err)
+	}
+	p := startRoleIn(t, dir, StandbyOptions{})
+	want := "role=primary cluster=" + id.Cluster.String() + " epoch=3"
+	if msg := healthOf(t, p).GetMessage(); !strings.Contains(msg, want) {
+		t.Errorf("Health's message %q does not name %q", msg, want)
+	}
+	fresh := startRole(t, StandbyOptions{})
+	if msg := healthOf(t, fresh).GetMessage(); strings.Contains(msg, "cluster=") {
+		t.Errorf("a primary with no identity names a cluster: %q", msg)
+	}
+}
