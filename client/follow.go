@@ -238,8 +238,12 @@ func (c *Client) probe(ctx context.Context, from *endpoint) (*endpoint, probe) {
 		}
 		return nil
 	})
-	if ctx.Err() != nil {
-		return from, probe{} // not on the answers heard so far: the one not heard may be the newer primary
+	// Cut short by the caller's context: not on the answers heard so far,
+	// the one not heard may be the newer primary. (gRPC's own deadline
+	// timer can end the calls a moment before ctx.Err() says so: the clock
+	// is asked too.)
+	if d, ok := ctx.Deadline(); ctx.Err() != nil || ok && !time.Now().Before(d) {
+		return from, probe{}
 	}
 	cs.mu.Lock()
 	for i, ep := range eps {
