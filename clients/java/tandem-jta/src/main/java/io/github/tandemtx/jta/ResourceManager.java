@@ -202,9 +202,4 @@ final class ResourceManager {
             forget.addFirst(gs.get(i));
         }
     }
-
-    /** Decision rows waiting to be deleted (for tests). */
-    synchronized int pendingForget() {
-        return forget.size();
-    }
 }

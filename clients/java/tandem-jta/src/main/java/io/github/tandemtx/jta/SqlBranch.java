@@ -2,8 +2,6 @@ package io.github.tandemtx.jta;
 
 import java.sql.Connection;
 import java.sql.SQLException;
-import java.sql.SQLNonTransientConnectionException;
-import java.sql.SQLTransientConnectionException;
 import java.sql.Statement;
 import java.util.function.Consumer;
 import javax.transaction.xa.XAException;
@@ -291,16 +289,12 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
 
     /**
      * XA_RBROLLBACK when the database answered (the statement's effect is
-     * known: it did not happen), XAER_RMFAIL when the connection broke (it
-     * may or may not have happened).
+     * known: it did not happen), XAER_RMFAIL when the connection broke or
+     * the statement timed out (it may or may not have happened): the
+     * decision table's reading of the same error.
      */
     static int errorCode(SQLException e) {
-        String st = e.getSQLState();
-        if (e instanceof SQLNonTransientConnectionException || e instanceof SQLTransientConnectionException
-                || st == null || st.startsWith("08")) {
-            return XAException.XAER_RMFAIL;
-        }
-        return XAException.XA_RBROLLBACK;
+        return DecisionTable.serverAnswered(e) ? XAException.XA_RBROLLBACK : XAException.XAER_RMFAIL;
     }
 
     static XAException xa(int code, String msg, Throwable cause) {
