@@ -2,6 +2,8 @@ package xid
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -151,5 +153,63 @@ func TestCommitPointNamesRejectMalformed(t *testing.T) {
 		if b, ok := ParseMySQLXID(r.f, r.gl, r.bl, []byte(r.data)); ok {
 			t.Errorf("ParseMySQLXID %s = %+v, want not ok", r.what, b)
 		}
+	}
+}
+
+func TestOwnedNamesRoundTripAndFitXA(t *testing.T) {
+	g, owner := New(), NewOwner()
+	long := "abcdefghijklmnopqrstuvwxyz012345" // 32 characters: the longest RM name
+	for _, b := range []Branch{
+		{GTRID: g, RM: "pg", Owner: owner},
+		{GTRID: g, RM: "pg", CommitPoint: "maria", Owner: owner},
+		{GTRID: g, RM: long, CommitPoint: long, Owner: owner},
+		{GTRID: g, RM: "pg"},
+		{GTRID: g, RM: "pg", CommitPoint: "maria"},
+	} {
+		gid := b.PostgresGID()
+		if got, ok := ParsePostgresGID(gid); !ok || got != b {
+			t.Errorf("ParsePostgresGID(%q) = %+v, %v; want %+v", gid, got, ok, b)
+		}
+		if b.Owned() != (strings.HasPrefix(gid, OwnedPrefix) || strings.HasPrefix(gid, OwnedCommitPointPrefix)) {
+			t.Errorf("%q: owned %v but its prefix says otherwise", gid, b.Owned())
+		}
+		// The MySQL form, as XA RECOVER returns it: format, lengths, data.
+		x := b.MySQLXID()
+		q := strings.Split(x, "'")
+		gtrid, bqual := q[1], q[3]
+		if len(gtrid) > 64 || len(bqual) > 64 {
+			t.Errorf("%s: gtrid %d / bqual %d bytes, XA allows 64 each", x, len(gtrid), len(bqual))
+		}
+		var format int64
+		if _, err := fmt.Sscan(strings.TrimPrefix(q[4], ","), &format); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := ParseMySQLXID(format, len(gtrid), len(bqual), []byte(gtrid+bqual))
+		if !ok || got != b {
+			t.Errorf("ParseMySQLXID(%s) = %+v, %v; want %+v", x, got, ok, b)
+		}
+	}
+}
+
+func TestOwnedNamesRejectForgeries(t *testing.T) {
+	g, owner := New(), NewOwner()
+	for _, gid := range []string{
+		"tandem2:" + g.String() + ":pg",                                    // owner missing
+		"tandem2:" + g.String() + ":pg:" + strings.ToUpper(owner.String()), // upper case
+		"tandem2:" + g.String() + ":pg:" + strings.Repeat("0", 32),         // the zero owner
+		"tandem2:" + g.String() + ":pg:" + owner.String() + ":x",           // extra part
+		"tandemcp2:" + g.String() + ":pg:maria",                            // owner missing
+		"tandemcp2:" + g.String() + ":pg:maria:" + owner.String()[:31],     // short owner
+	} {
+		if b, ok := ParsePostgresGID(gid); ok {
+			t.Errorf("ParsePostgresGID(%q) = %+v, want refused", gid, b)
+		}
+	}
+	bad := owner.String()[:31] + "pg" // 33 bytes, but the owner part is short
+	if b, ok := ParseMySQLXID(OwnedFormatID, 32, len(bad), []byte(g.String()+bad)); ok {
+		t.Errorf("ParseMySQLXID accepted a short owner: %+v", b)
+	}
+	if b, ok := ParseMySQLXID(OwnedFormatID, 32, 2, []byte(g.String()+"pg")); ok {
+		t.Errorf("ParseMySQLXID accepted an owned format with no owner: %+v", b)
 	}
 }

@@ -50,7 +50,7 @@ func (postgresDialect) SessionBound() bool { return false }
 
 func (postgresDialect) Recover(ctx context.Context, q Querier) ([]InDoubt, error) {
 	rows, err := q.QueryContext(ctx,
-		"SELECT gid, prepared FROM pg_prepared_xacts WHERE database = current_database() AND (gid LIKE 'tandem:%' OR gid LIKE 'tandemcp:%') ORDER BY prepared")
+		"SELECT gid, prepared FROM pg_prepared_xacts WHERE database = current_database() AND "+xid.PostgresScanPredicate+" ORDER BY prepared")
 	if err != nil {
 		return nil, fmt.Errorf("scan pg_prepared_xacts: %w", err)
 	}
