@@ -12,7 +12,11 @@
 // Run: scripts/chaos   (or: go test -tags chaos -run Chaos -v ./test/chaos/)
 // Knobs: CHAOS_ROUNDS (default 3), CHAOS_ROUND (default 8s), CHAOS_CLIENTS (3),
 // and events per round: CHAOS_COORD_KILLS (2), CHAOS_CLIENT_KILLS (1),
-// CHAOS_DB_RESTARTS (1), CHAOS_CUTS (1).
+// CHAOS_DB_RESTARTS (1), CHAOS_CUTS (1), CHAOS_ROGUES (1): an independent
+// coordinator with an empty data directory (a second deployment, a pod on an
+// ephemeral volume) started over the same databases with a short orphan
+// timeout and SIGKILLed a few seconds later, CHAOS_CP_KILLS (1): the commit
+// point's database (MariaDB) SIGKILLed while clients decide there.
 package chaos
 
 import (
@@ -59,7 +63,7 @@ var (
 
 type counters struct {
 	coordFailpoint, coordSigkill, clientKills, clientFailpoint, pgRestarts, myRestarts, proxyCuts atomic.Int64
-	commitPointClients                                                                            atomic.Int64
+	commitPointClients, rogueCoords, cpKills                                                      atomic.Int64
 }
 
 type harness struct {
@@ -131,13 +135,15 @@ func TestChaos(t *testing.T) {
   client processes killed mid-run: %d by SIGKILL, %d at client failpoints (before/after prepare, before/after the Commit RPC or the commit point)
   database restarts (SIGKILL + start): postgres %d, mariadb %d
   network cuts coordinator<->database: %d
+  independent coordinators with an empty data directory started and killed over the same databases: %d
+  commit point's database (MariaDB) SIGKILLed while clients decide there: %d
   transfers acknowledged as committed: %d
   violations: %d
   dangling prepared branches: %d
   longest time to settle: %s`,
 		time.Since(start).Round(time.Second), rounds, roundDur, clients,
 		k.coordFailpoint.Load(), k.coordSigkill.Load(), h.restarts.Load(), k.commitPointClients.Load(), k.clientKills.Load(), k.clientFailpoint.Load(),
-		k.pgRestarts.Load(), k.myRestarts.Load(), k.proxyCuts.Load(), countLines(h.acks), violations, dangling, longestSettle.Round(time.Millisecond))
+		k.pgRestarts.Load(), k.myRestarts.Load(), k.proxyCuts.Load(), k.rogueCoords.Load(), k.cpKills.Load(), countLines(h.acks), violations, dangling, longestSettle.Round(time.Millisecond))
 	fmt.Println(summary)
 	if violations != 0 || dangling != 0 {
 		t.Fatalf("invariants broken:\n%s", summary)
@@ -352,8 +358,19 @@ func (h *harness) round(n, clients int, d time.Duration) {
 		time.Sleep(time.Duration(500+h.intn(2500)) * time.Millisecond)
 		p.Restore()
 	}
+	rogue := func() { // a second deployment over the same databases, for a while
+		h.kills.rogueCoords.Add(1)
+		h.runRogueCoordinator(time.Duration(2000+h.intn(3000)) * time.Millisecond)
+	}
+	cpKill := func() { // the commit point's database dies while clients decide there
+		h.kills.cpKills.Add(1)
+		h.db("kill", "mysql")
+		time.Sleep(time.Duration(200+h.intn(800)) * time.Millisecond)
+		h.db("up", "mysql")
+	}
 	var events []func()
-	for kind, e := range map[string]func(){"CHAOS_COORD_KILLS": coordKill, "CHAOS_CLIENT_KILLS": clientKill, "CHAOS_DB_RESTARTS": dbRestart, "CHAOS_CUTS": cut} {
+	for kind, e := range map[string]func(){"CHAOS_COORD_KILLS": coordKill, "CHAOS_CLIENT_KILLS": clientKill, "CHAOS_DB_RESTARTS": dbRestart, "CHAOS_CUTS": cut,
+		"CHAOS_ROGUES": rogue, "CHAOS_CP_KILLS": cpKill} {
 		def := 1
 		if kind == "CHAOS_COORD_KILLS" {
 			def = 2
@@ -378,6 +395,39 @@ func (h *harness) round(n, clients int, d time.Duration) {
 	ev.Wait()
 	<-ctx.Done()
 	wg.Wait() // clients end at their --duration (+ in-flight transfers)
+}
+
+// runRogueCoordinator runs, for d, an independent coordinator with an empty
+// data directory of its own over the same databases (straight, not through
+// the proxies), with a short orphan timeout and a fast scan, then SIGKILLs it.
+// It knows none of the other coordinator's decisions: it must settle none of
+// its branches (nor any commit point's whose table it cannot verify).
+func (h *harness) runRogueCoordinator(d time.Duration) {
+	dir, err := os.MkdirTemp(h.dir, "rogue-")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(h.bin, "serve", "--listen", addr, "--data-dir", dir,
+		"--orphan-timeout", "1s", "--scan-interval", "200ms", "--log-level", "warn",
+		"--rm", "chaos_pg=postgres:"+h.pgDSN, "--rm", "chaos_maria=mysql:"+h.myDSN)
+	cmd.Env = os.Environ()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	time.Sleep(d)
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	h.mu.Lock()
+	h.log.WriteString("rogue coordinator " + dir + ":\n" + out.String())
+	h.mu.Unlock()
 }
 
 // settleAndCheck calms the coordinator, waits until no prepared branch is
@@ -423,9 +473,23 @@ func preparedCount(pgDSN, myDSN string) (int, error) {
 	}
 	defer my.Close()
 	var n int
-	// Only this run's branches: their RM is the chaos RM's name, named
-	// with a commit point (tandemcp:G:chaos_pg:CP, format TANC) or not.
-	if err := pg.QueryRow("SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%:chaos_pg' OR gid LIKE 'tandemcp:%:chaos_pg:%'").Scan(&n); err != nil {
+	// Only this run's branches: their RM is the chaos RM's name, whatever
+	// the name's kind (owned or legacy, with a commit point or not).
+	gids, err := pg.Query("SELECT gid FROM pg_prepared_xacts")
+	if err != nil {
+		return 0, err
+	}
+	defer gids.Close()
+	for gids.Next() {
+		var gid string
+		if err := gids.Scan(&gid); err != nil {
+			return 0, err
+		}
+		if b, ok := xid.ParsePostgresGID(gid); ok && b.RM == "chaos_pg" {
+			n++
+		}
+	}
+	if err := gids.Err(); err != nil {
 		return 0, err
 	}
 	rows, err := my.Query("XA RECOVER")
