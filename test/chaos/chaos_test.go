@@ -17,6 +17,10 @@
 // ephemeral volume) started over the same databases with a short orphan
 // timeout and SIGKILLed a few seconds later, CHAOS_CP_KILLS (1): the commit
 // point's database (MariaDB) SIGKILLed while clients decide there.
+// CHAOS_HOSTILE (default 0.02, 0 for none): the fraction of transfers that
+// send a statement ending the transaction on MariaDB (transfer --hostile),
+// ignore its error and commit anyway; a client that had one acknowledged
+// reports a VIOLATION, counted with the checker's.
 package chaos
 
 import (
@@ -63,7 +67,7 @@ var (
 
 type counters struct {
 	coordFailpoint, coordSigkill, clientKills, clientFailpoint, pgRestarts, myRestarts, proxyCuts atomic.Int64
-	commitPointClients, rogueCoords, cpKills                                                      atomic.Int64
+	commitPointClients, rogueCoords, cpKills, hostileViolations                                   atomic.Int64
 }
 
 type harness struct {
@@ -119,7 +123,7 @@ func TestChaos(t *testing.T) {
 		settle, left, viol, out := h.settleAndCheck()
 		longestSettle = max(longestSettle, settle)
 		dangling += left
-		violations += viol
+		violations += viol + int(h.kills.hostileViolations.Swap(0))
 		acked := countLines(h.acks)
 		t.Logf("round %d/%d: settled in %s, acknowledged so far %d, dangling %d, violations %d", r, rounds, settle.Round(time.Millisecond), acked, left, viol)
 		if viol > 0 || left > 0 {
@@ -291,7 +295,7 @@ func (h *harness) round(n, clients int, d time.Duration) {
 		}
 		cmd := exec.Command(h.trans, "--pg", h.pgDSN, "--mysql", h.myDSN, "--coordinator", h.coordAddr, "--reset=false", "--no-check",
 			"--accounts", "200", "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria", "--workers", "4", "--duration", d.String(), "--acked", h.acks,
-			"--decide-at", decideAt)
+			"--decide-at", decideAt, "--hostile", hostileFraction())
 		cmd.Env = os.Environ()
 		withFailpoint := h.intn(3) == 0
 		fp := fps[h.intn(len(fps))]
@@ -299,7 +303,7 @@ func (h *harness) round(n, clients int, d time.Duration) {
 			cmd.Env = append(cmd.Env, "TANDEM_FAILPOINTS="+fp+"=kill")
 		}
 		var out bytes.Buffer
-		cmd.Stderr = &out
+		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			h.t.Fatal(err)
 		}
@@ -313,6 +317,12 @@ func (h *harness) round(n, clients int, d time.Duration) {
 			cmu.Lock()
 			delete(running, cmd)
 			cmu.Unlock()
+			if n := strings.Count(out.String(), "VIOLATION"); n > 0 {
+				h.kills.hostileViolations.Add(int64(n))
+				h.mu.Lock()
+				h.log.WriteString("client: " + out.String())
+				h.mu.Unlock()
+			}
 			if strings.Contains(out.String(), "failpoint ") {
 				h.kills.clientFailpoint.Add(1)
 				if ctx.Err() == nil {
@@ -509,6 +519,14 @@ func preparedCount(pgDSN, myDSN string) (int, error) {
 		}
 	}
 	return n, rows.Err()
+}
+
+// hostileFraction is CHAOS_HOSTILE, or 0.02.
+func hostileFraction() string {
+	if v := os.Getenv("CHAOS_HOSTILE"); v != "" {
+		return v
+	}
+	return "0.02"
 }
 
 func countLines(path string) int {
