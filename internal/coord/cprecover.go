@@ -63,13 +63,13 @@ func (t dbTables) Ensure(ctx context.Context, name string) error {
 
 func (t dbTables) Lookup(ctx context.Context, name string, g xid.GTRID) (dtable.Outcome, bool, error) {
 	c := t[name]
-	o, found, err := dtable.Lookup(ctx, c.DB(), g)
+	o, found, err := dtable.Lookup(ctx, c.DB(), g, xid.Owner{})
 	return o, found, rmErr(c, err)
 }
 
 func (t dbTables) Resolve(ctx context.Context, name string, g xid.GTRID, lockWait time.Duration) (dtable.Outcome, error) {
 	c := t[name]
-	o, err := dtable.Resolve(ctx, c.DB(), c.Dialect().Driver(), g, lockWait)
+	o, err := dtable.Resolve(ctx, c.DB(), c.Dialect().Driver(), g, xid.Owner{}, lockWait)
 	return o, rmErr(c, err)
 }
 
@@ -87,7 +87,7 @@ func (t dbTables) Rows(ctx context.Context, name string, olderThan time.Duration
 
 func (t dbTables) Forget(ctx context.Context, name string, gs []xid.GTRID) (int64, error) {
 	c := t[name]
-	n, err := dtable.Forget(ctx, c.DB(), gs)
+	n, err := dtable.Forget(ctx, c.DB(), c.Dialect().Driver(), gs)
 	return n, rmErr(c, err)
 }
 
@@ -189,7 +189,7 @@ func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outc
 		}
 		took = true
 	}
-	commit := o == dtable.Commit
+	commit := o == dtable.Committed
 	done, err := c.settleCPBranch(ctx, b, commit)
 	out := Aborted
 	if commit {
@@ -331,7 +331,7 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 		return r, true, nil
 	}
 	r.Outcome = Aborted
-	if o == dtable.Commit {
+	if o == dtable.Committed {
 		r.Outcome = Committed
 	}
 	r.Message = where + ": it says " + r.Outcome.String()
@@ -341,7 +341,7 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 		return r, true, nil
 	}
 	for i, b := range bs {
-		done, err := c.settleCPBranch(ctx, b, o == dtable.Commit)
+		done, err := c.settleCPBranch(ctx, b, o == dtable.Committed)
 		r.Branches[i].Attempts = 1
 		switch {
 		case err != nil:
