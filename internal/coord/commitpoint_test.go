@@ -96,8 +96,8 @@ func (f *fakeTables) Resolve(_ context.Context, rmName string, g xid.GTRID, _ ti
 	if o, ok := f.get(rmName, g); ok {
 		return o, nil
 	}
-	f.set(rmName, g, dtable.Abort)
-	return dtable.Abort, nil
+	f.set(rmName, g, dtable.Aborted)
+	return dtable.Aborted, nil
 }
 
 func (f *fakeTables) SweepAborts(_ context.Context, rmName string, keep time.Duration) (int64, error) {
@@ -126,7 +126,7 @@ func (f *fakeTables) Forget(_ context.Context, rmName string, gs []xid.GTRID) (i
 	defer f.mu.Unlock()
 	var n int64
 	for _, g := range gs {
-		if f.rows[rmName][g] == dtable.Commit {
+		if f.rows[rmName][g] == dtable.Committed {
 			delete(f.rows[rmName], g)
 			f.forgotten[rmName] = append(f.forgotten[rmName], g)
 			n++
@@ -218,11 +218,11 @@ func TestCommitPointBranchRecovery(t *testing.T) {
 		return xid.Branch{GTRID: g, RM: rmName, CommitPoint: cp}
 	}
 	committed, aborted, orphan, pending, unknown, held := xid.New(), xid.New(), xid.New(), xid.New(), xid.New(), xid.New()
-	f.set("maria", committed, dtable.Commit)
-	f.set("maria", aborted, dtable.Abort)
+	f.set("maria", committed, dtable.Committed)
+	f.set("maria", aborted, dtable.Aborted)
 	f.pending[pending] = true
 	bHeld := br(held, "maria", "pg")
-	f.set("pg", held, dtable.Commit)
+	f.set("pg", held, dtable.Committed)
 	s.notFound[bHeld], s.held[bHeld] = true, true
 
 	scan := func(at time.Time, bs ...xid.Branch) {
@@ -272,7 +272,7 @@ func TestCommitPointBranchRecovery(t *testing.T) {
 	if got := s.got(all[2]); len(got) != 1 || got[0] {
 		t.Errorf("orphan: settle calls %v, want one rollback after the orphan timeout", got)
 	}
-	if o, ok := f.get("maria", orphan); !ok || o != dtable.Abort {
+	if o, ok := f.get("maria", orphan); !ok || o != dtable.Aborted {
 		t.Errorf("orphan: decision row %v %v, want 'A' recorded at the commit point (the key taken)", o, ok)
 	}
 	if got := s.got(all[3]); len(got) != 0 {
@@ -286,7 +286,7 @@ func TestCommitPointBranchRecovery(t *testing.T) {
 	f.mu.Lock()
 	delete(f.pending, pending)
 	f.mu.Unlock()
-	f.set("maria", pending, dtable.Commit)
+	f.set("maria", pending, dtable.Committed)
 	s.mu.Lock()
 	s.held[bHeld] = false
 	s.mu.Unlock()
@@ -328,7 +328,7 @@ func TestScanSettlesCommitPointBranches(t *testing.T) {
 	for range 20 {
 		g := xid.New()
 		gs = append(gs, g)
-		f.set("maria", g, dtable.Commit)
+		f.set("maria", g, dtable.Committed)
 	}
 	ord := xid.New()
 	var mu sync.Mutex
@@ -374,7 +374,7 @@ func TestScanSettlesCommitPointBranches(t *testing.T) {
 func TestStatusOfCommitPointGTRID(t *testing.T) {
 	f, s := newFakeTables(), newSettleLog()
 	committed, undecided, unknown := xid.New(), xid.New(), xid.New()
-	f.set("maria", committed, dtable.Commit)
+	f.set("maria", committed, dtable.Committed)
 	branches := map[xid.GTRID]xid.Branch{
 		committed: {GTRID: committed, RM: "pg", CommitPoint: "maria"},
 		undecided: {GTRID: undecided, RM: "pg", CommitPoint: "maria"},
@@ -406,7 +406,7 @@ func TestStatusOfCommitPointGTRID(t *testing.T) {
 		t.Fatalf("Status without resolve recorded a decision")
 	}
 	r = mustStatus(t, c, undecided.String(), true, Aborted)
-	if o, ok := f.get("maria", undecided); !ok || o != dtable.Abort {
+	if o, ok := f.get("maria", undecided); !ok || o != dtable.Aborted {
 		t.Errorf("Status --resolve: decision row %v %v, want 'A' (the key taken)", o, ok)
 	}
 	if got := s.got(branches[undecided]); len(got) != 1 || got[0] || r.Phase2Pending {
@@ -430,9 +430,9 @@ func TestStatusOfCommitPointGTRID(t *testing.T) {
 func TestSweepForgetsOnlyUnpreparedCommits(t *testing.T) {
 	f, s := newFakeTables(), newSettleLog()
 	gone, stillPrepared, abort := xid.New(), xid.New(), xid.New()
-	f.set("maria", gone, dtable.Commit)
-	f.set("maria", stillPrepared, dtable.Commit)
-	f.set("maria", abort, dtable.Abort)
+	f.set("maria", gone, dtable.Committed)
+	f.set("maria", stillPrepared, dtable.Committed)
+	f.set("maria", abort, dtable.Aborted)
 	f.old[gone], f.old[stillPrepared], f.old[abort] = true, true, true
 	var down atomic.Bool
 	opts, _ := cpOptions(t, f, s, func(name string) ([]rm.InDoubt, error) {

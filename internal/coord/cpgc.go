@@ -123,7 +123,7 @@ func (c *Coordinator) sweepOnce() SweepStats {
 			var rows []dtable.Row
 			rows, err = tables.Rows(ctx, name, olderThan)
 			for _, r := range rows {
-				if r.Outcome == dtable.Commit {
+				if r.Outcome == dtable.Committed {
 					candidates[name] = append(candidates[name], r.GTRID)
 				}
 			}
