@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -322,6 +323,25 @@ func TestDeadClientsCommitPointBranchGoesInSeconds(t *testing.T) {
 	}
 }
 
+// idOf reads the decision-table id through dsn.
+func idOf(t *testing.T, driver, dsn string) string {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	d := rm.Postgres
+	if driver == "mysql" {
+		d = rm.MySQL
+	}
+	id, err := decision.ReadID(context.Background(), db, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.String()
+}
+
 // tandem init-rm creates the decision table where it is missing (a fresh
 // PostgreSQL schema, a fresh MariaDB database), says "exists" the second
 // time, and reports CheckDurable's verdict; with no RM it fails, saying so.
@@ -370,6 +390,8 @@ func TestInitRM(t *testing.T) {
 			want[r.name] = "commit point: NO"
 		}
 	}
+	ids := map[string]string{}
+	idRE := regexp.MustCompile(`\bid ([0-9a-f]{32})\b`)
 	for i, verb := range []string{"created", "exists"} {
 		out, err := run("--rm", "pg=postgres:${PGFRESH}", "--rm", "maria=mysql:${MYFRESH}")
 		if err != nil {
@@ -385,7 +407,21 @@ func TestInitRM(t *testing.T) {
 			if !strings.Contains(line, "table "+verb) || !strings.Contains(line, want[r]) {
 				t.Errorf("run %d, rm %s: %q, want \"table %s\" and %q\n%s", i, r, line, verb, want[r], out)
 			}
+			m := idRE.FindStringSubmatch(line)
+			if m == nil {
+				t.Errorf("run %d, rm %s: %q prints no table id", i, r, line)
+			} else if ids[r] != "" && ids[r] != m[1] {
+				t.Errorf("rm %s: the id changed between runs: %s, then %s", r, ids[r], m[1])
+			} else {
+				ids[r] = m[1]
+			}
 		}
+	}
+	if got := idOf(t, "pgx", pgFresh); got != ids["pg"] {
+		t.Errorf("pg: init-rm printed id %s, the table holds %s", ids["pg"], got)
+	}
+	if got := idOf(t, "mysql", myFresh); got != ids["maria"] {
+		t.Errorf("maria: init-rm printed id %s, the table holds %s", ids["maria"], got)
 	}
 	var n int
 	if err := d.pg.QueryRowContext(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'tandem_decision'", name).Scan(&n); err != nil || n != 1 {
@@ -404,6 +440,15 @@ func TestInitRM(t *testing.T) {
 	}
 	if got := out0(t, run); !strings.Contains(got, "WARNING: also writable by PUBLIC") {
 		t.Errorf("init-rm after GRANT INSERT TO PUBLIC does not warn:\n%s", got)
+	}
+	if _, err := d.pg.ExecContext(ctx, "REVOKE INSERT ON "+name+".tandem_decision FROM PUBLIC"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.pg.ExecContext(ctx, "GRANT DELETE ON "+name+".tandem_decision_id TO PUBLIC"); err != nil {
+		t.Fatal(err)
+	}
+	if got := out0(t, run); !strings.Contains(got, "WARNING: also writable by PUBLIC") {
+		t.Errorf("init-rm after GRANT DELETE ON the id table TO PUBLIC does not warn:\n%s", got)
 	}
 	out, err := run()
 	if err == nil || !strings.Contains(out, "no resource managers") {
