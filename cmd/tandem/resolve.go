@@ -84,15 +84,15 @@ func runResolve(args []string, stdout, stderr io.Writer) error {
 	}
 	sort.Strings(names)
 	fmt.Fprintf(stdout, "gtrid %s:\n", *gtrid)
-	any := false
+	somePrepared := false
 	for _, n := range names {
 		state := "not prepared (committed, rolled back, or never prepared there: look at its data)"
 		if held.Prepared[n] {
-			state, any = "PREPARED", true
+			state, somePrepared = "PREPARED", true
 		}
 		fmt.Fprintf(stdout, "  %-12s %s\n", n, state)
 	}
-	if !any {
+	if !somePrepared {
 		// A commit point's branches are not this command's: their outcome
 		// is a row in the commit point's decision table, which tandem
 		// status reads (and --resolve takes, never guessing: a row that
