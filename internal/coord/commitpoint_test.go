@@ -363,6 +363,34 @@ func TestCommitPointBranchRecovery(t *testing.T) {
 	}
 }
 
+// The database's prepare time shortens a branch's wait only back to the
+// scan before the one that first listed it (which did not list it), and not
+// at all at the first scan after the start: a database clock far behind
+// must not make a live client's branch look old.
+func TestCommitPointPrepareTimeIsClamped(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	opts, _ := cpOptions(t, f, s, nil)
+	opts.CommitPointSettleAfter = 5 * time.Second
+	c := openCP(t, opts) // its start scan listed nothing
+	now := time.Now().Add(time.Minute) // later than the start scan
+	old := xid.Branch{GTRID: xid.New(), RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
+	s.held[old] = true
+	// Prepared 2 h ago by the database's clock; the scan before was the
+	// start scan, a minute earlier: the wait counts from there, so it is due.
+	c.settleCPBranches([]rm.InDoubt{{Branch: old, PreparedAt: now.Add(-2 * time.Hour)}}, now)
+	if got := s.got(old); len(got) != 1 || got[0] {
+		t.Errorf("a branch prepared before the previous scan: settle calls %v, want one rollback at first sight", got)
+	}
+	// One second later: a new branch whose prepare time (a clock behind)
+	// says 2 h ago; the scan before was one second ago: not due yet.
+	young := xid.Branch{GTRID: xid.New(), RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
+	s.held[young] = true
+	c.settleCPBranches([]rm.InDoubt{{Branch: young, PreparedAt: now.Add(-2 * time.Hour)}}, now.Add(time.Second))
+	if got := s.got(young); len(got) != 0 {
+		t.Errorf("a branch first listed now, the scan before 1 s ago, its prepare time 2 h back: settle calls %v, want none yet", got)
+	}
+}
+
 // A commit-point branch whose owner is not the id of the table this
 // coordinator reaches for its commit point is never settled: no read, no
 // key; held (listed with the reason), counted, and an error says so. A

@@ -119,7 +119,8 @@ type cpState struct {
 	// due: the earliest time a waiting commit-point branch becomes due;
 	// lastScan and lastCP: when the scan last ran, and last saw a
 	// commit-point branch (cpDue).
-	due, lastScan, lastCP time.Time
+	// prevScan: the scan before lastScan (the floor of a prepare time).
+	due, lastScan, prevScan, lastCP time.Time
 }
 
 // decisionTables is the commit points' decision tables, by RM name: package
@@ -434,7 +435,8 @@ func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outc
 }
 
 // cpBase is when b's wait for its client is counted from: the first scan
-// that saw it, or the database's own prepare time if earlier.
+// that saw it, or the prepare time noted for it by settleCPBranches if
+// earlier.
 func (c *Coordinator) cpBase(b xid.Branch, first time.Time) time.Time {
 	c.cpst.mu.Lock()
 	defer c.cpst.mu.Unlock()
@@ -563,10 +565,24 @@ func (c *Coordinator) settleCPBranches(ds []rm.InDoubt, now time.Time) {
 	if c.cpst.preparedAt == nil {
 		c.cpst.preparedAt = map[xid.Branch]time.Time{}
 	}
+	if c.cpst.lastScan.Before(now) {
+		c.cpst.prevScan, c.cpst.lastScan = c.cpst.lastScan, now
+	}
 	for _, d := range ds {
 		listed[d.Branch] = true
-		if !d.PreparedAt.IsZero() {
-			c.cpst.preparedAt[d.Branch] = d.PreparedAt
+		if _, noted := c.cpst.preparedAt[d.Branch]; !noted && !d.PreparedAt.IsZero() {
+			// The database's prepare time, first listed now: b was
+			// prepared after the scan before, which did not list it, so
+			// never earlier than that; and at the first scan after the
+			// start not earlier than now. The prepare time is the
+			// database's clock: one far behind must not make every branch
+			// look old (a live client's transaction would be aborted
+			// between its prepare and its decision).
+			floor := c.cpst.prevScan
+			if floor.IsZero() || floor.After(now) {
+				floor = now
+			}
+			c.cpst.preparedAt[d.Branch] = maxTime(d.PreparedAt, floor)
 		}
 	}
 	for b := range c.cpst.preparedAt {
@@ -574,7 +590,6 @@ func (c *Coordinator) settleCPBranches(ds []rm.InDoubt, now time.Time) {
 			delete(c.cpst.preparedAt, b)
 		}
 	}
-	c.cpst.lastScan = now
 	if len(ds) > 0 {
 		c.cpst.lastCP = now
 	}
@@ -607,6 +622,13 @@ func (c *Coordinator) settleCPBranches(ds []rm.InDoubt, now time.Time) {
 	c.cpst.mu.Lock()
 	c.cpst.due = due
 	c.cpst.mu.Unlock()
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // cpDue is a channel that fires when the scan should run next for
