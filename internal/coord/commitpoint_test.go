@@ -371,7 +371,7 @@ func TestCommitPointPrepareTimeIsClamped(t *testing.T) {
 	f, s := newFakeTables(), newSettleLog()
 	opts, _ := cpOptions(t, f, s, nil)
 	opts.CommitPointSettleAfter = 5 * time.Second
-	c := openCP(t, opts) // its start scan listed nothing
+	c := openCP(t, opts)               // its start scan listed nothing
 	now := time.Now().Add(time.Minute) // later than the start scan
 	old := xid.Branch{GTRID: xid.New(), RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
 	s.held[old] = true
