@@ -409,8 +409,13 @@ func TestCommitPointBranchOfAnotherTableIsHeld(t *testing.T) {
 	bLegacyC := xid.Branch{GTRID: legacyC, RM: "pg", CommitPoint: "maria"}
 	bLegacyNone := xid.Branch{GTRID: legacyNone, RM: "pg", CommitPoint: "maria"}
 	s.held[bLegacyNone] = true
+	// A legacy branch with an 'A' row: the client may have decided in
+	// another table; 'A' here proves nothing.
+	legacyA := xid.New()
+	f.set("maria", legacyA, dtable.Aborted)
+	bLegacyA := xid.Branch{GTRID: legacyA, RM: "pg", CommitPoint: "maria"}
 	for _, at := range []time.Time{now, now.Add(2 * time.Second), now.Add(3 * time.Second)} {
-		for _, b := range []xid.Branch{bOther, bLegacyC, bLegacyNone} {
+		for _, b := range []xid.Branch{bOther, bLegacyC, bLegacyNone, bLegacyA} {
 			c.settleInDoubt(rm.InDoubt{Branch: b}, at)
 		}
 	}
@@ -423,6 +428,9 @@ func TestCommitPointBranchOfAnotherTableIsHeld(t *testing.T) {
 	if got := s.got(bLegacyNone); len(got) != 0 {
 		t.Errorf("a legacy branch with no row, without AdoptUnowned: settle calls %v, want none", got)
 	}
+	if got := s.got(bLegacyA); len(got) != 0 {
+		t.Errorf("a legacy branch with an 'A' row, without AdoptUnowned: settle calls %v, want none", got)
+	}
 	f.mu.Lock()
 	resolves := f.resolves
 	f.mu.Unlock()
@@ -433,10 +441,10 @@ func TestCommitPointBranchOfAnotherTableIsHeld(t *testing.T) {
 	for _, h := range c.CommitPointHeld() {
 		held[h.GTRID] = h.Reason
 	}
-	if held[other.String()] != ReasonCPTableDiffers || held[legacyNone.String()] != ReasonCPUnowned || len(held) != 2 {
-		t.Errorf("CommitPointHeld = %v, want the other table's branch (%s) and the legacy one (%s)", held, ReasonCPTableDiffers, ReasonCPUnowned)
+	if held[other.String()] != ReasonCPTableDiffers || held[legacyNone.String()] != ReasonCPUnowned || held[legacyA.String()] != ReasonCPUnowned || len(held) != 3 {
+		t.Errorf("CommitPointHeld = %v, want the other table's branch (%s) and the two legacy ones (%s)", held, ReasonCPTableDiffers, ReasonCPUnowned)
 	}
-	if by := c.CommitPointHeldByReason(); by[ReasonCPTableDiffers] != 1 || by[ReasonCPUnowned] != 1 || by[ReasonCPNotConfigured] != 0 {
+	if by := c.CommitPointHeldByReason(); by[ReasonCPTableDiffers] != 1 || by[ReasonCPUnowned] != 2 || by[ReasonCPNotConfigured] != 0 {
 		t.Errorf("CommitPointHeldByReason = %v", by)
 	}
 	out := logs.String()
@@ -625,14 +633,21 @@ func TestStatusAnswersFromTheDecisionTables(t *testing.T) {
 	bVanished := xid.Branch{GTRID: vanished, RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
 	s.held[bVanished] = true
 	f.vanish[vanished] = true
+	legacyA := xid.New()
+	f.set("maria", legacyA, dtable.Aborted)
+	bLegacyA := xid.Branch{GTRID: legacyA, RM: "pg", CommitPoint: "maria"}
 	opts, _ := cpOptions(t, f, s, func(name string) ([]rm.InDoubt, error) {
 		if name == "pg" {
-			return []rm.InDoubt{{Branch: bVanished}}, nil
+			return []rm.InDoubt{{Branch: bVanished}, {Branch: bLegacyA}}, nil
 		}
 		return nil, nil
 	})
 	c := openCP(t, opts)
-	r := mustStatus(t, c, committed.String(), false, Committed)
+	r := mustStatus(t, c, legacyA.String(), true, Undecided)
+	if !strings.Contains(r.Message, "proves nothing") || len(s.got(bLegacyA)) != 0 {
+		t.Errorf("Status --resolve of a legacy branch with an 'A' row: %q, settle calls %v; want nothing settled", r.Message, s.got(bLegacyA))
+	}
+	r = mustStatus(t, c, committed.String(), false, Committed)
 	if !strings.Contains(r.Message, "decided at commit point maria") {
 		t.Errorf("Status of a committed commit-point gtrid with no branch prepared: %q, want it to name the commit point", r.Message)
 	}

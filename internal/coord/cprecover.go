@@ -392,17 +392,20 @@ func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outc
 		c.cpReadFailed(b, now, err)
 		return Undecided
 	}
+	if !b.Owned() && !c.opts.AdoptUnowned && !(found && o == dtable.Committed) {
+		// Only a 'C' row proves anything of a legacy branch (only its
+		// commit point writes 'C' for its gtrid, in whatever table); an
+		// 'A' row or no row here may be another table's story.
+		c.hold(b, ReasonCPUnowned, "a legacy (unowned) name with no commit decision in "+cp+"'s table: whoever decided it is unknown (serve --adopt-unowned makes such branches this coordinator's)", xid.Owner{}, first)
+		if c.sayEvery("cp-unowned", now) {
+			c.logger.Warn("prepared commit-point branches with legacy (unowned) names and no commit decision: listed, not settled; "+
+				"start the coordinator with --adopt-unowned if no other coordinator or database could hold their decision (said again every minute while it lasts)",
+				"commit_point", cp, "gtrid", g.String(), "rm", b.RM)
+		}
+		return Undecided
+	}
 	took := false
 	if !found {
-		if !b.Owned() && !c.opts.AdoptUnowned {
-			c.hold(b, ReasonCPUnowned, "a legacy (unowned) name with no commit decision in "+cp+"'s table: whoever decided it is unknown (serve --adopt-unowned makes such branches this coordinator's)", xid.Owner{}, first)
-			if c.sayEvery("cp-unowned", now) {
-				c.logger.Warn("prepared commit-point branches with legacy (unowned) names and no commit decision: listed, not settled; "+
-					"start the coordinator with --adopt-unowned if no other coordinator or database could hold their decision (said again every minute while it lasts)",
-					"commit_point", cp, "gtrid", g.String(), "rm", b.RM)
-			}
-			return Undecided
-		}
 		if o, err = c.takeKey(ctx, b, want, read); err != nil {
 			return Undecided
 		}
@@ -731,6 +734,11 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 	read := time.Now()
 	if err != nil {
 		return Report{}, true, fmt.Errorf("coord: gtrid %s is %s, which cannot be read: %w; try again", g, where, err)
+	}
+	if found && o == dtable.Aborted && want.IsZero() && !c.opts.AdoptUnowned {
+		r.Message = where + ": its table has an abort row, but the branches carry legacy (unowned) names: the client may have decided in another table, so this row proves nothing; " +
+			"nothing was settled. Look at the databases and settle them by hand, or start the coordinator with --adopt-unowned if no other table can hold their decision"
+		return r, true, nil
 	}
 	if !found && resolve {
 		if want.IsZero() && !c.opts.AdoptUnowned {
