@@ -173,10 +173,10 @@ func setup(t *testing.T) *harness {
 		}
 	}
 	var err error
-	if h.pgProxy, err = testproxy.New("127.0.0.1:55432"); err != nil {
+	if h.pgProxy, err = testproxy.New(dbAddr("TANDEM_PG_PORT", "55432")); err != nil {
 		t.Fatal(err)
 	}
-	if h.myProxy, err = testproxy.New("127.0.0.1:53306"); err != nil {
+	if h.myProxy, err = testproxy.New(dbAddr("TANDEM_MY_PORT", "53306")); err != nil {
 		t.Fatal(err)
 	}
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -195,8 +195,8 @@ func setup(t *testing.T) *harness {
 func (h *harness) startCoordinator() {
 	args := []string{"serve", "--listen", h.coordAddr, "--data-dir", filepath.Join(h.dir, "coord"),
 		"--orphan-timeout", "2s", "--scan-interval", "500ms", "--log-level", "warn",
-		"--rm", "chaos_pg=postgres:" + strings.Replace(h.pgDSN, "127.0.0.1:55432", h.pgProxy.Addr(), 1),
-		"--rm", "chaos_maria=mysql:" + strings.Replace(h.myDSN, "127.0.0.1:53306", h.myProxy.Addr(), 1)}
+		"--rm", "chaos_pg=postgres:" + strings.Replace(h.pgDSN, dbAddr("TANDEM_PG_PORT", "55432"), h.pgProxy.Addr(), 1),
+		"--rm", "chaos_maria=mysql:" + strings.Replace(h.myDSN, dbAddr("TANDEM_MY_PORT", "53306"), h.myProxy.Addr(), 1)}
 	cmd := exec.Command(h.bin, args...)
 	cmd.Env = os.Environ()
 	if !h.calm.Load() && h.intn(2) == 0 {
@@ -519,6 +519,16 @@ func preparedCount(pgDSN, myDSN string) (int, error) {
 		}
 	}
 	return n, rows.Err()
+}
+
+// dbAddr is the address of a database started by scripts/db: its port from
+// the same variable scripts/db reads (a chaos run on a pair of servers of its
+// own, TANDEM_DB_STATE_DIR and the ports, beside the usual ones), or def.
+func dbAddr(portVar, def string) string {
+	if p := os.Getenv(portVar); p != "" {
+		return "127.0.0.1:" + p
+	}
+	return "127.0.0.1:" + def
 }
 
 // hostileFraction is CHAOS_HOSTILE, or 0.02.
