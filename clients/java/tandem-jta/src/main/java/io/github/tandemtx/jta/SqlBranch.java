@@ -250,11 +250,7 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
     @Override
     public void releaseSession() {
         released = true;
-        try {
-            conn.close();
-        } catch (SQLException ignored) {
-            // closing is best effort: the database ends the session when the socket goes
-        }
+        Sessions.abort(conn); // aborted, not closed: a pooling source would lend the session again
     }
 
     @Override

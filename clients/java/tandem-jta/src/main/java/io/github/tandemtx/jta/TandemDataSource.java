@@ -17,6 +17,7 @@ import java.sql.Statement;
 import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.logging.Logger;
 import javax.sql.CommonDataSource;
 import javax.sql.DataSource;
@@ -64,6 +65,7 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             this.owner = owner;
         }
 
+        /** Gives a clean session back to the source (a pool keeps it; a plain source closes it). */
         void close() {
             try {
                 if (owner != null) {
@@ -75,6 +77,21 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 // the connection is being thrown away
             }
         }
+
+        /**
+         * Ends a session whose transaction state is not known to be clean:
+         * aborted, never lent again by a pooling source ({@link Sessions#abort}).
+         */
+        void discard() {
+            Sessions.abort(conn);
+            if (owner != null) {
+                try {
+                    owner.close();
+                } catch (SQLException ignored) {
+                    // aborted already
+                }
+            }
+        }
     }
 
     private final TandemTransactionManager tm;
@@ -83,6 +100,8 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
     private final CommonDataSource source;
     private final ResourceManager info;
     private final ConcurrentLinkedDeque<Physical> idle = new ConcurrentLinkedDeque<>();
+    /** Threads past the idle check, opening a connection from the source (maybe waiting in the source's own pool). */
+    private final AtomicInteger opening = new AtomicInteger();
     private volatile Semaphore permits = new Semaphore(DEFAULT_MAX_POOL_SIZE);
     private volatile int maxPoolSize = DEFAULT_MAX_POOL_SIZE;
     private volatile long acquireTimeoutMillis = 30_000;
@@ -212,13 +231,17 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             Thread.currentThread().interrupt();
             throw new SQLException("TandemDataSource \"" + rm + "\": interrupted waiting for a connection", "08001", e);
         }
+        // Counted before the idle check: a connection given back from now on
+        // either is found below or goes back to the source, where this
+        // thread may be waiting (giveBack).
+        opening.incrementAndGet();
         try {
             Physical p;
             while ((p = idle.pollFirst()) != null) {
                 if (!p.conn.isClosed()) {
                     return p;
                 }
-                p.close();
+                p.discard();
             }
             if (source instanceof DataSource ds) {
                 return new Physical(ds.getConnection(), null);
@@ -228,22 +251,45 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         } catch (SQLException | RuntimeException e) {
             s.release();
             throw e;
+        } finally {
+            opening.decrementAndGet();
         }
     }
 
+    /**
+     * Takes back a connection whose transaction is over. A reusable one (its
+     * session is outside any transaction: {@link SqlBranch#reusable()}) is
+     * kept idle, or, while another thread is opening a connection from the
+     * source, given back to the source: that thread may be waiting for it
+     * in the source's own pool (HikariCP smaller than this pool), where
+     * keeping it idle here would leave it waiting out the pool's timeout.
+     * Any other is discarded ({@link Physical#discard}): a session whose
+     * state is unknown never goes back to a pool.
+     */
     private void giveBack(Physical p, boolean reusable) {
         try {
-            if (reusable && !closed) {
-                if (!p.conn.getAutoCommit()) {
-                    p.conn.rollback();
-                    p.conn.setAutoCommit(true);
+            if (!reusable || closed) {
+                if (reusable) {
+                    p.close();
+                } else {
+                    p.discard();
                 }
-                idle.addFirst(p);
-            } else {
-                p.close();
+                return;
             }
-        } catch (SQLException e) {
-            p.close();
+            if (!p.conn.getAutoCommit()) {
+                p.conn.rollback();
+                p.conn.setAutoCommit(true);
+            }
+            if (opening.get() > 0) {
+                p.close();
+                return;
+            }
+            idle.addFirst(p);
+            if (opening.get() > 0 && idle.remove(p)) {
+                p.close(); // a thread started opening after the check above and missed p
+            }
+        } catch (SQLException | RuntimeException e) {
+            p.discard();
         } finally {
             permits.release();
         }

@@ -39,8 +39,11 @@ public sealed interface TandemResource extends XAResource permits SqlBranch {
     boolean readOnly() throws javax.transaction.xa.XAException;
 
     /**
-     * Closes the branch's session without ending the branch: a session-bound
-     * prepared branch is then detached and the coordinator can settle it.
+     * Ends the branch's session without ending the branch, by aborting its
+     * connection (never giving it back to a pool): the database rolls back
+     * an active branch, detaches a session-bound prepared one for the
+     * coordinator to settle, and no later borrower of a pooling source sees
+     * the session.
      */
     void releaseSession();
 

@@ -24,6 +24,22 @@ class SpringTransferTest {
         }
     }
 
+    /**
+     * Sixteen threads on Spring Boot's default pool (HikariCP, 10
+     * connections) under each TandemDataSource (16): none waits out
+     * Hikari's 30 s connection timeout (it did: "Connection is not
+     * available, request timed out after 30006ms").
+     */
+    @Test
+    void sixteenThreadsOnBootsDefaultPool() throws Exception {
+        try (TestCoordinator c = new TestCoordinator()) {
+            Bank.Report r = SpringTransferApplication.run("--tandem.coordinator=" + c.addr, "--example.transfers=80", "--example.threads=16");
+            assertTrue(r.ok(), () -> r + "\ncoordinator:\n" + c.output());
+            assertEquals(64, r.committed(), r::toString);
+            assertEquals(16, r.failedOnPurpose(), r::toString);
+        }
+    }
+
     @Test
     void anUnreachableCoordinatorStopsTheApplicationAtStart() throws Exception {
         String addr = "127.0.0.1:" + TestCoordinator.freePort();
