@@ -110,14 +110,22 @@ final class MariaDbBranch extends SqlBranch {
     }
 
     /**
-     * Asks the session whether its transaction is still open: MariaDB rolls
-     * back the whole transaction of a deadlock's victim (and of a lock wait
-     * timeout under innodb_rollback_on_timeout) and leaves the session in
-     * autocommit, where the next statement would commit at once.
+     * Dooms the global transaction: after an error MariaDB may have rolled
+     * back the statement only, or the whole transaction (a deadlock's
+     * victim, a lock wait timeout under innodb_rollback_on_timeout), so no
+     * commit can keep a known part of the work. A plain commit point also
+     * asks the session whether its transaction is still open: if not, the
+     * session is in autocommit, where the next statement would commit at
+     * once, and {@link #ended} refuses every statement.
      */
     @Override
-    void statementFailed() {
-        if (!plain || ended != null || state != State.ACTIVE) {
+    void statementFailed(SQLException e) {
+        if (state != State.ACTIVE) {
+            return;
+        }
+        doom.accept("a call on rm \"" + rm + "\" failed, and after an error MariaDB may have rolled back the statement or the whole"
+                + " transaction, so the global transaction cannot commit: " + e.getMessage());
+        if (!plain || ended != null) {
             return;
         }
         try (java.sql.Statement st = conn.createStatement(); java.sql.ResultSet rs = st.executeQuery("SELECT @@in_transaction")) {
@@ -126,8 +134,8 @@ final class MariaDbBranch extends SqlBranch {
             }
             ended = "MariaDB rolled the transaction back after a failed statement (a deadlock's victim, or a lock wait timeout"
                     + " with innodb_rollback_on_timeout)";
-        } catch (SQLException e) {
-            ended = "asking MariaDB whether the transaction is still open after a failed statement failed: " + e.getMessage();
+        } catch (SQLException q) {
+            ended = "asking MariaDB whether the transaction is still open after a failed statement failed: " + q.getMessage();
         }
     }
 

@@ -61,6 +61,27 @@ final class PostgresBranch extends SqlBranch {
         }
     }
 
+    /**
+     * Dooms the global transaction when the backend is outside a transaction
+     * block after a statement of the active branch (pgjdbc's transaction
+     * status, from the server's ReadyForQuery: no round trip): the statement
+     * ended the branch's transaction (COMMIT, END, ROLLBACK, ABORT text), so
+     * what it wrote may have committed or rolled back on its own, and a
+     * PREPARE now would prepare only what follows.
+     */
+    @Override
+    void statementRan() {
+        try {
+            if (state == State.ACTIVE && conn.isWrapperFor(BaseConnection.class)
+                    && conn.unwrap(BaseConnection.class).getTransactionState() == TransactionState.IDLE) {
+                doom.accept("the branch on rm \"" + rm + "\" is outside its transaction after a statement (transaction control in"
+                        + " the SQL: COMMIT, END, ROLLBACK, ABORT?): what it wrote before may have committed or rolled back on its own");
+            }
+        } catch (SQLException ignored) {
+            // not pgjdbc: nothing to read
+        }
+    }
+
     @Override
     void prepareSql() throws SQLException {
         refuseFailed("PREPARE TRANSACTION");

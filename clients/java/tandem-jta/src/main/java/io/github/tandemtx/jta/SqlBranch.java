@@ -49,6 +49,11 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
      * statements refuse to run.
      */
     volatile boolean over;
+    /**
+     * Marks the global transaction rollback-only, with the reason; set by
+     * the transaction when it enlists the branch.
+     */
+    volatile java.util.function.Consumer<String> doom = reason -> { };
     private int timeout;
 
     SqlBranch(ResourceManager info, Connection conn, Consumer<SqlBranch> onCompleted) {
@@ -106,12 +111,17 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
     }
 
     /**
-     * Called after an application's statement on the branch failed: a
-     * commit point notes in {@link #ended} whether the database ended its
-     * transaction. Nothing to do for an XA branch (the database puts it in
-     * ROLLBACK ONLY) nor on PostgreSQL (a failed transaction stays open).
+     * Called after the driver threw e for an application's call on the
+     * branch (a statement, a result set, the connection). Nothing to do on
+     * PostgreSQL: an error the server answered leaves the transaction
+     * failed, and its PREPARE or COMMIT is refused. A MariaDB branch dooms
+     * the global transaction.
      */
-    void statementFailed() {
+    void statementFailed(SQLException e) {
+    }
+
+    /** Called after an application's statement on the branch ran. */
+    void statementRan() {
     }
 
     /** Names the branch with the commit point cp (PostgreSQL: before its PREPARE); returns the new XID. */

@@ -377,6 +377,9 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 try {
                     result = m.invoke(target, args);
                 } catch (InvocationTargetException e) {
+                    if (branch != null && e.getCause() instanceof SQLException se) {
+                        branch.statementFailed(se);
+                    }
                     throw e.getCause();
                 }
                 if (result instanceof Statement st && m.getReturnType().isInterface()) {
@@ -432,21 +435,28 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             try {
                 result = m.invoke(st, args);
             } catch (InvocationTargetException e) {
-                if (branch != null && e.getCause() instanceof SQLException && name.startsWith("execute")) {
-                    branch.statementFailed();
+                if (branch != null && e.getCause() instanceof SQLException se) {
+                    branch.statementFailed(se);
                 }
                 throw e.getCause();
             }
-            if (result instanceof ResultSet rs && branch != null && branch.isPlain()) {
-                return resultSet(rs, (Statement) proxy); // on the commit point only: a proxy costs on every row
+            if (branch != null && name.startsWith("execute")) {
+                branch.statementRan();
+            }
+            if (result instanceof ResultSet rs && branch instanceof MariaDbBranch) {
+                // On MariaDB only, where any error dooms the transaction: a proxy costs on every row.
+                return resultSet(rs, (Statement) proxy, branch);
             }
             return result;
         };
         return Proxy.newProxyInstance(Statement.class.getClassLoader(), new Class<?>[] {type}, h);
     }
 
-    /** Wraps a ResultSet so that its getStatement() is the checked statement, not the driver's. */
-    private static ResultSet resultSet(ResultSet rs, Statement checked) {
+    /**
+     * Wraps a ResultSet so that its getStatement() is the checked statement,
+     * not the driver's, and its errors (a streamed result's) reach the branch.
+     */
+    private static ResultSet resultSet(ResultSet rs, Statement checked, SqlBranch branch) {
         InvocationHandler h = (proxy, m, args) -> {
             switch (m.getName()) {
                 case "getStatement":
@@ -465,6 +475,9 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             try {
                 return m.invoke(rs, args);
             } catch (InvocationTargetException e) {
+                if (e.getCause() instanceof SQLException se) {
+                    branch.statementFailed(se);
+                }
                 throw e.getCause();
             }
         };

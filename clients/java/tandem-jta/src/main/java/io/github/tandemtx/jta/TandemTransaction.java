@@ -141,6 +141,7 @@ public final class TandemTransaction implements Transaction {
             }
         }
         r.plain = plain;
+        r.doom = this::markRollback;
         try {
             r.start(x, XAResource.TMNOFLAGS);
         } catch (XAException e) {
