@@ -126,7 +126,7 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
 
     /** Names the branch with the commit point cp (PostgreSQL: before its PREPARE); returns the new XID. */
     TandemXid nameCommitPoint(String cp) {
-        xid = xid.withCommitPoint(cp);
+        xid = xid.withCommitPoint(cp, null);
         return xid;
     }
 

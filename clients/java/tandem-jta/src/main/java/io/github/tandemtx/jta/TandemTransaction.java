@@ -132,7 +132,7 @@ public final class TandemTransaction implements Transaction {
             boolean ok = r.info.qualifies(r.connection());
             if (r.info.dialect == DecisionTable.Dialect.MARIADB) {
                 if (cp != null) {
-                    x = x.withCommitPoint(cp.res.rmName());
+                    x = x.withCommitPoint(cp.res.rmName(), null);
                 } else if (!unnamedXA && ok) {
                     plain = true;
                 } else {
