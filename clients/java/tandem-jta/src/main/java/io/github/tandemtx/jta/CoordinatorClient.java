@@ -656,6 +656,42 @@ final class CoordinatorClient implements AutoCloseable {
         return call(timeout, s -> s.status(StatusRequest.newBuilder().setGtrid(gtrid).setResolve(resolve).build()));
     }
 
+    private static final Pattern OWNER = Pattern.compile("[0-9a-f]{32}");
+
+    /**
+     * The followed cluster's id as an owner (32 lowercase hex digits, not all
+     * zero), asking the serving coordinator's Health (within timeout) when
+     * none is known yet; null when no answer names one.
+     */
+    String owner(Duration timeout) {
+        synchronized (mu) {
+            if (cluster != null) {
+                return asOwner(cluster);
+            }
+            if (ownerAskedAt != 0 && System.nanoTime() - ownerAskedAt < OWNER_REASK.toNanos()) {
+                return null; // asked a moment ago: no Health call per transaction
+            }
+        }
+        try {
+            healthOfPrimary(timeout);
+        } catch (RuntimeException e) {
+            // unreachable now: asked again after OWNER_REASK
+        }
+        synchronized (mu) {
+            ownerAskedAt = System.nanoTime();
+            return cluster == null ? null : asOwner(cluster);
+        }
+    }
+
+    /** How long an answer naming no cluster (or none) is kept before Health is asked again for the owner. */
+    static final Duration OWNER_REASK = Duration.ofSeconds(10);
+    /** When (System.nanoTime) {@link #owner} last asked Health in vain; 0: never. Guarded by mu. */
+    private long ownerAskedAt;
+
+    private static String asOwner(String c) {
+        return OWNER.matcher(c).matches() && !c.equals("0".repeat(32)) ? c : null;
+    }
+
     /** Health of the coordinator in use now (no probe, no move). */
     HealthResponse health(Duration timeout) {
         HealthResponse h = cur.get().stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());

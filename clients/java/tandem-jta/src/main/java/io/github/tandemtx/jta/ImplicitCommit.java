@@ -10,13 +10,11 @@ import java.util.Set;
  * SDK's {@code client/implicit.go}, ported rule for rule, so that both
  * clients refuse the same SQL with the same message.
  *
- * <p>A commit point on MariaDB/MySQL is a plain transaction, not an XA
- * branch, so the server does not refuse what an XA branch refuses: a
- * statement that ends the transaction implicitly (DDL, {@code LOCK TABLES},
- * {@code BEGIN}, {@code COMMIT}, ...) would commit its writes before the
- * decision, and a later failure of another branch would split the global
- * transaction. Such a branch must refuse these statements before sending
- * them.
+ * <p>A commit point on MariaDB/MySQL is an XA branch, inside which the
+ * server itself refuses every statement that would end the transaction
+ * (XAER_RMFAIL): this check is only an earlier, clearer error, sent before
+ * the statement. Its cases are the corpus api/testdata/implicit-commit.txt,
+ * which the Go and Java tests both read.
  *
  * <p>The check errs on the side of refusing: it reads quotes both with and
  * without backslash escapes (sql_mode {@code NO_BACKSLASH_ESCAPES}), takes

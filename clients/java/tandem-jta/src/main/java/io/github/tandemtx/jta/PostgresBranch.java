@@ -12,7 +12,8 @@ import org.postgresql.core.TransactionState;
 /**
  * A PostgreSQL branch over a pgjdbc connection. The BEGIN goes out with the
  * first statement (pgjdbc with autocommit off); phase 1 is
- * {@code PREPARE TRANSACTION 'tandem:<gtrid>:<rm>'}. A branch that wrote
+ * {@code PREPARE TRANSACTION '<gid>'}, the GID named with its owner just
+ * before ({@link TandemXid#postgresGid}). A branch that wrote
  * nothing ({@code txid_current_if_assigned() IS NULL}) commits locally.
  * After the prepare the connection is free: the coordinator commits the
  * prepared transaction from its own connections.

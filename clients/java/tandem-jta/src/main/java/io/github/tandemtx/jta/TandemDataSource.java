@@ -167,6 +167,11 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         return rm;
     }
 
+    /** What the transaction manager knows of this resource manager (tests). */
+    ResourceManager resourceManager() {
+        return info;
+    }
+
     /** Caps the connections open at once (in use and idle); set it before use. */
     public TandemDataSource setMaxPoolSize(int n) {
         if (n < 1) {
@@ -514,21 +519,14 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
     }
 
     /**
-     * On a commit point (a MariaDB branch begun as a plain transaction),
-     * refuses SQL that would end the transaction implicitly (DDL, LOCK
-     * TABLES, COMMIT, SET autocommit, …), before it is sent: it would commit
-     * the branch's writes ahead of the decision, and a later failure of
-     * another branch would split the transaction. An XA branch needs no such
-     * check: MariaDB refuses them there itself. The transaction is unchanged.
-     * Refuses every statement once the database ended the commit point's
-     * transaction on its own ({@link SqlBranch#ended}).
+     * On a MariaDB commit point, refuses SQL that would end the transaction
+     * (DDL, LOCK TABLES, COMMIT, SET autocommit, …; {@link ImplicitCommit})
+     * before it is sent, with a clearer error than the server's: the
+     * commit point is an XA branch, where MariaDB refuses them itself
+     * (XAER_RMFAIL). The transaction is unchanged.
      */
     private static void refuseImplicitCommit(SqlBranch branch, Object[] args) throws SQLException {
-        if (branch != null && branch.ended != null) {
-            throw new SQLException("TandemDataSource \"" + branch.rm + "\": the commit point's transaction " + branch.xid.gtrid()
-                    + " is over: " + branch.ended + "; a statement now would commit at once, outside it: roll the global transaction back", "25000");
-        }
-        if (branch == null || !branch.isPlain() || args == null || args.length == 0 || !(args[0] instanceof String sql)) {
+        if (branch == null || !branch.isPoint() || args == null || args.length == 0 || !(args[0] instanceof String sql)) {
             return;
         }
         String stmt = ImplicitCommit.endsTransaction(sql);

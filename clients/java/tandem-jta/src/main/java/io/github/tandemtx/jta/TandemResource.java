@@ -10,8 +10,9 @@ import javax.transaction.xa.XAResource;
  * application rarely touches one directly.
  *
  * <p>The implementations here issue SQL on one JDBC connection
- * ({@code BEGIN}/{@code PREPARE TRANSACTION 'tandem:…'} on PostgreSQL,
- * {@code XA START/END/PREPARE '<gtrid>','<rm>',1413566020} on MariaDB),
+ * ({@code BEGIN}/{@code PREPARE TRANSACTION 'tandem2:…'} on PostgreSQL,
+ * {@code XA START/END/PREPARE '<gtrid>','<owner><rm>',1413566002} on
+ * MariaDB: {@link TandemXid}'s owned names),
  * because pgjdbc's own {@code PGXAResource} names branches in a format the
  * coordinator's recovery does not scan.
  *
