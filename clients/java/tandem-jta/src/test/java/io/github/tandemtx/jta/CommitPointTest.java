@@ -579,13 +579,12 @@ class CommitPointTest {
     }
 
     /**
-     * MariaDB rolls the commit point's transaction back when it is chosen as
-     * a deadlock's victim, and the session is then in autocommit: an
-     * application that retries the statement would commit it at once,
-     * ahead of the decision, which then refuses (the transaction was ended)
-     * and rolls PostgreSQL back — a split. After such an error the branch
-     * refuses every statement and the global transaction can only roll
-     * back, whole (an XA branch is put in ROLLBACK ONLY by MariaDB itself).
+     * MariaDB rolls the commit point's branch back when it is chosen as a
+     * deadlock's victim. As a plain transaction the session was then in
+     * autocommit, and a retried statement committed at once, ahead of the
+     * decision, which then refused and rolled PostgreSQL back — a split. As
+     * an XA branch it is rollback-only (MariaDB refuses the retry), and the
+     * error doomed the global transaction: it rolls back, whole.
      */
     @Test
     void deadlockVictimCommitPointRefusesFurtherStatements() throws Exception {
