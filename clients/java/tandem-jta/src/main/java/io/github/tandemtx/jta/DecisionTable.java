@@ -321,6 +321,9 @@ final class DecisionTable {
 
     private static final int RESOLVE_ATTEMPTS = 5;
 
+    /** When set (tests), runs in {@link #resolve} between the duplicate key and the read of the row. */
+    static volatile Runnable betweenKeyAndRead;
+
     /**
      * Takes the key for gtrid on c (autocommit, outside any transaction): it
      * inserts (gtrid, 'A') and commits, durably, its lock wait bounded by
@@ -360,6 +363,10 @@ final class DecisionTable {
                 if (!REFUSED_DUPLICATE.equals(refused(e))) {
                     throw e;
                 }
+            }
+            Runnable hook = betweenKeyAndRead;
+            if (hook != null) {
+                hook.run();
             }
             Outcome o = lookup(c, gtrid, table);
             if (o != null) {
