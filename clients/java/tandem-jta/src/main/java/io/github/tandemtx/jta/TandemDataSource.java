@@ -518,15 +518,30 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         return (DatabaseMetaData) Proxy.newProxyInstance(DatabaseMetaData.class.getClassLoader(), new Class<?>[] {DatabaseMetaData.class}, h);
     }
 
+    /** The early checks of the SQL sent on a branch (tests turn them off to show what the databases do without them). */
+    static volatile boolean earlyChecks = true;
+
     /**
-     * On a MariaDB commit point, refuses SQL that would end the transaction
-     * (DDL, LOCK TABLES, COMMIT, SET autocommit, …; {@link ImplicitCommit})
-     * before it is sent, with a clearer error than the server's: the
-     * commit point is an XA branch, where MariaDB refuses them itself
-     * (XAER_RMFAIL). The transaction is unchanged.
+     * Refuses, before it is sent, SQL that would end a branch's transaction:
+     * on a MariaDB commit point, what MariaDB runs as an implicit commit
+     * (DDL, LOCK TABLES, COMMIT, SET autocommit, …; {@link ImplicitCommit}),
+     * a clearer error than the server's own refusal inside the XA branch
+     * (XAER_RMFAIL); on a PostgreSQL branch, transaction control
+     * ({@link PgTransactionControl}), which PostgreSQL would run, ending the
+     * branch early. The transaction is unchanged.
      */
     private static void refuseImplicitCommit(SqlBranch branch, Object[] args) throws SQLException {
-        if (branch == null || !branch.isPoint() || args == null || args.length == 0 || !(args[0] instanceof String sql)) {
+        if (branch == null || !earlyChecks || args == null || args.length == 0 || !(args[0] instanceof String sql)) {
+            return;
+        }
+        if (branch instanceof PostgresBranch) {
+            String stmt = PgTransactionControl.find(sql);
+            if (stmt != null) {
+                throw new SQLException(PgTransactionControl.refusal(branch.rm, stmt), "25000");
+            }
+            return;
+        }
+        if (!branch.isPoint()) {
             return;
         }
         String stmt = ImplicitCommit.endsTransaction(sql);

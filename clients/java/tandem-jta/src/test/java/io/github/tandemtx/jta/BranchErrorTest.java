@@ -64,11 +64,13 @@ class BranchErrorTest {
     }
 
     /**
-     * A COMMIT sent as text on a PostgreSQL branch ends its transaction: the
-     * backend's status after the statement dooms the global one at once.
+     * Transaction control sent as text on a PostgreSQL branch is refused
+     * before it is sent (the transaction unchanged, and it commits whole);
+     * with the early check off, the backend's status after the statement
+     * dooms the transaction at once.
      */
     @org.junit.jupiter.api.Test
-    void transactionControlTextOnPostgresDoomsTheTransaction() throws Exception {
+    void transactionControlTextOnPostgres() throws Exception {
         try (TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr)
                         .withDecideAt(TandemConfig.DecideAt.COORDINATOR));
                 TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
@@ -77,14 +79,35 @@ class BranchErrorTest {
             tm.begin();
             try (Connection a = pg.getConnection(); Connection b = maria.getConnection(); java.sql.Statement st = a.createStatement()) {
                 TandemJtaTest.insert(b, id);
-                st.execute("SELECT 1");
-                assertEquals(Status.STATUS_ACTIVE, tm.getStatus());
-                st.execute("COMMIT");
-                assertEquals(Status.STATUS_MARKED_ROLLBACK, tm.getStatus(), "outside its transaction block: doomed");
+                TandemJtaTest.insert(a, id);
+                for (String sql : java.util.List.of("COMMIT", "end", "SELECT 1; ROLLBACK", "/* x */ BEGIN", "ABORT", "PREPARE TRANSACTION 'x'")) {
+                    SQLException e = assertThrows(SQLException.class, () -> st.execute(sql), sql);
+                    assertTrue(e.getMessage().contains("is transaction control"), e.getMessage());
+                    assertThrows(SQLException.class, () -> a.prepareStatement(sql), sql);
+                }
+                st.execute("SAVEPOINT s; ROLLBACK TO SAVEPOINT s");
+                assertEquals(Status.STATUS_ACTIVE, tm.getStatus(), "refused before it was sent: the transaction is unchanged");
             }
-            RollbackException e = assertThrows(RollbackException.class, tm::commit);
-            assertTrue(e.getMessage().contains("outside its transaction"), e.getMessage());
-            assertFalse(TestEnv.mariaHas(id), "MariaDB rolled back");
+            tm.commit();
+            assertTrue(TestEnv.pgHas(id) && TestEnv.mariaHas(id));
+
+            TandemDataSource.earlyChecks = false;
+            try {
+                String id2 = TandemJtaTest.id();
+                tm.begin();
+                try (Connection a = pg.getConnection(); Connection b = maria.getConnection(); java.sql.Statement st = a.createStatement()) {
+                    TandemJtaTest.insert(b, id2);
+                    st.execute("SELECT 1");
+                    assertEquals(Status.STATUS_ACTIVE, tm.getStatus());
+                    st.execute("COMMIT");
+                    assertEquals(Status.STATUS_MARKED_ROLLBACK, tm.getStatus(), "outside its transaction block: doomed");
+                }
+                RollbackException e = assertThrows(RollbackException.class, tm::commit);
+                assertTrue(e.getMessage().contains("outside its transaction"), e.getMessage());
+                assertFalse(TestEnv.mariaHas(id2), "MariaDB rolled back");
+            } finally {
+                TandemDataSource.earlyChecks = true;
+            }
         }
     }
 }
