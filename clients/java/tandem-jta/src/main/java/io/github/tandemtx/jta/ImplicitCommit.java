@@ -36,7 +36,14 @@ final class ImplicitCommit {
             "GRANT", "REVOKE", "FLUSH", "ANALYZE", "OPTIMIZE",
             "REPAIR", "CACHE", "CHECK", "INSTALL", "UNINSTALL",
             "RESET", "PURGE", "CHANGE", "XA", "LOAD",
-            "PREPARE", "EXECUTE", "CALL");
+            "PREPARE", "EXECUTE", "CALL",
+            // Compound statements, which MariaDB runs outside stored programs: the
+            // statements in their body (past the semicolons inside) are not seen
+            // by a first-word check, so the compound statement is refused whole.
+            "IF", "CASE", "WHILE", "LOOP", "REPEAT", "FOR", "DECLARE");
+
+    /** The label before a compound statement ("l: LOOP …"). */
+    private static final java.util.regex.Pattern LABEL = java.util.regex.Pattern.compile("^\\s*[A-Za-z0-9_$]+\\s*:");
 
     private ImplicitCommit() {}
 
@@ -53,7 +60,7 @@ final class ImplicitCommit {
     static String endsTransaction(String sql) {
         for (boolean backslash : new boolean[] {true, false}) {
             for (Statement st : split(sql, backslash)) {
-                if (endsTx(words(st.code()), 0)) {
+                if (endsTx(words(LABEL.matcher(st.code()).replaceAll("")), 0)) {
                     return st.text();
                 }
             }
