@@ -658,39 +658,59 @@ final class CoordinatorClient implements AutoCloseable {
 
     private static final Pattern OWNER = Pattern.compile("[0-9a-f]{32}");
 
+    /** The cluster's identity as an owner (id), or why it is not known (why). */
+    record OwnerAnswer(String id, String why) {
+    }
+
     /**
-     * The followed cluster's id as an owner (32 lowercase hex digits, not all
-     * zero), asking the serving coordinator's Health (within timeout) when
-     * none is known yet; null when no answer names one.
+     * The followed cluster's identity, the owner of every branch the
+     * coordinator decides: learnt once from Health's cluster= (the cluster
+     * followed, else the serving coordinator's answer, asked within
+     * timeout) and kept; a failure is kept {@link #OWNER_REASK}. A
+     * coordinator whose Health names no cluster is older than this client:
+     * the answer says to upgrade it.
      */
-    String owner(Duration timeout) {
+    OwnerAnswer owner(Duration timeout) {
         synchronized (mu) {
             if (cluster != null) {
-                return asOwner(cluster);
+                return asOwner(cur.get().target, cluster);
             }
-            if (ownerAskedAt != 0 && System.nanoTime() - ownerAskedAt < OWNER_REASK.toNanos()) {
-                return null; // asked a moment ago: no Health call per transaction
+            if (ownerWhy != null && System.nanoTime() - ownerAskedAt < OWNER_REASK.toNanos()) {
+                return new OwnerAnswer(null, ownerWhy);
             }
         }
+        String why;
         try {
             healthOfPrimary(timeout);
+            why = "the coordinator at " + cur.get().target + " names no cluster in its Health (no cluster=…): it is older than this client,"
+                    + " which names every branch a coordinator decides after the coordinator's cluster; upgrade the coordinator, or decide at a"
+                    + " commit point (DecideAt.AUTO)";
         } catch (RuntimeException e) {
-            // unreachable now: asked again after OWNER_REASK
+            why = "could not ask the coordinator at " + cur.get().target + " for its cluster's identity (Health), which names the branches it"
+                    + " decides: " + (e instanceof StatusRuntimeException se ? describe(se) : e.toString());
         }
         synchronized (mu) {
+            if (cluster != null) {
+                return asOwner(cur.get().target, cluster);
+            }
             ownerAskedAt = System.nanoTime();
-            return cluster == null ? null : asOwner(cluster);
+            ownerWhy = why;
+            return new OwnerAnswer(null, why);
         }
     }
 
-    /** How long an answer naming no cluster (or none) is kept before Health is asked again for the owner. */
-    static final Duration OWNER_REASK = Duration.ofSeconds(10);
-    /** When (System.nanoTime) {@link #owner} last asked Health in vain; 0: never. Guarded by mu. */
-    private long ownerAskedAt;
-
-    private static String asOwner(String c) {
-        return OWNER.matcher(c).matches() && !c.equals("0".repeat(32)) ? c : null;
+    private static OwnerAnswer asOwner(String at, String c) {
+        if (OWNER.matcher(c).matches() && !c.equals("0".repeat(32))) {
+            return new OwnerAnswer(c, null);
+        }
+        return new OwnerAnswer(null, "the coordinator at " + at + " names its cluster \"" + c + "\", which is not an identity (32 lowercase hex digits)");
     }
+
+    /** How long a failure to learn the cluster's identity is kept (the Go SDK's clusterRetry). */
+    static final Duration OWNER_REASK = Duration.ofSeconds(1);
+    /** When (System.nanoTime) {@link #owner} last failed, and why; null: never. Guarded by mu. */
+    private long ownerAskedAt;
+    private String ownerWhy;
 
     /** Health of the coordinator in use now (no probe, no move). */
     HealthResponse health(Duration timeout) {

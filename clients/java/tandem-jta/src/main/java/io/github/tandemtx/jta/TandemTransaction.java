@@ -144,7 +144,10 @@ public final class TandemTransaction implements Transaction {
             }
         }
         if (mariadb && !point && x.commitPoint() == null) {
-            x = x.ownedBy(tm.coordinatorOwner()); // named at XA START: decided by the coordinator
+            // Named at XA START, decided by the coordinator: owned by its cluster. When
+            // that is not known now, the legacy name: a one-phase commit needs no
+            // owner, and the coordinator path refuses the branch (commitTwoPhase).
+            x = x.ownedBy(tm.coordinatorOwner().id());
         }
         r.point = point;
         r.doom = this::markRollback;
@@ -425,17 +428,28 @@ public final class TandemTransaction implements Transaction {
             commitAtRM(all, writers, point, commitReaders);
             return;
         }
-        // Named with the coordinator's cluster (PostgreSQL: at PREPARE; MariaDB: at XA START already).
-        String owner = null;
-        boolean asked = false;
+        // Every branch named with the coordinator's cluster (PostgreSQL: at PREPARE;
+        // MariaDB: at XA START already), or nothing is prepared: a branch without
+        // an owner is one the coordinator never settles as its own.
+        CoordinatorClient.OwnerAnswer owner = null;
         for (Enlisted w : writers) {
-            if (w.xid.owner() == null && w.xid.commitPoint() == null && !w.res.sessionBound()) {
-                if (!asked) {
-                    owner = tm.coordinatorOwner();
-                    asked = true;
-                }
-                w.xid = ((SqlBranch) w.res).nameOwner(owner);
+            if (w.xid.owner() != null || w.xid.commitPoint() != null) {
+                continue;
             }
+            if (owner == null) {
+                owner = tm.coordinatorOwner();
+            }
+            if (w.res.sessionBound()) {
+                abort(all);
+                throw rollback("the MariaDB branch on \"" + w.res.rmName() + "\" began before the coordinator's cluster was known, so its name"
+                        + " carries no owner and the coordinator would not settle it as its own; nothing was prepared"
+                        + (owner.why() != null ? ": " + owner.why() : "; try again"), null);
+            }
+            if (owner.id() == null) {
+                abort(all);
+                throw rollback(owner.why() + "; nothing was prepared", null);
+            }
+            w.xid = ((SqlBranch) w.res).nameOwner(owner.id());
         }
         // Phase 1: every writer prepares in parallel; read-only branches commit meanwhile.
         int[] votes = prepareAll(all, writers, commitReaders);

@@ -191,23 +191,14 @@ public final class TandemTransactionManager implements TransactionManager, UserT
         return coordinator;
     }
 
-    private final java.util.concurrent.atomic.AtomicBoolean warnedUnowned = new java.util.concurrent.atomic.AtomicBoolean();
-
     /**
-     * The owner of the branches the coordinator decides: its cluster's id
-     * (Health's cluster=, asked once when not known yet), or null when no
-     * answer names one (a coordinator older than owners, or none reachable
-     * now): the branches then carry the legacy, unowned names, which a
-     * coordinator of this version lists and settles only with
-     * --adopt-unowned. Logged once.
+     * The owner of the branches the coordinator decides: its cluster's
+     * identity (Health's cluster=, learnt once), or why it is not known (a
+     * coordinator older than owners, or none reachable now): the
+     * coordinator path is then refused, before anything is prepared.
      */
-    String coordinatorOwner() {
-        String o = coordinator.owner(Duration.ofSeconds(2));
-        if (o == null && warnedUnowned.compareAndSet(false, true)) {
-            java.util.logging.Logger.getLogger("io.github.tandemtx.jta").warning("tandem: the coordinator at " + coordinator.target() + " did not name its cluster in Health (cluster=…), so branches"
-                    + " it decides carry legacy, unowned names; a coordinator of this version settles those only with --adopt-unowned");
-        }
-        return o;
+    CoordinatorClient.OwnerAnswer coordinatorOwner() {
+        return coordinator.owner(Duration.ofSeconds(2));
     }
 
     ExecutorService executor() {

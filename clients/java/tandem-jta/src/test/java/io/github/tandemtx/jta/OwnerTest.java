@@ -71,6 +71,39 @@ class OwnerTest {
     }
 
     /**
+     * A coordinator whose Health names no cluster (older than owners) would
+     * settle only legacy names: the coordinator path is refused before
+     * anything is prepared, saying to upgrade it; a one-writer transaction
+     * (no coordinator) still commits.
+     */
+    @Test
+    void aCoordinatorNamingNoClusterIsRefused() throws Exception {
+        FollowTest.RoleFake fake = new FollowTest.RoleFake(true, 0, true, null);
+        fake.server = ServerBuilder.forPort(0).addService(fake).build().start();
+        try (TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(fake.addr())
+                        .withDecideAt(TandemConfig.DecideAt.COORDINATOR).withDecisionTimeout(Duration.ofSeconds(5)));
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            String g = CommitPointTest.writeBoth(tm, pg, maria, id);
+            jakarta.transaction.RollbackException e = assertThrows(jakarta.transaction.RollbackException.class, tm::commit);
+            assertTrue(e.getMessage().contains("names no cluster") && e.getMessage().contains("nothing was prepared"), e.getMessage());
+            assertEquals(List.of(), TestEnv.prepared(g));
+            assertEquals(0, fake.commits.get(), "no Commit sent");
+            assertTrue(!TestEnv.pgHas(id) && !TestEnv.mariaHas(id));
+            String alone = TandemJtaTest.id();
+            tm.begin();
+            try (Connection b = maria.getConnection()) {
+                TandemJtaTest.insert(b, alone);
+            }
+            tm.commit();
+            assertTrue(TestEnv.mariaHas(alone), "one writer: no coordinator, no owner needed");
+        } finally {
+            fake.server.shutdownNow();
+        }
+    }
+
+    /**
      * The key met a row, and the row was gone when read back (forgotten or
      * swept meanwhile): unknown, never retried into an 'A' — that 'A' could
      * record abort for a transaction committed everywhere.

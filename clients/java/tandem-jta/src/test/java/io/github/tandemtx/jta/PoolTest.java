@@ -85,6 +85,7 @@ class PoolTest {
             tm.commit();
             assertTrue(TestEnv.pgHas(before) && TestEnv.mariaHas(before));
 
+            coord.awaitPastBirth(); // the lost transfer's orphans are then presumed aborted
             coord.kill();
             String lost = TandemJtaTest.id();
             String g = transfer(tm, pg, maria, lost);
@@ -105,6 +106,16 @@ class PoolTest {
             }
 
             coord.start(null);
+            // The manager's channel reconnects (its backoff may outlast the restart):
+            // a transfer prepared before it does would wait past the orphan timeout.
+            assertTrue(TestEnv.eventually(20_000, () -> {
+                try {
+                    tm.verify();
+                    return true;
+                } catch (jakarta.transaction.SystemException e) {
+                    return false;
+                }
+            }), "the manager reaches the restarted coordinator");
             String after = TandemJtaTest.id();
             transfer(tm, pg, maria, after);
             tm.commit();
