@@ -4,6 +4,7 @@ import io.github.tandemtx.jta.TandemConfig;
 import io.github.tandemtx.jta.TandemDataSource;
 import io.github.tandemtx.jta.TandemTransactionManager;
 import jakarta.transaction.SystemException;
+import java.time.Duration;
 import javax.sql.DataSource;
 import org.springframework.beans.factory.SmartInitializingSingleton;
 import org.springframework.beans.factory.annotation.Qualifier;
@@ -27,8 +28,9 @@ import org.springframework.transaction.jta.JtaTransactionManager;
 public class TandemJtaConfiguration {
     /** The JTA transaction manager; its log is the coordinator's, none is kept here. */
     @Bean(destroyMethod = "close")
-    TandemTransactionManager tandemTransactionManager(@Value("${tandem.coordinator}") String coordinator) {
-        return TandemTransactionManager.create(TandemConfig.coordinator(coordinator));
+    TandemTransactionManager tandemTransactionManager(@Value("${tandem.coordinator}") String coordinator,
+            @Value("${tandem.decide-at:AUTO}") TandemConfig.DecideAt decideAt, @Value("${tandem.decision-timeout:30s}") Duration decisionTimeout) {
+        return TandemTransactionManager.create(TandemConfig.coordinator(coordinator).withDecideAt(decideAt).withDecisionTimeout(decisionTimeout));
     }
 
     /** Spring's transaction manager for @Transactional, over Tandem's UserTransaction and TransactionManager. */
