@@ -622,6 +622,11 @@ public final class TandemTransaction implements Transaction {
                     DecisionTable.participants(participants), point.xid.mysqlXid()));
         } catch (SQLException e) {
             String why = DecisionTable.refused(e);
+            if (DecisionTable.REFUSED_WRONG_TABLE.equals(why)) {
+                java.util.logging.Logger.getLogger("io.github.tandemtx.jta").severe("tandem: ALARM: the data source of resource manager \""
+                        + point.rm + "\" reaches a decision table whose id is not " + point.info.tableId() + " (the one it read at its check):"
+                        + " another schema, database or server; transaction " + gtrid + " was refused and rolls back; fix the data source");
+            }
             if (why != null) {
                 // The database refused the INSERT, so the COMMIT after it never
                 // ran: the commit point did not commit and never will.
@@ -642,6 +647,9 @@ public final class TandemTransaction implements Transaction {
                 // Out of time (the key-taking stops well before the decision rows'
                 // forget horizon), the row vanished, or another table answered:
                 // never an abort.
+                if (re instanceof DecisionTable.WrongTableException) {
+                    java.util.logging.Logger.getLogger("io.github.tandemtx.jta").severe("tandem: ALARM: rm \"" + point.rm + "\": " + re.getMessage());
+                }
                 releaseOwn(prepared);
                 setStatus(Status.STATUS_UNKNOWN);
                 throw new OutcomeUnknownException(gtrid, "the commit point \"" + point.rm + "\"'s commit got no answer (" + e.getMessage()
