@@ -656,6 +656,62 @@ final class CoordinatorClient implements AutoCloseable {
         return call(timeout, s -> s.status(StatusRequest.newBuilder().setGtrid(gtrid).setResolve(resolve).build()));
     }
 
+    private static final Pattern OWNER = Pattern.compile("[0-9a-f]{32}");
+
+    /** The cluster's identity as an owner (id), or why it is not known (why). */
+    record OwnerAnswer(String id, String why) {
+    }
+
+    /**
+     * The followed cluster's identity, the owner of every branch the
+     * coordinator decides: learnt once from Health's cluster= (the cluster
+     * followed, else the serving coordinator's answer, asked within
+     * timeout) and kept; a failure is kept {@link #OWNER_REASK}. A
+     * coordinator whose Health names no cluster is older than this client:
+     * the answer says to upgrade it.
+     */
+    OwnerAnswer owner(Duration timeout) {
+        synchronized (mu) {
+            if (cluster != null) {
+                return asOwner(cur.get().target, cluster);
+            }
+            if (ownerWhy != null && System.nanoTime() - ownerAskedAt < OWNER_REASK.toNanos()) {
+                return new OwnerAnswer(null, ownerWhy);
+            }
+        }
+        String why;
+        try {
+            healthOfPrimary(timeout);
+            why = "the coordinator at " + cur.get().target + " names no cluster in its Health (no cluster=…): it is older than this client,"
+                    + " which names every branch a coordinator decides after the coordinator's cluster; upgrade the coordinator, or decide at a"
+                    + " commit point (DecideAt.AUTO)";
+        } catch (RuntimeException e) {
+            why = "could not ask the coordinator at " + cur.get().target + " for its cluster's identity (Health), which names the branches it"
+                    + " decides: " + (e instanceof StatusRuntimeException se ? describe(se) : e.toString());
+        }
+        synchronized (mu) {
+            if (cluster != null) {
+                return asOwner(cur.get().target, cluster);
+            }
+            ownerAskedAt = System.nanoTime();
+            ownerWhy = why;
+            return new OwnerAnswer(null, why);
+        }
+    }
+
+    private static OwnerAnswer asOwner(String at, String c) {
+        if (OWNER.matcher(c).matches() && !c.equals("0".repeat(32))) {
+            return new OwnerAnswer(c, null);
+        }
+        return new OwnerAnswer(null, "the coordinator at " + at + " names its cluster \"" + c + "\", which is not an identity (32 lowercase hex digits)");
+    }
+
+    /** How long a failure to learn the cluster's identity is kept (the Go SDK's clusterRetry). */
+    static final Duration OWNER_REASK = Duration.ofSeconds(1);
+    /** When (System.nanoTime) {@link #owner} last failed, and why; null: never. Guarded by mu. */
+    private long ownerAskedAt;
+    private String ownerWhy;
+
     /** Health of the coordinator in use now (no probe, no move). */
     HealthResponse health(Duration timeout) {
         HealthResponse h = cur.get().stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());

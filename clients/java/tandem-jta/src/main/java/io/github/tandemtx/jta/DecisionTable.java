@@ -10,33 +10,58 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.regex.Pattern;
 import org.postgresql.util.PSQLException;
 import org.postgresql.util.ServerErrorMessage;
 
 /**
- * The {@code tandem_decision} table of a commit-point database, as the Go
- * package {@code internal/decision} writes and reads it: the same statements,
- * so that a coordinator's recovery settles a Java transaction's branches
+ * The {@code tandem_decision} table of a commit-point database and its
+ * identity ({@code tandem_decision_id}), as the Go package
+ * {@code internal/decision} writes and reads them: the same statements, so
+ * that a coordinator's recovery settles a Java transaction's branches
  * exactly like a Go one's.
  *
- * <p>A commit point's transaction inserts {@code (gtrid, 'C')} and commits,
- * in one round trip ({@link #commitStatements}); its local COMMIT is the
- * global decision. Whoever finds a branch named with the commit point and
- * cannot learn the outcome otherwise takes the key ({@link #resolve}):
+ * <p>A commit point's transaction inserts {@code (gtrid, 'C', participants)}
+ * and commits, in one round trip ({@link #commitStatements}); its local
+ * COMMIT is the global decision. The participants value comes from
+ * {@code (SELECT … FROM tandem_decision_id WHERE id = '<expected id>')}:
+ * on a table with another id it is NULL, the NOT NULL column refuses the
+ * INSERT, and the COMMIT never runs ({@link #REFUSED_WRONG_TABLE}).
+ * Whoever finds a branch named with the commit point and cannot learn the
+ * outcome otherwise takes the key ({@link #resolve}, checked the same way):
  * inserting {@code (gtrid, 'A')} succeeds only when no COMMIT was recorded,
- * and then none ever can be (the late commit point's INSERT meets the key
- * and its transaction fails).
+ * and then none ever can be.
  */
 final class DecisionTable {
     /** The table's name in every commit-point database. */
     static final String NAME = "tandem_decision";
+    /** The table holding the decision table's identity: exactly one row (id, created_at). */
+    static final String ID_NAME = "tandem_decision_id";
+    /**
+     * How old, by the database's clock, a 'C' row must be before anyone
+     * deletes it (the Go package's {@code decision.ForgetMinAge}): a key
+     * taken after the row is gone would record 'A' for a transaction
+     * committed everywhere, so every key-taker stops well before it
+     * ({@link #KEY_TAKING}).
+     */
+    static final Duration FORGET_MIN_AGE = Duration.ofSeconds(30);
+    /**
+     * The longest this client takes keys after a broken decision before it
+     * answers outcome unknown: well within {@link #FORGET_MIN_AGE}.
+     */
+    static final Duration KEY_TAKING = Duration.ofSeconds(10);
+    /** The owner id written for a participant whose table id is not known: no sweeper matches it, so the row is kept. */
+    static final String UNKNOWN_ID = "0".repeat(32);
 
     /** The reason {@link #refused} gives for a duplicate key. */
     static final String REFUSED_DUPLICATE = "a decision row for the gtrid exists (a recoverer recorded abort)";
     /** The reason {@link #refused} gives for the age or durability check. */
     static final String REFUSED_TOO_OLD = "the transaction began longer ago than the maximum transaction age by the database's clock,"
             + " was ended implicitly, or the database no longer flushes every commit";
+    /** The reason {@link #refused} gives for the table's id check. */
+    static final String REFUSED_WRONG_TABLE = "the connection reaches another decision table than the commit point's (its id differs):"
+            + " wrong schema, database or server";
 
     private static final Pattern GTRID = Pattern.compile("[0-9a-f]{32}");
 
@@ -47,43 +72,84 @@ final class DecisionTable {
     enum Dialect { POSTGRES, MARIADB }
 
     /**
-     * The statements that begin a commit point's transaction on MariaDB,
-     * noting the database's own clock for the age check: UTC, and the
-     * server's real clock (SYSDATE ignores a session's SET timestamp, which
-     * freezes UTC_TIMESTAMP). A PostgreSQL transaction's now() is its start.
+     * The statements that begin a commit point's branch on MariaDB: {@code
+     * XA START} with its own name ({@link TandemXid#commitPointSelf}),
+     * noting the database's own clock for the age check (UTC, and the
+     * server's real clock: SYSDATE ignores a session's SET timestamp, which
+     * freezes UTC_TIMESTAMP). Inside an XA branch MariaDB itself refuses
+     * every statement that would end the transaction (XAER_RMFAIL), and a
+     * deadlock leaves it rollback-only. A PostgreSQL transaction's now() is
+     * its start.
      */
-    static List<String> mariadbBegin() {
-        return List.of("START TRANSACTION", "SET @tandem_began = UTC_TIMESTAMP(6), @tandem_began_s = UNIX_TIMESTAMP(SYSDATE(6))");
+    static List<String> mariadbBegin(String xa) {
+        return List.of("XA START " + xa, "SET @tandem_began = UTC_TIMESTAMP(6), @tandem_began_s = UNIX_TIMESTAMP(SYSDATE(6))");
     }
 
     /**
-     * Records COMMIT for gtrid and commits the commit point's transaction.
-     * Send them in ONE round trip, in order: the INSERT fails, and so the
-     * COMMIT after it never runs, when a row for the gtrid exists or when
-     * the transaction began more than maxAge ago by the database's clock
-     * (began_at, NOT NULL, receives NULL). On MariaDB it is refused the same
-     * way outside a transaction (something ended it implicitly) and when the
-     * server no longer flushes every commit.
+     * Records COMMIT for gtrid and commits the commit point's branch
+     * ({@code XA END; XA COMMIT … ONE PHASE} on MariaDB, where xa is its
+     * name; COMMIT on PostgreSQL). Send them in ONE round trip, in order: the
+     * INSERT fails, and so nothing after it runs, when a row for the gtrid
+     * exists, when the transaction began more than maxAge ago by the
+     * database's clock (began_at, NOT NULL, receives NULL), or when the
+     * database's decision table has another id than table (participants,
+     * NOT NULL, receives NULL). On MariaDB it is refused the same way outside
+     * a transaction and when the server no longer flushes every commit.
+     * participants: "rm=id" of every prepared branch ({@link #participants}).
      */
-    static List<String> commitStatements(Dialect d, String gtrid, Duration maxAge) {
+    static List<String> commitStatements(Dialect d, String gtrid, Duration maxAge, String table, String participants, String xa) {
         checkGtrid(gtrid);
         String us = Long.toString(maxAge.toNanos() / 1000);
+        String parts = checkedValue(stringLiteral(d, participants), table);
         if (d == Dialect.MARIADB) {
-            return List.of("INSERT INTO " + NAME + " (gtrid, outcome, began_at) VALUES ('" + gtrid + "', 'C', "
+            return List.of("INSERT INTO " + NAME + " (gtrid, outcome, began_at, participants) VALUES ('" + gtrid + "', 'C', "
                     + "IF(@@in_transaction = 1 AND @@GLOBAL.innodb_flush_log_at_trx_commit = 1 AND (@@GLOBAL.log_bin = 0 OR @@GLOBAL.sync_binlog = 1) AND "
                     + "TIMESTAMPDIFF(MICROSECOND, @tandem_began, UTC_TIMESTAMP(6)) < " + us + " AND "
-                    + "(UNIX_TIMESTAMP(SYSDATE(6)) - @tandem_began_s) * 1000000 < " + us + ", @tandem_began, NULL))",
-                    "COMMIT");
+                    + "(UNIX_TIMESTAMP(SYSDATE(6)) - @tandem_began_s) * 1000000 < " + us + ", @tandem_began, NULL), " + parts + ")",
+                    "XA END " + xa, "XA COMMIT " + xa + " ONE PHASE");
         }
         return List.of("SET LOCAL synchronous_commit = on",
-                "INSERT INTO " + NAME + " (gtrid, outcome, began_at) VALUES ('" + gtrid + "', 'C', "
-                        + "CASE WHEN clock_timestamp() - now() < interval '" + us + " microseconds' AND current_setting('fsync') = 'on' THEN now() END)",
+                "INSERT INTO " + NAME + " (gtrid, outcome, began_at, participants) VALUES ('" + gtrid + "', 'C', "
+                        + "CASE WHEN clock_timestamp() - now() < interval '" + us + " microseconds' AND current_setting('fsync') = 'on' THEN now() END, "
+                        + parts + ")",
                 "COMMIT");
     }
 
     /**
+     * The participants column for these prepared branches: "rm=id" each
+     * (id: that RM's decision-table id, {@link #UNKNOWN_ID} when not known),
+     * sorted, comma-separated (the Go package's FormatParticipants).
+     */
+    static String participants(Map<String, String> rmToTable) {
+        List<String> out = new ArrayList<>();
+        for (Map.Entry<String, String> e : rmToTable.entrySet()) {
+            out.add(e.getKey() + "=" + (e.getValue() == null ? UNKNOWN_ID : e.getValue()));
+        }
+        java.util.Collections.sort(out);
+        return String.join(",", out);
+    }
+
+    /**
+     * The SQL for value if the id table holds the id want, else NULL (a
+     * scalar subquery with no row): written into a NOT NULL column, it makes
+     * the database refuse a statement that reached another table.
+     */
+    private static String checkedValue(String value, String want) {
+        return "(SELECT " + value + " FROM " + ID_NAME + " WHERE id = '" + TandemXid.checkOwner(want) + "')";
+    }
+
+    /** s as a literal safe on both databases whatever the session's modes (quotes doubled; MariaDB: backslashes too). */
+    private static String stringLiteral(Dialect d, String s) {
+        s = s.replace("'", "''");
+        if (d == Dialect.MARIADB) {
+            s = s.replace("\\", "\\\\");
+        }
+        return "'" + s + "'";
+    }
+
+    /**
      * Why the database refused to record the decision (its INSERT failed, so
-     * its COMMIT did not run: the commit point did NOT commit), or null when
+     * nothing after it ran: the commit point did NOT commit), or null when
      * e is something else, which leaves the outcome unknown.
      */
     static String refused(SQLException e) {
@@ -91,20 +157,29 @@ final class DecisionTable {
             if ("23505".equals(x.getSQLState()) || x.getErrorCode() == 1062) {
                 return REFUSED_DUPLICATE;
             }
-            if (x.getErrorCode() == 1048 && x.getMessage() != null && x.getMessage().contains("'began_at'")) {
+            if (isBadNull(x, "began_at")) {
                 return REFUSED_TOO_OLD;
             }
-            if ("23502".equals(x.getSQLState()) && x instanceof PSQLException p) {
-                ServerErrorMessage m = p.getServerErrorMessage();
-                if (m != null && "began_at".equals(m.getColumn())) {
-                    return REFUSED_TOO_OLD;
-                }
+            if (isBadNull(x, "participants")) {
+                return REFUSED_WRONG_TABLE;
             }
             if (x.getNextException() == x) {
                 break;
             }
         }
         return null;
+    }
+
+    /** Whether e is NULL refused by the NOT NULL column col of the decision table. */
+    private static boolean isBadNull(SQLException x, String col) {
+        if (x.getErrorCode() == 1048 && x.getMessage() != null && x.getMessage().contains("'" + col + "'")) {
+            return true;
+        }
+        if ("23502".equals(x.getSQLState()) && x instanceof PSQLException p) {
+            ServerErrorMessage m = p.getServerErrorMessage();
+            return m != null && col.equals(m.getColumn());
+        }
+        return false;
     }
 
     /**
@@ -118,14 +193,32 @@ final class DecisionTable {
     }
 
     /**
-     * Says why the database behind c cannot be a commit point, or returns
-     * null when it can: the decision table must be usable, and a committed
-     * decision must survive a crash of the database (MariaDB:
-     * innodb_flush_log_at_trx_commit=1, and sync_binlog=1 when the binary
-     * log is on; PostgreSQL: fsync=on — synchronous_commit is forced on for
-     * the decision's own transaction). c is outside any transaction.
+     * What {@link #check} found: why the database cannot be a commit point
+     * (null: it can), and its decision table's id (null: not readable).
      */
-    static String whyNot(Connection c, Dialect d) throws SQLException {
+    record Check(String why, String id) {
+    }
+
+    /**
+     * Checks whether the database behind c can be a commit point, and reads
+     * its decision table's id: the decision tables must be usable, with an
+     * id, and a committed decision must survive a crash of the database
+     * (MariaDB: innodb_flush_log_at_trx_commit=1, and sync_binlog=1 when the
+     * binary log is on; PostgreSQL: fsync=on — synchronous_commit is forced
+     * on for the decision's own transaction). c is outside any transaction.
+     */
+    static Check check(Connection c, Dialect d) throws SQLException {
+        String id = null;
+        String idWhy = null;
+        try {
+            id = readId(c);
+        } catch (SQLException e) {
+            if (!serverAnswered(e)) {
+                throw e;
+            }
+            idWhy = "the decision tables " + NAME + " and " + ID_NAME + " are not usable or have no id (" + e.getMessage()
+                    + "): start the coordinator with this resource manager (it creates them) or run tandem init-rm";
+        }
         try (Statement st = c.createStatement()) {
             if (d == Dialect.MARIADB) {
                 try (ResultSet rs = st.executeQuery("SELECT @@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.sync_binlog, @@GLOBAL.log_bin")) {
@@ -134,31 +227,53 @@ final class DecisionTable {
                     long syncBinlog = rs.getLong(2);
                     long logBin = rs.getLong(3);
                     if (flush != 1) {
-                        return "innodb_flush_log_at_trx_commit is " + flush + ", so a committed decision can be lost in a crash:"
-                                + " set innodb_flush_log_at_trx_commit=1, or decide at the coordinator";
+                        return new Check("innodb_flush_log_at_trx_commit is " + flush + ", so a committed decision can be lost in a crash:"
+                                + " set innodb_flush_log_at_trx_commit=1, or decide at the coordinator", id);
                     }
                     if (logBin == 1 && syncBinlog != 1) {
-                        return "the binary log is on and sync_binlog is " + syncBinlog + ", so a committed decision can be lost in a crash:"
-                                + " set sync_binlog=1, or decide at the coordinator";
+                        return new Check("the binary log is on and sync_binlog is " + syncBinlog + ", so a committed decision can be lost in a crash:"
+                                + " set sync_binlog=1, or decide at the coordinator", id);
                     }
                 }
             } else {
                 try (ResultSet rs = st.executeQuery("SHOW fsync")) {
                     rs.next();
                     if (!"on".equals(rs.getString(1))) {
-                        return "fsync is " + rs.getString(1) + ", so a committed decision can be lost in a crash:"
-                                + " set fsync = on in postgresql.conf, or decide at the coordinator";
+                        return new Check("fsync is " + rs.getString(1) + ", so a committed decision can be lost in a crash:"
+                                + " set fsync = on in postgresql.conf, or decide at the coordinator", id);
                     }
                 }
             }
-            try (ResultSet rs = st.executeQuery("SELECT gtrid FROM " + NAME + " WHERE 1 = 0")) {
-                return null;
+            if (idWhy != null) {
+                return new Check(idWhy, null);
+            }
+            try (ResultSet rs = st.executeQuery("SELECT gtrid, participants FROM " + NAME + " WHERE 1 = 0")) {
+                return new Check(null, id);
             } catch (SQLException e) {
                 if (!serverAnswered(e)) {
                     throw e;
                 }
-                return "the decision table " + NAME + " is not usable (" + e.getMessage() + "): start the coordinator with this resource"
-                        + " manager (it creates the table) or run tandem init-rm";
+                return new Check("the decision table " + NAME + " is not usable (" + e.getMessage() + "): start the coordinator with this resource"
+                        + " manager (it creates the table) or run tandem init-rm", id);
+            }
+        }
+    }
+
+    /**
+     * The id of the decision table c reaches: the one row of
+     * tandem_decision_id. Throws (an answer of the server) when the table is
+     * missing, empty, or holds something else than an id.
+     */
+    static String readId(Connection c) throws SQLException {
+        try (Statement st = c.createStatement(); ResultSet rs = st.executeQuery("SELECT id FROM " + ID_NAME)) {
+            if (!rs.next()) {
+                throw new SQLException(ID_NAME + " has no row: run tandem init-rm (or start a coordinator that has this database in --rm)", "22000");
+            }
+            String id = rs.getString(1);
+            try {
+                return TandemXid.checkOwner(id);
+            } catch (IllegalArgumentException e) {
+                throw new SQLException("the id in " + ID_NAME + " is \"" + id + "\", not an id: the table was written by something else; inspect it", "22000");
             }
         }
     }
@@ -175,22 +290,58 @@ final class DecisionTable {
         }
     }
 
+    /**
+     * The gtrid's key was taken (the insert met a row) but the row was gone
+     * when read back: a forgotten 'C' (every branch committed) or a swept
+     * 'A'. The outcome is NOT known and is never taken for an abort.
+     */
+    static final class VanishedException extends SQLException {
+        private static final long serialVersionUID = 1L;
+
+        VanishedException(String gtrid) {
+            super("the decision row of gtrid " + gtrid + " was deleted while it was read (forgotten or swept): the outcome is unknown here,"
+                    + " and is NOT abort; a transaction whose 'C' row was forgotten was committed everywhere: look at its databases", "22000");
+        }
+    }
+
+    /**
+     * The decision table reached has another id than the one expected
+     * (another schema, default database or server): nothing was decided or
+     * read as a decision.
+     */
+    static final class WrongTableException extends SQLException {
+        private static final long serialVersionUID = 1L;
+
+        WrongTableException(String what, String want, String got) {
+            super("wrong decision table: " + what + ": expected decision table " + want + ", this database's is " + got
+                    + " — the data source reaches another schema, database or server than the commit point's; fix it so that every party"
+                    + " reaches the same table", "22000");
+        }
+    }
+
     private static final int RESOLVE_ATTEMPTS = 5;
+
+    /** When set (tests), runs in {@link #resolve} between the duplicate key and the read of the row. */
+    static volatile Runnable betweenKeyAndRead;
 
     /**
      * Takes the key for gtrid on c (autocommit, outside any transaction): it
      * inserts (gtrid, 'A') and commits, durably, its lock wait bounded by
      * lockTimeout. ABORT when the insert succeeded (no COMMIT can be recorded
-     * any more); the recorded outcome when a row exists; PendingException
-     * when the lock wait timed out (the commit point's transaction is open).
-     * Concurrent resolves of one gtrid, from any process, agree.
+     * any more); the recorded outcome when a row exists;
+     * {@link PendingException} when the lock wait timed out (the commit
+     * point's transaction is open); {@link VanishedException} when the row
+     * was gone by the time it was read (unknown, never retried into an 'A');
+     * {@link WrongTableException} when c's decision table has another id
+     * than table (checked by the database in the insert itself). Concurrent
+     * resolves of one gtrid, from any process, agree.
      */
-    static Outcome resolve(Connection c, Dialect d, String gtrid, Duration lockTimeout) throws SQLException {
+    static Outcome resolve(Connection c, Dialect d, String gtrid, String table, Duration lockTimeout) throws SQLException {
         checkGtrid(gtrid);
         SQLException last = null;
         for (int i = 0; i < RESOLVE_ATTEMPTS; i++) {
             try {
-                insertAbort(c, d, gtrid, lockTimeout);
+                insertAbort(c, d, gtrid, table, lockTimeout);
                 return Outcome.ABORT;
             } catch (SQLException e) {
                 last = e;
@@ -200,27 +351,44 @@ final class DecisionTable {
                 if (isDeadlock(e)) {
                     continue; // InnoDB: recoverers racing on the key of a commit point that rolled back
                 }
+                if (REFUSED_WRONG_TABLE.equals(refused(e))) {
+                    String got;
+                    try {
+                        got = readId(c);
+                    } catch (SQLException re) {
+                        got = "not readable (" + re.getMessage() + ")";
+                    }
+                    throw new WrongTableException("record abort for gtrid " + gtrid, table, got);
+                }
                 if (!REFUSED_DUPLICATE.equals(refused(e))) {
                     throw e;
                 }
             }
-            Outcome o = lookup(c, gtrid);
+            Runnable hook = betweenKeyAndRead;
+            if (hook != null) {
+                hook.run();
+            }
+            Outcome o = lookup(c, gtrid, table);
             if (o != null) {
                 return o;
             }
-            // Deleted between the key and the read (a forgotten 'C' or a swept 'A'): take the key again.
+            throw new VanishedException(gtrid);
         }
-        throw new SQLException("record abort for gtrid " + gtrid + ": no outcome after " + RESOLVE_ATTEMPTS + " attempts; try again", last);
+        throw new SQLException("record abort for gtrid " + gtrid + ": no outcome after " + RESOLVE_ATTEMPTS + " attempts (deadlocks); try again", last);
     }
 
-    private static void insertAbort(Connection c, Dialect d, String gtrid, Duration lockTimeout) throws SQLException {
-        String ins = "INSERT INTO " + NAME + " (gtrid, outcome, began_at) VALUES ('" + gtrid + "', 'A', ";
+    private static void insertAbort(Connection c, Dialect d, String gtrid, String table, Duration lockTimeout) throws SQLException {
+        String ins = "INSERT INTO " + NAME + " (gtrid, outcome, participants, began_at) VALUES ('" + gtrid + "', 'A', " + checkedValue("''", table) + ", ";
         try (Statement st = c.createStatement()) {
             if (d == Dialect.MARIADB) {
                 long secs = Math.max((lockTimeout.toMillis() + 999) / 1000, 1);
-                // A fresh session of its own: its lock wait setting goes with it.
-                st.execute("SET SESSION innodb_lock_wait_timeout = " + secs);
-                st.execute(ins + "UTC_TIMESTAMP(6))"); // autocommit: inserted and committed
+                // The session's own value is restored after: c may be a pool's.
+                st.execute("SET @tandem_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = " + secs);
+                try {
+                    st.execute(ins + "UTC_TIMESTAMP(6))"); // autocommit: inserted and committed
+                } finally {
+                    st.execute("SET SESSION innodb_lock_wait_timeout = @tandem_lwt");
+                }
                 return;
             }
             c.setAutoCommit(false);
@@ -242,15 +410,28 @@ final class DecisionTable {
         }
     }
 
-    /** The recorded outcome of gtrid, or null when there is no row. Decides nothing. */
-    static Outcome lookup(Connection c, String gtrid) throws SQLException {
+    /**
+     * The recorded outcome of gtrid, or null when there is no row. Decides
+     * nothing. The id of the decision table is read in the same statement
+     * as the row: a table with another id than table is
+     * {@link WrongTableException} (an absent row there says nothing).
+     */
+    static Outcome lookup(Connection c, String gtrid, String table) throws SQLException {
         checkGtrid(gtrid);
-        try (Statement st = c.createStatement(); ResultSet rs = st.executeQuery("SELECT outcome FROM " + NAME + " WHERE gtrid = '" + gtrid + "'")) {
+        try (Statement st = c.createStatement(); ResultSet rs = st.executeQuery("SELECT i.id, d.outcome FROM " + ID_NAME + " i LEFT JOIN " + NAME
+                + " d ON d.gtrid = '" + gtrid + "'")) {
             if (!rs.next()) {
+                throw new SQLException(ID_NAME + " has no row: run tandem init-rm (or start a coordinator that has this database in --rm)", "22000");
+            }
+            String id = rs.getString(1);
+            if (!table.equals(id)) {
+                throw new WrongTableException("read the decision of gtrid " + gtrid, table, id);
+            }
+            String s = rs.getString(2);
+            if (s == null) {
                 return null;
             }
-            String s = rs.getString(1);
-            return switch (s == null ? "" : s) {
+            return switch (s) {
                 case "C" -> Outcome.COMMIT;
                 case "A" -> Outcome.ABORT;
                 default -> throw new SQLException("gtrid " + gtrid + " has outcome \"" + s + "\" in " + NAME
@@ -261,9 +442,11 @@ final class DecisionTable {
 
     /**
      * Deletes the 'C' rows of gtrids whose every other branch is committed
-     * (never an 'A' row), in one autocommit statement on c.
+     * (never an 'A' row) that are at least {@link #FORGET_MIN_AGE} old by
+     * the database's clock (younger ones stay: the coordinator's sweep
+     * forgets them), in one autocommit statement on c.
      */
-    static int forget(Connection c, List<String> gtrids) throws SQLException {
+    static int forget(Connection c, Dialect d, List<String> gtrids) throws SQLException {
         if (gtrids.isEmpty()) {
             return 0;
         }
@@ -272,8 +455,13 @@ final class DecisionTable {
             checkGtrid(g);
             quoted.add("'" + g + "'");
         }
+        String us = Long.toString(FORGET_MIN_AGE.toNanos() / 1000);
+        String older = d == Dialect.MARIADB
+                ? "decided_at < UTC_TIMESTAMP(6) - INTERVAL " + us + " MICROSECOND AND "
+                        + "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', decided_at) < UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 - " + us
+                : "decided_at < clock_timestamp() - interval '" + us + " microseconds'";
         try (Statement st = c.createStatement()) {
-            return st.executeUpdate("DELETE FROM " + NAME + " WHERE outcome = 'C' AND gtrid IN (" + String.join(", ", quoted) + ")");
+            return st.executeUpdate("DELETE FROM " + NAME + " WHERE outcome = 'C' AND gtrid IN (" + String.join(",", quoted) + ") AND " + older);
         }
     }
 

@@ -5,11 +5,18 @@ import java.sql.SQLException;
 import java.util.function.Consumer;
 
 /**
- * A MariaDB (or MySQL) XA branch over one connection, named
- * {@code '<gtrid>','<rm>',1413566020}. MariaDB binds a prepared branch to the
- * session that prepared it, so this branch is {@link #sessionBound()}: it is
- * committed here right after the coordinator's decision, and if it cannot be,
- * the session is closed, which detaches the branch for the coordinator.
+ * A MariaDB (or MySQL) XA branch over one connection, named as
+ * {@link TandemXid} says (owned: format TAN2 or TAC2). MariaDB binds a
+ * prepared branch to the session that prepared it, so this branch is
+ * {@link #sessionBound()}: it is committed here right after the decision,
+ * and if it cannot be, the session is ended, which detaches the branch for
+ * the coordinator.
+ *
+ * <p>The commit point's own branch ({@link #point}) is an XA branch too,
+ * never prepared: decided by {@code INSERT …; XA END …; XA COMMIT … ONE
+ * PHASE} in one round trip. Inside it MariaDB itself refuses every
+ * statement that would end the transaction (XAER_RMFAIL), and a deadlock
+ * leaves it rollback-only instead of ending it.
  */
 final class MariaDbBranch extends SqlBranch {
     MariaDbBranch(ResourceManager info, Connection conn, Consumer<SqlBranch> onCompleted) {
@@ -32,8 +39,8 @@ final class MariaDbBranch extends SqlBranch {
         if (!conn.getAutoCommit()) {
             conn.setAutoCommit(true);
         }
-        if (plain) {
-            steps(DecisionTable.mariadbBegin().toArray(new String[0]));
+        if (point) {
+            steps(DecisionTable.mariadbBegin(xid.mysqlXid()).toArray(new String[0]));
             return;
         }
         exec("XA START " + xid.mysqlXid());
@@ -44,16 +51,9 @@ final class MariaDbBranch extends SqlBranch {
         steps("XA END " + xid.mysqlXid(), "XA PREPARE " + xid.mysqlXid());
     }
 
+    /** The commit point when no other branch wrote, or a read-only branch: no decision row needed. */
     @Override
     void commitOnePhaseSql() throws SQLException {
-        if (plain) {
-            if (ended != null) {
-                // COMMIT would succeed, committing nothing: the writes are gone.
-                throw new SQLException("rm \"" + rm + "\": the transaction cannot commit: " + ended, "40000");
-            }
-            exec("COMMIT");
-            return;
-        }
         steps("XA END " + xid.mysqlXid(), "XA COMMIT " + xid.mysqlXid() + " ONE PHASE");
     }
 
@@ -94,41 +94,31 @@ final class MariaDbBranch extends SqlBranch {
 
     @Override
     void rollbackActiveSql() throws SQLException {
-        if (plain) {
-            exec("ROLLBACK");
-            return;
-        }
         try {
             exec("XA END " + xid.mysqlXid());
         } catch (SQLException e) {
             if (errorCode(e) != javax.transaction.xa.XAException.XA_RBROLLBACK) {
                 throw e;
             }
-            // The branch had already ended (a failed XA PREPARE): roll back alone.
+            // The branch had already ended (a failed XA PREPARE or decision), or is
+            // rollback-only (a deadlock's victim): roll back alone.
         }
         exec("XA ROLLBACK " + xid.mysqlXid());
     }
 
     /**
-     * Asks the session whether its transaction is still open: MariaDB rolls
-     * back the whole transaction of a deadlock's victim (and of a lock wait
-     * timeout under innodb_rollback_on_timeout) and leaves the session in
-     * autocommit, where the next statement would commit at once.
+     * Dooms the global transaction: after an error MariaDB may have rolled
+     * back the statement only, or the whole branch (a deadlock's victim, a
+     * lock wait timeout under innodb_rollback_on_timeout: the branch is then
+     * rollback-only), so no commit can keep a known part of the work.
      */
     @Override
-    void statementFailed() {
-        if (!plain || ended != null || state != State.ACTIVE) {
+    void statementFailed(SQLException e) {
+        if (state != State.ACTIVE) {
             return;
         }
-        try (java.sql.Statement st = conn.createStatement(); java.sql.ResultSet rs = st.executeQuery("SELECT @@in_transaction")) {
-            if (rs.next() && rs.getInt(1) == 1) {
-                return;
-            }
-            ended = "MariaDB rolled the transaction back after a failed statement (a deadlock's victim, or a lock wait timeout"
-                    + " with innodb_rollback_on_timeout)";
-        } catch (SQLException e) {
-            ended = "asking MariaDB whether the transaction is still open after a failed statement failed: " + e.getMessage();
-        }
+        doom.accept("a call on rm \"" + rm + "\" failed, and after an error MariaDB may have rolled back the statement or the whole"
+                + " transaction, so the global transaction cannot commit: " + e.getMessage());
     }
 
     @Override

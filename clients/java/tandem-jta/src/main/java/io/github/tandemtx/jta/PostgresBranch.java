@@ -12,7 +12,8 @@ import org.postgresql.core.TransactionState;
 /**
  * A PostgreSQL branch over a pgjdbc connection. The BEGIN goes out with the
  * first statement (pgjdbc with autocommit off); phase 1 is
- * {@code PREPARE TRANSACTION 'tandem:<gtrid>:<rm>'}. A branch that wrote
+ * {@code PREPARE TRANSACTION '<gid>'}, the GID named with its owner just
+ * before ({@link TandemXid#postgresGid}). A branch that wrote
  * nothing ({@code txid_current_if_assigned() IS NULL}) commits locally.
  * After the prepare the connection is free: the coordinator commits the
  * prepared transaction from its own connections.
@@ -58,6 +59,27 @@ final class PostgresBranch extends SqlBranch {
         if (conn.isWrapperFor(BaseConnection.class)
                 && conn.unwrap(BaseConnection.class).getTransactionState() == TransactionState.FAILED) {
             throw new SQLException("rm \"" + rm + "\": " + what + " refused: a statement of the transaction failed, so PostgreSQL can only roll it back", "25P02");
+        }
+    }
+
+    /**
+     * Dooms the global transaction when the backend is outside a transaction
+     * block after a statement of the active branch (pgjdbc's transaction
+     * status, from the server's ReadyForQuery: no round trip): the statement
+     * ended the branch's transaction (COMMIT, END, ROLLBACK, ABORT text), so
+     * what it wrote may have committed or rolled back on its own, and a
+     * PREPARE now would prepare only what follows.
+     */
+    @Override
+    void statementRan() {
+        try {
+            if (state == State.ACTIVE && conn.isWrapperFor(BaseConnection.class)
+                    && conn.unwrap(BaseConnection.class).getTransactionState() == TransactionState.IDLE) {
+                doom.accept("the branch on rm \"" + rm + "\" is outside its transaction after a statement (transaction control in"
+                        + " the SQL: COMMIT, END, ROLLBACK, ABORT?): what it wrote before may have committed or rolled back on its own");
+            }
+        } catch (SQLException ignored) {
+            // not pgjdbc: nothing to read
         }
     }
 

@@ -35,6 +35,8 @@ final class ResourceManager {
     static final int FORGET_BATCH = 32;
     /** At most this many rows per DELETE. */
     static final int FORGET_MAX = 256;
+    /** Rows are forgotten this long after DecisionTable.FORGET_MIN_AGE by this process's clock, so that the database's (which decides) agrees. */
+    static final Duration FORGET_MARGIN = Duration.ofSeconds(2);
     /** Past this many pending, the oldest are dropped from memory (the coordinator's sweep deletes them). */
     static final int FORGET_KEEP = 4096;
 
@@ -45,8 +47,13 @@ final class ResourceManager {
     private long checkedAt; // System.nanoTime of the last check; 0: never
     private String why; // null: qualifies
     private boolean passing; // the answer may pass by itself (a failed connection)
+    private String tableId; // the decision table's id, from the last check that read it; null: not known
 
-    private final ArrayDeque<String> forget = new ArrayDeque<>();
+    /** A decided gtrid waiting to be forgotten, and when (System.nanoTime) it was queued. */
+    private record Decided(String gtrid, long at) {
+    }
+
+    private final ArrayDeque<Decided> forget = new ArrayDeque<>();
     private boolean forgetting;
 
     ResourceManager(String name, DecisionTable.Dialect dialect, Connections connections) {
@@ -61,10 +68,21 @@ final class ResourceManager {
     }
 
     /**
+     * The id of this RM's decision table (tandem_decision_id), as the last
+     * check read it (cached per data source), or null when not known: the
+     * owner of the branches it decides as a commit point, and what a
+     * decision row names it by as a participant.
+     */
+    synchronized String tableId() {
+        return tableId;
+    }
+
+    /**
      * Whether the RM can be a commit point, checking through c (a connection
      * of the RM outside any transaction) when it has not been checked yet, or
      * when a negative answer is older than {@link #RECHECK} ({@link #RETRY}
-     * for a failed check).
+     * for a failed check). The check also reads the decision table's id
+     * ({@link #tableId}).
      */
     boolean qualifies(Connection c) {
         synchronized (this) {
@@ -75,9 +93,12 @@ final class ResourceManager {
             }
         }
         String w;
+        String id = null;
         boolean p = false;
         try {
-            w = DecisionTable.whyNot(c, dialect);
+            DecisionTable.Check k = DecisionTable.check(c, dialect);
+            w = k.why();
+            id = k.id();
         } catch (SQLException e) {
             w = "the check failed: " + e.getMessage();
             p = !DecisionTable.serverAnswered(e);
@@ -86,6 +107,9 @@ final class ResourceManager {
             checkedAt = System.nanoTime();
             why = w;
             passing = p;
+            if (id != null) {
+                tableId = id;
+            }
         }
         if (w != null) {
             LOG.warning("tandem: resource manager \"" + name + "\" cannot be a commit point; its branches are prepared and"
@@ -94,25 +118,67 @@ final class ResourceManager {
         return w == null;
     }
 
+    /** Replaces the cached table id (tests: a data source believed to reach another table). */
+    synchronized void tableIdForTest(String id) {
+        tableId = id;
+    }
+
+    /**
+     * Whether c reaches the decision table this RM's id names (read on c
+     * itself): a "no such branch" answer is believed only from such a
+     * connection; one that reaches another database says nothing of the
+     * branch.
+     */
+    boolean reachesOwnTable(Connection c) {
+        String want = tableId();
+        if (want == null) {
+            return false;
+        }
+        try {
+            return want.equals(DecisionTable.readId(c));
+        } catch (SQLException e) {
+            return false;
+        }
+    }
+
     /**
      * Learns the outcome of gtrid from this commit point's decision table by
-     * taking the key ({@link DecisionTable#resolve}) on connections of its
-     * own, retrying while the commit point's transaction is still open, for
-     * at most timeout. An interrupt of the calling thread does not cut the
+     * taking the key ({@link DecisionTable#resolve}, checked against this
+     * RM's table id) on connections of its own, retrying while the commit
+     * point's transaction is still open, for at most timeout and never
+     * longer than {@link DecisionTable#KEY_TAKING} (a key taken after the
+     * row was forgotten would record 'A' for a transaction committed
+     * everywhere). An interrupt of the calling thread does not cut the
      * retries short (giving up would leave the outcome unknown); the
      * thread's interrupt status is kept.
      */
     DecisionTable.Outcome resolve(String gtrid, Duration timeout) throws SQLException {
-        long deadline = System.nanoTime() + timeout.toNanos();
+        String table = tableId();
+        if (table == null) {
+            throw new SQLException("rm \"" + name + "\": its decision table's id is not known, so no key can be taken", "22000");
+        }
+        Duration bound = timeout.compareTo(DecisionTable.KEY_TAKING) < 0 ? timeout : DecisionTable.KEY_TAKING;
+        long deadline = System.nanoTime() + bound.toNanos();
         boolean interrupted = false;
         try {
             while (true) {
-                try (Connection c = connections.open()) {
+                Connection c = null;
+                try {
+                    c = connections.open();
                     if (!c.getAutoCommit()) {
                         c.setAutoCommit(true);
                     }
-                    return DecisionTable.resolve(c, dialect, gtrid, Duration.ofSeconds(2));
+                    DecisionTable.Outcome o = DecisionTable.resolve(c, dialect, gtrid, table, Duration.ofSeconds(2));
+                    try {
+                        c.close();
+                    } catch (SQLException ignored) {
+                        // the outcome is known
+                    }
+                    return o;
                 } catch (SQLException e) {
+                    if (c != null) {
+                        Sessions.abort(c); // its session state (the lock wait) is not known: never back to a pool
+                    }
                     long left = deadline - System.nanoTime();
                     if (left <= 0 || !(e instanceof DecisionTable.PendingException) && DecisionTable.serverAnswered(e)) {
                         throw e; // out of time, or the database's answer: trying again would get the same
@@ -133,10 +199,13 @@ final class ResourceManager {
 
     /**
      * Queues gtrid's decision row for deletion (all its branches are
-     * committed). A full batch is deleted in the background on a connection
-     * of its own, in its own autocommit statement: off the commit path, and
-     * holding no lock inside an application's transaction. A failed delete
-     * gives the batch back; the coordinator's sweep is the backstop.
+     * committed). Once FORGET_BATCH rows queued more than
+     * {@link DecisionTable#FORGET_MIN_AGE} ago are waiting, they are deleted
+     * in the background on a connection of its own, in its own autocommit
+     * statement that deletes only rows that old by the database's clock: off
+     * the commit path, and holding no lock inside an application's
+     * transaction. A failed delete gives the batch back; the coordinator's
+     * sweep is the backstop.
      */
     void forgetLater(String gtrid, Executor executor) {
         boolean start;
@@ -144,8 +213,8 @@ final class ResourceManager {
             if (forget.size() >= FORGET_KEEP) {
                 forget.pollFirst();
             }
-            forget.addLast(gtrid);
-            start = !forgetting && forget.size() >= FORGET_BATCH;
+            forget.addLast(new Decided(gtrid, System.nanoTime()));
+            start = !forgetting && ripe() >= FORGET_BATCH;
             forgetting |= start;
         }
         if (start) {
@@ -159,24 +228,47 @@ final class ResourceManager {
         }
     }
 
+    /** How many queued rows (at the head: the oldest) are past the horizon, up to FORGET_MAX. */
+    private int ripe() {
+        long horizon = System.nanoTime() - DecisionTable.FORGET_MIN_AGE.toNanos() - FORGET_MARGIN.toNanos();
+        int n = 0;
+        for (Decided d : forget) {
+            if (d.at() - horizon > 0 || n >= FORGET_MAX) {
+                break;
+            }
+            n++;
+        }
+        return n;
+    }
+
     private void forgetRows() {
-        try (Connection c = connections.open()) {
+        Connection c = null;
+        try {
+            c = connections.open();
             if (!c.getAutoCommit()) {
                 c.setAutoCommit(true);
             }
             while (true) {
-                List<String> batch = takeForget();
+                List<Decided> batch = takeForget();
                 if (batch == null) {
+                    c.close();
                     return;
                 }
+                List<String> gs = new ArrayList<>(batch.size());
+                for (Decided d : batch) {
+                    gs.add(d.gtrid());
+                }
                 try {
-                    DecisionTable.forget(c, batch);
+                    DecisionTable.forget(c, dialect, gs);
                 } catch (SQLException e) {
                     giveBack(batch);
                     throw e;
                 }
             }
         } catch (SQLException | RuntimeException e) {
+            if (c != null) {
+                Sessions.abort(c);
+            }
             LOG.log(Level.WARNING, "tandem: deleting decided rows from " + DecisionTable.NAME + " on \"" + name
                     + "\" failed; will try again with the next batch: " + e.getMessage(), e);
         } finally {
@@ -186,18 +278,19 @@ final class ResourceManager {
         }
     }
 
-    private synchronized List<String> takeForget() {
-        if (forget.size() < FORGET_BATCH) {
+    private synchronized List<Decided> takeForget() {
+        int n = ripe();
+        if (n < FORGET_BATCH) {
             return null;
         }
-        List<String> out = new ArrayList<>();
-        while (out.size() < FORGET_MAX && !forget.isEmpty()) {
+        List<Decided> out = new ArrayList<>(n);
+        for (int i = 0; i < n; i++) {
             out.add(forget.pollFirst());
         }
         return out;
     }
 
-    private synchronized void giveBack(List<String> gs) {
+    private synchronized void giveBack(List<Decided> gs) {
         for (int i = gs.size() - 1; i >= 0; i--) {
             forget.addFirst(gs.get(i));
         }

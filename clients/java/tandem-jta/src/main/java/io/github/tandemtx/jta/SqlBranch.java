@@ -24,11 +24,12 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
     TandemXid xid;
     boolean released;
     /**
-     * The branch is its transaction's commit point on MariaDB: a plain
-     * transaction, not an XA branch, chosen before its begin. It never
-     * prepares; its COMMIT with the decision row decides the transaction.
+     * The branch is its transaction's commit point on MariaDB, chosen before
+     * its begin: an XA branch named {@link TandemXid#commitPointSelf}, never
+     * prepared; its INSERT of the decision row and XA COMMIT … ONE PHASE, in
+     * one round trip, decide the transaction.
      */
-    boolean plain;
+    boolean point;
     /**
      * A statement that writes ran (executeUpdate or a batch through a
      * TandemDataSource handle): the branch is a writer, no need to ask the
@@ -36,19 +37,16 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
      */
     volatile boolean wrote;
     /**
-     * Why the database ended the commit point's plain transaction on its
-     * own (a deadlock's victim: the session is in autocommit now), or null;
-     * set by {@link #statementFailed()}. A TandemDataSource handle then
-     * refuses every statement: one would commit at once, ahead of the
-     * decision, which is refused anyway, so the rest would roll back.
-     */
-    volatile String ended;
-    /**
      * The transaction is over and the connection went back to its pool
      * (where another transaction may take it): the branch's handles and
      * statements refuse to run.
      */
     volatile boolean over;
+    /**
+     * Marks the global transaction rollback-only, with the reason; set by
+     * the transaction when it enlists the branch.
+     */
+    volatile java.util.function.Consumer<String> doom = reason -> { };
     private int timeout;
 
     SqlBranch(ResourceManager info, Connection conn, Consumer<SqlBranch> onCompleted) {
@@ -106,23 +104,41 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
     }
 
     /**
-     * Called after an application's statement on the branch failed: a
-     * commit point notes in {@link #ended} whether the database ended its
-     * transaction. Nothing to do for an XA branch (the database puts it in
-     * ROLLBACK ONLY) nor on PostgreSQL (a failed transaction stays open).
+     * Called after the driver threw e for an application's call on the
+     * branch (a statement, a result set, the connection). Nothing to do on
+     * PostgreSQL: an error the server answered leaves the transaction
+     * failed, and its PREPARE or COMMIT is refused. A MariaDB branch dooms
+     * the global transaction.
      */
-    void statementFailed() {
+    void statementFailed(SQLException e) {
     }
 
-    /** Names the branch with the commit point cp (PostgreSQL: before its PREPARE); returns the new XID. */
-    TandemXid nameCommitPoint(String cp) {
-        xid = xid.withCommitPoint(cp);
+    /** Called after an application's statement on the branch ran. */
+    void statementRan() {
+    }
+
+    /**
+     * Names the branch with the commit point cp whose decision table's id is
+     * table (PostgreSQL: before its PREPARE); returns the new XID.
+     */
+    TandemXid nameCommitPoint(String cp, String table) {
+        xid = xid.withCommitPoint(cp, table);
         return xid;
     }
 
-    /** Whether this branch is a plain (never prepared) commit point: {@link #plain}. */
-    boolean isPlain() {
-        return plain;
+    /**
+     * Names the branch as decided by the coordinator whose cluster is owner
+     * (null: the legacy name; PostgreSQL: before its PREPARE); returns the
+     * new XID.
+     */
+    TandemXid nameOwner(String owner) {
+        xid = xid.ownedBy(owner);
+        return xid;
+    }
+
+    /** Whether this branch is its transaction's commit point on MariaDB: {@link #point}. */
+    boolean isPoint() {
+        return point;
     }
 
     @Override
@@ -190,6 +206,14 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
             state = State.DONE;
         } catch (SQLException e) {
             if (!onePhase && notFound(e)) {
+                // Believed only from a connection that reaches this RM's own
+                // decision table (the id a decision row names it by): one
+                // that reaches another database says nothing of the branch.
+                if (!info.reachesOwnTable(conn)) {
+                    throw xa(XAException.XAER_RMFAIL, "rm \"" + rm + "\": commit prepared " + xid + ": the database does not know the branch,"
+                            + " but this connection does not reach the decision table with this RM's id (" + info.tableId()
+                            + "), so that says nothing: the branch is left to the coordinator", e);
+                }
                 throw xa(XAException.XAER_NOTA, "rm \"" + rm + "\": commit prepared " + xid + ": the database does not know the branch", e);
             }
             int code = errorCode(e);
@@ -250,11 +274,7 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
     @Override
     public void releaseSession() {
         released = true;
-        try {
-            conn.close();
-        } catch (SQLException ignored) {
-            // closing is best effort: the database ends the session when the socket goes
-        }
+        Sessions.abort(conn); // aborted, not closed: a pooling source would lend the session again
     }
 
     @Override

@@ -29,7 +29,7 @@ public final class TandemConfig {
     public enum DecideAt {
         /**
          * In the databases when one can be the commit point (the default): a
-         * MariaDB branch that begins first as a plain transaction, else a
+         * MariaDB branch that begins first (an XA branch of its own), else a
          * PostgreSQL writer; its local COMMIT, with the decision row in its
          * {@code tandem_decision} table, is the decision. No coordinator call.
          * Otherwise the coordinator decides.

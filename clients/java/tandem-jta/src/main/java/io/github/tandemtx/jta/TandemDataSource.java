@@ -17,6 +17,7 @@ import java.sql.Statement;
 import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.logging.Logger;
 import javax.sql.CommonDataSource;
 import javax.sql.DataSource;
@@ -64,6 +65,7 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             this.owner = owner;
         }
 
+        /** Gives a clean session back to the source (a pool keeps it; a plain source closes it). */
         void close() {
             try {
                 if (owner != null) {
@@ -75,6 +77,21 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 // the connection is being thrown away
             }
         }
+
+        /**
+         * Ends a session whose transaction state is not known to be clean:
+         * aborted, never lent again by a pooling source ({@link Sessions#abort}).
+         */
+        void discard() {
+            Sessions.abort(conn);
+            if (owner != null) {
+                try {
+                    owner.close();
+                } catch (SQLException ignored) {
+                    // aborted already
+                }
+            }
+        }
     }
 
     private final TandemTransactionManager tm;
@@ -83,6 +100,8 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
     private final CommonDataSource source;
     private final ResourceManager info;
     private final ConcurrentLinkedDeque<Physical> idle = new ConcurrentLinkedDeque<>();
+    /** Threads past the idle check, opening a connection from the source (maybe waiting in the source's own pool). */
+    private final AtomicInteger opening = new AtomicInteger();
     private volatile Semaphore permits = new Semaphore(DEFAULT_MAX_POOL_SIZE);
     private volatile int maxPoolSize = DEFAULT_MAX_POOL_SIZE;
     private volatile long acquireTimeoutMillis = 30_000;
@@ -146,6 +165,11 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
     /** The resource manager's name. */
     public String rmName() {
         return rm;
+    }
+
+    /** What the transaction manager knows of this resource manager (tests). */
+    ResourceManager resourceManager() {
+        return info;
     }
 
     /** Caps the connections open at once (in use and idle); set it before use. */
@@ -212,13 +236,17 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             Thread.currentThread().interrupt();
             throw new SQLException("TandemDataSource \"" + rm + "\": interrupted waiting for a connection", "08001", e);
         }
+        // Counted before the idle check: a connection given back from now on
+        // either is found below or goes back to the source, where this
+        // thread may be waiting (giveBack).
+        opening.incrementAndGet();
         try {
             Physical p;
             while ((p = idle.pollFirst()) != null) {
                 if (!p.conn.isClosed()) {
                     return p;
                 }
-                p.close();
+                p.discard();
             }
             if (source instanceof DataSource ds) {
                 return new Physical(ds.getConnection(), null);
@@ -228,22 +256,45 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         } catch (SQLException | RuntimeException e) {
             s.release();
             throw e;
+        } finally {
+            opening.decrementAndGet();
         }
     }
 
+    /**
+     * Takes back a connection whose transaction is over. A reusable one (its
+     * session is outside any transaction: {@link SqlBranch#reusable()}) is
+     * kept idle, or, while another thread is opening a connection from the
+     * source, given back to the source: that thread may be waiting for it
+     * in the source's own pool (HikariCP smaller than this pool), where
+     * keeping it idle here would leave it waiting out the pool's timeout.
+     * Any other is discarded ({@link Physical#discard}): a session whose
+     * state is unknown never goes back to a pool.
+     */
     private void giveBack(Physical p, boolean reusable) {
         try {
-            if (reusable && !closed) {
-                if (!p.conn.getAutoCommit()) {
-                    p.conn.rollback();
-                    p.conn.setAutoCommit(true);
+            if (!reusable || closed) {
+                if (reusable) {
+                    p.close();
+                } else {
+                    p.discard();
                 }
-                idle.addFirst(p);
-            } else {
-                p.close();
+                return;
             }
-        } catch (SQLException e) {
-            p.close();
+            if (!p.conn.getAutoCommit()) {
+                p.conn.rollback();
+                p.conn.setAutoCommit(true);
+            }
+            if (opening.get() > 0) {
+                p.close();
+                return;
+            }
+            idle.addFirst(p);
+            if (opening.get() > 0 && idle.remove(p)) {
+                p.close(); // a thread started opening after the check above and missed p
+            }
+        } catch (SQLException | RuntimeException e) {
+            p.discard();
         } finally {
             permits.release();
         }
@@ -331,6 +382,9 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 try {
                     result = m.invoke(target, args);
                 } catch (InvocationTargetException e) {
+                    if (branch != null && e.getCause() instanceof SQLException se) {
+                        branch.statementFailed(se);
+                    }
                     throw e.getCause();
                 }
                 if (result instanceof Statement st && m.getReturnType().isInterface()) {
@@ -386,21 +440,28 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             try {
                 result = m.invoke(st, args);
             } catch (InvocationTargetException e) {
-                if (branch != null && e.getCause() instanceof SQLException && name.startsWith("execute")) {
-                    branch.statementFailed();
+                if (branch != null && e.getCause() instanceof SQLException se) {
+                    branch.statementFailed(se);
                 }
                 throw e.getCause();
             }
-            if (result instanceof ResultSet rs && branch != null && branch.isPlain()) {
-                return resultSet(rs, (Statement) proxy); // on the commit point only: a proxy costs on every row
+            if (branch != null && name.startsWith("execute")) {
+                branch.statementRan();
+            }
+            if (result instanceof ResultSet rs && branch instanceof MariaDbBranch) {
+                // On MariaDB only, where any error dooms the transaction: a proxy costs on every row.
+                return resultSet(rs, (Statement) proxy, branch);
             }
             return result;
         };
         return Proxy.newProxyInstance(Statement.class.getClassLoader(), new Class<?>[] {type}, h);
     }
 
-    /** Wraps a ResultSet so that its getStatement() is the checked statement, not the driver's. */
-    private static ResultSet resultSet(ResultSet rs, Statement checked) {
+    /**
+     * Wraps a ResultSet so that its getStatement() is the checked statement,
+     * not the driver's, and its errors (a streamed result's) reach the branch.
+     */
+    private static ResultSet resultSet(ResultSet rs, Statement checked, SqlBranch branch) {
         InvocationHandler h = (proxy, m, args) -> {
             switch (m.getName()) {
                 case "getStatement":
@@ -419,6 +480,9 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             try {
                 return m.invoke(rs, args);
             } catch (InvocationTargetException e) {
+                if (e.getCause() instanceof SQLException se) {
+                    branch.statementFailed(se);
+                }
                 throw e.getCause();
             }
         };
@@ -454,22 +518,30 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         return (DatabaseMetaData) Proxy.newProxyInstance(DatabaseMetaData.class.getClassLoader(), new Class<?>[] {DatabaseMetaData.class}, h);
     }
 
+    /** The early checks of the SQL sent on a branch (tests turn them off to show what the databases do without them). */
+    static volatile boolean earlyChecks = true;
+
     /**
-     * On a commit point (a MariaDB branch begun as a plain transaction),
-     * refuses SQL that would end the transaction implicitly (DDL, LOCK
-     * TABLES, COMMIT, SET autocommit, …), before it is sent: it would commit
-     * the branch's writes ahead of the decision, and a later failure of
-     * another branch would split the transaction. An XA branch needs no such
-     * check: MariaDB refuses them there itself. The transaction is unchanged.
-     * Refuses every statement once the database ended the commit point's
-     * transaction on its own ({@link SqlBranch#ended}).
+     * Refuses, before it is sent, SQL that would end a branch's transaction:
+     * on a MariaDB commit point, what MariaDB runs as an implicit commit
+     * (DDL, LOCK TABLES, COMMIT, SET autocommit, …; {@link ImplicitCommit}),
+     * a clearer error than the server's own refusal inside the XA branch
+     * (XAER_RMFAIL); on a PostgreSQL branch, transaction control
+     * ({@link PgTransactionControl}), which PostgreSQL would run, ending the
+     * branch early. The transaction is unchanged.
      */
     private static void refuseImplicitCommit(SqlBranch branch, Object[] args) throws SQLException {
-        if (branch != null && branch.ended != null) {
-            throw new SQLException("TandemDataSource \"" + branch.rm + "\": the commit point's transaction " + branch.xid.gtrid()
-                    + " is over: " + branch.ended + "; a statement now would commit at once, outside it: roll the global transaction back", "25000");
+        if (branch == null || !earlyChecks || args == null || args.length == 0 || !(args[0] instanceof String sql)) {
+            return;
         }
-        if (branch == null || !branch.isPlain() || args == null || args.length == 0 || !(args[0] instanceof String sql)) {
+        if (branch instanceof PostgresBranch) {
+            String stmt = PgTransactionControl.find(sql);
+            if (stmt != null) {
+                throw new SQLException(PgTransactionControl.refusal(branch.rm, stmt), "25000");
+            }
+            return;
+        }
+        if (!branch.isPoint()) {
             return;
         }
         String stmt = ImplicitCommit.endsTransaction(sql);

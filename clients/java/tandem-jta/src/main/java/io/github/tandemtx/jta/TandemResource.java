@@ -10,8 +10,9 @@ import javax.transaction.xa.XAResource;
  * application rarely touches one directly.
  *
  * <p>The implementations here issue SQL on one JDBC connection
- * ({@code BEGIN}/{@code PREPARE TRANSACTION 'tandem:…'} on PostgreSQL,
- * {@code XA START/END/PREPARE '<gtrid>','<rm>',1413566020} on MariaDB),
+ * ({@code BEGIN}/{@code PREPARE TRANSACTION 'tandem2:…'} on PostgreSQL,
+ * {@code XA START/END/PREPARE '<gtrid>','<owner><rm>',1413566002} on
+ * MariaDB: {@link TandemXid}'s owned names),
  * because pgjdbc's own {@code PGXAResource} names branches in a format the
  * coordinator's recovery does not scan.
  *
@@ -39,8 +40,11 @@ public sealed interface TandemResource extends XAResource permits SqlBranch {
     boolean readOnly() throws javax.transaction.xa.XAException;
 
     /**
-     * Closes the branch's session without ending the branch: a session-bound
-     * prepared branch is then detached and the coordinator can settle it.
+     * Ends the branch's session without ending the branch, by aborting its
+     * connection (never giving it back to a pool): the database rolls back
+     * an active branch, detaches a session-bound prepared one for the
+     * coordinator to settle, and no later borrower of a pooling source sees
+     * the session.
      */
     void releaseSession();
 

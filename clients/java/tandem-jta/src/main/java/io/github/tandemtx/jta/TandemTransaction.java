@@ -63,7 +63,7 @@ public final class TandemTransaction implements Transaction {
     private final List<Synchronization> interposed = new ArrayList<>();
     private final Map<Object, Object> resources = new ConcurrentHashMap<>();
     private int status = Status.STATUS_ACTIVE;
-    /** The commit point chosen at a MariaDB branch's begin (a plain transaction), or null. */
+    /** The commit point chosen at a MariaDB branch's begin (an XA branch of its own, never prepared), or null. */
     private Enlisted cp;
     /** A MariaDB branch began as an XA branch named with no commit point: the coordinator decides. */
     private boolean unnamedXA;
@@ -125,31 +125,41 @@ public final class TandemTransaction implements Transaction {
             throw new SystemException("tandem: transaction " + gtrid + ": resource manager \"" + r.rmName() + "\" was not registered with this transaction manager");
         }
         TandemXid x = TandemXid.of(gtrid, r.rmName());
-        boolean plain = false;
+        boolean point = false;
+        boolean mariadb = r.info.dialect == DecisionTable.Dialect.MARIADB;
         if (tm.config().decideAt() != TandemConfig.DecideAt.COORDINATOR) {
             // Before the begin: the connection is outside any transaction, so the
-            // commit-point check (first use of the RM, then cached) may run on it.
+            // commit-point check (first use of the RM, then cached; it reads the
+            // decision table's id too) may run on it.
             boolean ok = r.info.qualifies(r.connection());
-            if (r.info.dialect == DecisionTable.Dialect.MARIADB) {
+            if (mariadb) {
                 if (cp != null) {
-                    x = x.withCommitPoint(cp.res.rmName());
+                    x = x.withCommitPoint(cp.res.rmName(), ((SqlBranch) cp.res).info.tableId());
                 } else if (!unnamedXA && ok) {
-                    plain = true;
+                    point = true;
+                    x = TandemXid.commitPointSelf(gtrid, r.rmName(), r.info.tableId());
                 } else {
                     unnamedXA = true;
                 }
             }
         }
-        r.plain = plain;
+        if (mariadb && !point && x.commitPoint() == null) {
+            // Named at XA START, decided by the coordinator: owned by its cluster. When
+            // that is not known now, the legacy name: a one-phase commit needs no
+            // owner, and the coordinator path refuses the branch (commitTwoPhase).
+            x = x.ownedBy(tm.coordinatorOwner().id());
+        }
+        r.point = point;
+        r.doom = this::markRollback;
         try {
             r.start(x, XAResource.TMNOFLAGS);
         } catch (XAException e) {
-            r.plain = false;
+            r.point = false;
             throw systemException("begin the branch on \"" + r.rmName() + "\" failed", e);
         }
         Enlisted e = new Enlisted(r, x);
         branches.add(e);
-        if (plain) {
+        if (point) {
             cp = e;
         }
         return true;
@@ -418,6 +428,29 @@ public final class TandemTransaction implements Transaction {
             commitAtRM(all, writers, point, commitReaders);
             return;
         }
+        // Every branch named with the coordinator's cluster (PostgreSQL: at PREPARE;
+        // MariaDB: at XA START already), or nothing is prepared: a branch without
+        // an owner is one the coordinator never settles as its own.
+        CoordinatorClient.OwnerAnswer owner = null;
+        for (Enlisted w : writers) {
+            if (w.xid.owner() != null || w.xid.commitPoint() != null) {
+                continue;
+            }
+            if (owner == null) {
+                owner = tm.coordinatorOwner();
+            }
+            if (w.res.sessionBound()) {
+                abort(all);
+                throw rollback("the MariaDB branch on \"" + w.res.rmName() + "\" began before the coordinator's cluster was known, so its name"
+                        + " carries no owner and the coordinator would not settle it as its own; nothing was prepared"
+                        + (owner.why() != null ? ": " + owner.why() : "; try again"), null);
+            }
+            if (owner.id() == null) {
+                abort(all);
+                throw rollback(owner.why() + "; nothing was prepared", null);
+            }
+            w.xid = ((SqlBranch) w.res).nameOwner(owner.id());
+        }
         // Phase 1: every writer prepares in parallel; read-only branches commit meanwhile.
         int[] votes = prepareAll(all, writers, commitReaders);
         List<Enlisted> prepared = new ArrayList<>();
@@ -518,7 +551,7 @@ public final class TandemTransaction implements Transaction {
 
     /**
      * The commit point among the writers, or null when the coordinator
-     * decides: the plain MariaDB branch chosen at its begin, else, when every
+     * decides: the MariaDB branch chosen at its begin, else, when every
      * writer is on PostgreSQL, the first whose RM qualifies.
      */
     private Enlisted commitPoint(List<Enlisted> writers) {
@@ -567,24 +600,33 @@ public final class TandemTransaction implements Transaction {
                         + " and call TandemTransactionManager.verify() at start-up", null);
             }
         }
+        String table = point.info.tableId();
         List<Enlisted> prepared = new ArrayList<>();
+        java.util.Map<String, String> participants = new java.util.TreeMap<>();
         for (Enlisted w : writers) {
             if (w == cpe) {
                 continue;
             }
             SqlBranch b = (SqlBranch) w.res;
             if (b.xid.commitPoint() == null) {
-                w.xid = b.nameCommitPoint(point.rm); // PostgreSQL: named at PREPARE; MariaDB: named at XA START already
+                w.xid = b.nameCommitPoint(point.rm, table); // PostgreSQL: named at PREPARE; MariaDB: named at XA START already
             }
             prepared.add(w);
+            participants.put(b.rm, b.info.tableId());
         }
         prepareAll(all, prepared, commitReaders);
         failpoint.accept("before-commit-point"); // every other branch prepared, no decision anywhere
         setStatus(Status.STATUS_COMMITTING);
         try {
-            point.commitDecision(DecisionTable.commitStatements(point.info.dialect, gtrid, tm.config().maxTransactionAge()));
+            point.commitDecision(DecisionTable.commitStatements(point.info.dialect, gtrid, tm.config().maxTransactionAge(), table,
+                    DecisionTable.participants(participants), point.xid.mysqlXid()));
         } catch (SQLException e) {
             String why = DecisionTable.refused(e);
+            if (DecisionTable.REFUSED_WRONG_TABLE.equals(why)) {
+                java.util.logging.Logger.getLogger("io.github.tandemtx.jta").severe("tandem: ALARM: the data source of resource manager \""
+                        + point.rm + "\" reaches a decision table whose id is not " + point.info.tableId() + " (the one it read at its check):"
+                        + " another schema, database or server; transaction " + gtrid + " was refused and rolls back; fix the data source");
+            }
             if (why != null) {
                 // The database refused the INSERT, so the COMMIT after it never
                 // ran: the commit point did not commit and never will.
@@ -602,6 +644,12 @@ public final class TandemTransaction implements Transaction {
             try {
                 o = point.info.resolve(gtrid, tm.config().decisionTimeout());
             } catch (SQLException re) {
+                // Out of time (the key-taking stops well before the decision rows'
+                // forget horizon), the row vanished, or another table answered:
+                // never an abort.
+                if (re instanceof DecisionTable.WrongTableException) {
+                    java.util.logging.Logger.getLogger("io.github.tandemtx.jta").severe("tandem: ALARM: rm \"" + point.rm + "\": " + re.getMessage());
+                }
                 releaseOwn(prepared);
                 setStatus(Status.STATUS_UNKNOWN);
                 throw new OutcomeUnknownException(gtrid, "the commit point \"" + point.rm + "\"'s commit got no answer (" + e.getMessage()

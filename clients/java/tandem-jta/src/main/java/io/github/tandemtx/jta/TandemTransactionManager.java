@@ -191,6 +191,16 @@ public final class TandemTransactionManager implements TransactionManager, UserT
         return coordinator;
     }
 
+    /**
+     * The owner of the branches the coordinator decides: its cluster's
+     * identity (Health's cluster=, learnt once), or why it is not known (a
+     * coordinator older than owners, or none reachable now): the
+     * coordinator path is then refused, before anything is prepared.
+     */
+    CoordinatorClient.OwnerAnswer coordinatorOwner() {
+        return coordinator.owner(Duration.ofSeconds(2));
+    }
+
     ExecutorService executor() {
         return executor;
     }

@@ -8,47 +8,67 @@ import java.util.regex.Pattern;
 import javax.transaction.xa.Xid;
 
 /**
- * The XID of one branch, in Tandem's format (the Go package {@code xid}, and
- * {@code api/README.md}): format ID {@link #FORMAT_ID} ("TAND"), the global
- * transaction id as its 32 lowercase hex digits in ASCII, and the branch
- * qualifier as the resource manager's configured name in ASCII.
+ * The XID of one branch, in Tandem's format: the Go package {@code xid}'s
+ * names, exactly. Every branch this client names carries its owner (32
+ * lowercase hex digits): the only party that may decide it by presumption —
+ * the coordinator's cluster (Health's {@code cluster=}) for a branch the
+ * coordinator decides, the commit point's decision table (its row in
+ * {@code tandem_decision_id}) for one a commit point decides.
  *
- * <p>On PostgreSQL the branch's GID is {@code tandem:<gtrid>:<rm>}; on MariaDB
- * its XID is {@code '<gtrid>','<rm>',1413566020}. These are the names the
- * coordinator's recovery scans for, so a branch a dead JVM left prepared is
- * settled by the coordinator exactly like one the Go SDK left.
+ * <ul>
+ *   <li>PostgreSQL GID: {@code tandem2:<gtrid>:<rm>:<owner>}, or
+ *       {@code tandemcp2:<gtrid>:<rm>:<cp>:<owner>} when commit point cp
+ *       decides;
+ *   <li>MariaDB XID: {@code '<gtrid>','<owner><rm>',1413566002} (format
+ *       {@link #OWNED_FORMAT_ID}, "TAN2"), or
+ *       {@code '<gtrid><cp>','<owner><rm>',1413563186} (format
+ *       {@link #OWNED_COMMIT_POINT_FORMAT_ID}, "TAC2").
+ * </ul>
  *
- * <p>A branch decided by a commit point (another branch of the transaction,
- * whose local commit records the decision in its database's
- * {@code tandem_decision} table) carries that resource manager's name:
- * {@code tandemcp:<gtrid>:<rm>:<cp>} on PostgreSQL, and on MariaDB format ID
- * {@link #COMMIT_POINT_FORMAT_ID} ("TANC") with the commit point's name
- * appended to the gtrid part: {@code '<gtrid><cp>','<rm>',1413566019}.
- * Whoever finds such a branch prepared settles it only through the commit
- * point's decision table, never by presuming abort.
+ * <p>Names without an owner are the legacy ones ({@code tandem:<gtrid>:<rm>},
+ * {@code tandemcp:<gtrid>:<rm>:<cp>}, formats "TAND" and "TANC"): a
+ * coordinator lists them and settles them only when its operator says they
+ * are its own ({@code --adopt-unowned}). This client writes one only for a
+ * coordinator-decided branch when the coordinator's Health names no cluster
+ * (a coordinator older than owners).
+ *
+ * <p>A branch a commit point decides is settled only through that commit
+ * point's decision table, and only by a party whose connection reaches the
+ * table with the owner's id: never by presuming abort.
  */
 public final class TandemXid implements Xid {
-    /** The XA format identifier of every Tandem branch decided by the coordinator: 0x54414E44. */
+    /** The XA format identifier of a legacy (unowned) branch decided by the coordinator: 0x54414E44, "TAND". */
     public static final int FORMAT_ID = 0x54414E44;
-    /** The XA format identifier of every Tandem branch decided by a commit point: 0x54414E43. */
+    /** The XA format identifier of a legacy (unowned) branch decided by a commit point: 0x54414E43, "TANC". */
     public static final int COMMIT_POINT_FORMAT_ID = 0x54414E43;
-    /** The prefix of every Tandem branch's GID on PostgreSQL. */
+    /** The XA format identifier of a branch decided by the coordinator, owned by its cluster: 0x54414E32, "TAN2". */
+    public static final int OWNED_FORMAT_ID = 0x54414E32;
+    /** The XA format identifier of a branch decided by a commit point, owned by its decision table: 0x54414332, "TAC2". */
+    public static final int OWNED_COMMIT_POINT_FORMAT_ID = 0x54414332;
+    /** The prefix of a legacy branch's GID on PostgreSQL. */
     public static final String POSTGRES_PREFIX = "tandem:";
-    /** The prefix of every Tandem branch's GID on PostgreSQL decided by a commit point. */
+    /** The prefix of a legacy commit-point-decided branch's GID on PostgreSQL. */
     public static final String POSTGRES_COMMIT_POINT_PREFIX = "tandemcp:";
+    /** The prefix of an owned, coordinator-decided branch's GID on PostgreSQL. */
+    public static final String OWNED_PREFIX = "tandem2:";
+    /** The prefix of an owned, commit-point-decided branch's GID on PostgreSQL. */
+    public static final String OWNED_COMMIT_POINT_PREFIX = "tandemcp2:";
 
     private static final SecureRandom RANDOM = new SecureRandom();
     private static final Pattern RM_NAME = Pattern.compile("[a-z0-9][a-z0-9_-]{0,31}");
     private static final Pattern GTRID = Pattern.compile("[0-9a-f]{32}");
+    private static final String ZERO = "0".repeat(32);
 
     private final String gtrid;
     private final String rm;
     private final String commitPoint; // null: decided by the coordinator
+    private final String owner; // null: a legacy, unowned name
 
-    private TandemXid(String gtrid, String rm, String commitPoint) {
+    private TandemXid(String gtrid, String rm, String commitPoint, String owner) {
         this.gtrid = gtrid;
         this.rm = rm;
         this.commitPoint = commitPoint;
+        this.owner = owner;
     }
 
     /**
@@ -81,13 +101,41 @@ public final class TandemXid implements Xid {
             throw new IllegalArgumentException("malformed gtrid \"" + gtrid + "\": want 32 lowercase hex digits, not all zero");
         }
         validateRmName(rm);
-        return new TandemXid(gtrid, rm, null);
+        return new TandemXid(gtrid, rm, null, null);
     }
 
-    /** This branch named as decided by the commit point on resource manager cp. */
-    public TandemXid withCommitPoint(String cp) {
+    /**
+     * This branch named as decided by the coordinator whose cluster is owner
+     * (null: the legacy, unowned name).
+     */
+    public TandemXid ownedBy(String owner) {
+        return new TandemXid(gtrid, rm, commitPoint, owner == null ? null : checkOwner(owner));
+    }
+
+    /**
+     * This branch named as decided by the commit point on resource manager
+     * cp, whose decision table's id is table (null: the legacy name).
+     */
+    public TandemXid withCommitPoint(String cp, String table) {
         validateRmName(cp);
-        return new TandemXid(gtrid, rm, cp);
+        return new TandemXid(gtrid, rm, cp, table == null ? null : checkOwner(table));
+    }
+
+    /**
+     * The commit point's own branch on a session-bound database (MariaDB):
+     * the branch of gtrid on cp decided by cp, owned by cp's decision table.
+     * It is never prepared. The Go package's {@code xid.CommitPointSelf}.
+     */
+    public static TandemXid commitPointSelf(String gtrid, String cp, String table) {
+        return of(gtrid, cp).withCommitPoint(cp, table);
+    }
+
+    /** Checks an owner id: 32 lowercase hex digits, not all zero. */
+    static String checkOwner(String o) {
+        if (o == null || !GTRID.matcher(o).matches() || o.equals(ZERO)) {
+            throw new IllegalArgumentException("malformed owner \"" + o + "\": want 32 lowercase hex digits, not all zero");
+        }
+        return o;
     }
 
     /** Checks a resource manager's name (the branch qualifier). */
@@ -99,23 +147,39 @@ public final class TandemXid implements Xid {
     }
 
     /**
-     * Reads a foreign {@link Xid} as Tandem's, or returns null when it is not
-     * in Tandem's format.
+     * Reads a foreign {@link Xid} as Tandem's (any of the four formats), or
+     * returns null when it is not in Tandem's format or is malformed: the Go
+     * package's {@code ParseMySQLXID}.
      */
     public static TandemXid from(Xid x) {
         if (x instanceof TandemXid t) {
             return t;
         }
-        if (x == null || x.getFormatId() != FORMAT_ID && x.getFormatId() != COMMIT_POINT_FORMAT_ID) {
+        if (x == null) {
+            return null;
+        }
+        int f = x.getFormatId();
+        boolean cp = f == COMMIT_POINT_FORMAT_ID || f == OWNED_COMMIT_POINT_FORMAT_ID;
+        boolean owned = f == OWNED_FORMAT_ID || f == OWNED_COMMIT_POINT_FORMAT_ID;
+        if (!cp && !owned && f != FORMAT_ID) {
             return null;
         }
         try {
             String g = new String(x.getGlobalTransactionId(), StandardCharsets.US_ASCII);
-            TandemXid t = of(g.substring(0, Math.min(32, g.length())), new String(x.getBranchQualifier(), StandardCharsets.US_ASCII));
-            if (x.getFormatId() == COMMIT_POINT_FORMAT_ID) {
-                return t.withCommitPoint(g.length() > 32 ? g.substring(32) : "");
+            String bq = new String(x.getBranchQualifier(), StandardCharsets.US_ASCII);
+            if (g.length() < 32 || !cp && g.length() != 32) {
+                return null;
             }
-            return g.length() == 32 ? t : null;
+            String owner = null;
+            if (owned) {
+                if (bq.length() < 33) {
+                    return null;
+                }
+                owner = checkOwner(bq.substring(0, 32));
+                bq = bq.substring(32);
+            }
+            TandemXid t = of(g.substring(0, 32), bq);
+            return cp ? t.withCommitPoint(g.substring(32), owner) : t.ownedBy(owner);
         } catch (IllegalArgumentException e) {
             return null;
         }
@@ -136,32 +200,37 @@ public final class TandemXid implements Xid {
         return commitPoint;
     }
 
-    /**
-     * The prepared transaction's GID on PostgreSQL: {@code tandem:<gtrid>:<rm>},
-     * or {@code tandemcp:<gtrid>:<rm>:<cp>} when a commit point decides.
-     */
+    /** The owner's id (the coordinator's cluster, or the commit point's decision table), or null for a legacy name. */
+    public String owner() {
+        return owner;
+    }
+
+    /** The prepared transaction's GID on PostgreSQL (see the class comment). */
     public String postgresGid() {
+        if (commitPoint != null && owner != null) {
+            return OWNED_COMMIT_POINT_PREFIX + gtrid + ":" + rm + ":" + commitPoint + ":" + owner;
+        }
         if (commitPoint != null) {
             return POSTGRES_COMMIT_POINT_PREFIX + gtrid + ":" + rm + ":" + commitPoint;
+        }
+        if (owner != null) {
+            return OWNED_PREFIX + gtrid + ":" + rm + ":" + owner;
         }
         return POSTGRES_PREFIX + gtrid + ":" + rm;
     }
 
-    /**
-     * The XID as written in MariaDB's XA statements:
-     * {@code '<gtrid>','<rm>',1413566020}, or
-     * {@code '<gtrid><cp>','<rm>',1413566019} when a commit point decides.
-     */
+    /** The XID as written in MariaDB's XA statements: {@code 'gtrid','bqual',formatID} (see the class comment). */
     public String mysqlXid() {
-        if (commitPoint != null) {
-            return "'" + gtrid + commitPoint + "','" + rm + "'," + COMMIT_POINT_FORMAT_ID;
-        }
-        return "'" + gtrid + "','" + rm + "'," + FORMAT_ID;
+        return "'" + new String(getGlobalTransactionId(), StandardCharsets.US_ASCII) + "','"
+                + new String(getBranchQualifier(), StandardCharsets.US_ASCII) + "'," + getFormatId();
     }
 
     @Override
     public int getFormatId() {
-        return commitPoint != null ? COMMIT_POINT_FORMAT_ID : FORMAT_ID;
+        if (commitPoint != null) {
+            return owner != null ? OWNED_COMMIT_POINT_FORMAT_ID : COMMIT_POINT_FORMAT_ID;
+        }
+        return owner != null ? OWNED_FORMAT_ID : FORMAT_ID;
     }
 
     @Override
@@ -171,7 +240,7 @@ public final class TandemXid implements Xid {
 
     @Override
     public byte[] getBranchQualifier() {
-        return rm.getBytes(StandardCharsets.US_ASCII);
+        return (owner != null ? owner + rm : rm).getBytes(StandardCharsets.US_ASCII);
     }
 
     @Override
@@ -188,6 +257,6 @@ public final class TandemXid implements Xid {
 
     @Override
     public String toString() {
-        return gtrid + ":" + rm + (commitPoint != null ? ":" + commitPoint : "");
+        return gtrid + ":" + rm + (commitPoint != null ? ":" + commitPoint : "") + (owner != null ? "@" + owner.substring(0, 8) : "");
     }
 }

@@ -80,6 +80,20 @@ class CommitPointTest {
         return g;
     }
 
+    /** The id of MariaDB's decision table (tandem_decision_id). */
+    static String mariaTableId() throws SQLException {
+        try (Connection c = TestEnv.maria()) {
+            return DecisionTable.readId(c);
+        }
+    }
+
+    /** The id of PostgreSQL's decision table. */
+    static String pgTableId() throws SQLException {
+        try (Connection c = TestEnv.pg()) {
+            return DecisionTable.readId(c);
+        }
+    }
+
     /** The outcome row of gtrid in the decision table behind c ("" when none). */
     static String decisionRow(Connection conn, String g) throws SQLException {
         try (Connection c = conn; Statement st = c.createStatement();
@@ -91,8 +105,8 @@ class CommitPointTest {
     /**
      * Forty transactions decided at MariaDB: both rows committed, no
      * coordinator call (there is none to call), the first one's decision row
-     * written, nothing left prepared, and the decision rows of committed
-     * transactions deleted in batches in the background.
+     * written, nothing left prepared, and no decision row deleted before it
+     * is FORGET_MIN_AGE old.
      */
     @Test
     void decidedAtMariaDbWithNoCoordinatorCall() throws Exception {
@@ -117,9 +131,10 @@ class CommitPointTest {
                     assertEquals("C", decisionRow(TestEnv.maria(), g), "MariaDB's decision row");
                 }
             }
-            String g0 = first;
-            assertTrue(TestEnv.eventually(10_000, () -> decisionRow(TestEnv.maria(), g0).isEmpty()),
-                    "the first transaction's decision row is deleted after 39 more commits");
+            // Not forgotten yet, 39 commits later: no 'C' row is deleted before it
+            // is DecisionTable.FORGET_MIN_AGE old (a key taken after it was gone
+            // would record 'A' for a transaction committed everywhere).
+            assertEquals("C", decisionRow(TestEnv.maria(), first), "the first decision row, younger than the forget horizon, is kept");
         }
     }
 
@@ -136,7 +151,8 @@ class CommitPointTest {
             String id = TandemJtaTest.id();
             String g = writeBoth(tm, pg, maria, id);
             try (Connection c = TestEnv.maria()) {
-                assertEquals(DecisionTable.Outcome.ABORT, DecisionTable.resolve(c, DecisionTable.Dialect.MARIADB, g, Duration.ofSeconds(1)));
+                assertEquals(DecisionTable.Outcome.ABORT, DecisionTable.resolve(c, DecisionTable.Dialect.MARIADB, g, DecisionTable.readId(c),
+                        Duration.ofSeconds(1)));
             }
             RollbackException e = assertThrows(RollbackException.class, tm::commit);
             assertTrue(e.getMessage().contains("refused the decision") && e.getMessage().contains(g), e.getMessage());
@@ -304,7 +320,8 @@ class CommitPointTest {
                 assertTrue(seen.toString().contains("HALT " + step), seen.toString());
                 String gt = g;
                 List<String> left = TestEnv.prepared(gt);
-                assertEquals(List.of("pg tandemcp:" + gt + ":pg:maria"), left, step + ": PostgreSQL prepared, named with the commit point");
+                assertEquals(List.of("pg tandemcp2:" + gt + ":pg:maria:" + mariaTableId()), left,
+                        step + ": PostgreSQL prepared, named with the commit point and owned by its decision table");
                 assertTrue(TestEnv.eventually(30_000, () -> TestEnv.prepared(gt).isEmpty()),
                         step + ": the coordinator settled the prepared branch: " + TestEnv.prepared(gt) + "\n" + coord.output());
                 boolean p = TestEnv.pgHas(id);
@@ -319,9 +336,9 @@ class CommitPointTest {
     }
 
     /**
-     * On the MariaDB commit point (a plain transaction, which MariaDB would
-     * let DDL commit implicitly), statements that end the transaction are
-     * refused before they are sent, through every way a handle sends SQL;
+     * On the MariaDB commit point (an XA branch, where MariaDB refuses them
+     * itself), statements that end the transaction are refused before they
+     * are sent, with a clearer error, through every way a handle sends SQL;
      * the transaction is unchanged and rolls back whole. On an XA branch
      * (DecideAt.COORDINATOR) MariaDB refuses them itself.
      */
@@ -562,13 +579,12 @@ class CommitPointTest {
     }
 
     /**
-     * MariaDB rolls the commit point's transaction back when it is chosen as
-     * a deadlock's victim, and the session is then in autocommit: an
-     * application that retries the statement would commit it at once,
-     * ahead of the decision, which then refuses (the transaction was ended)
-     * and rolls PostgreSQL back — a split. After such an error the branch
-     * refuses every statement and the global transaction can only roll
-     * back, whole (an XA branch is put in ROLLBACK ONLY by MariaDB itself).
+     * MariaDB rolls the commit point's branch back when it is chosen as a
+     * deadlock's victim. As a plain transaction the session was then in
+     * autocommit, and a retried statement committed at once, ahead of the
+     * decision, which then refused and rolled PostgreSQL back — a split. As
+     * an XA branch it is rollback-only (MariaDB refuses the retry), and the
+     * error doomed the global transaction: it rolls back, whole.
      */
     @Test
     void deadlockVictimCommitPointRefusesFurtherStatements() throws Exception {

@@ -40,6 +40,9 @@ final class Coordinator implements AutoCloseable {
     void start(String failpoints) throws Exception {
         List<String> cmd = new ArrayList<>(List.of(TestEnv.tandemBin(), "serve", "--listen", addr, "--data-dir", dataDir.toString(),
                 "--scan-interval", "200ms", "--orphan-timeout", "2s",
+                // A gtrid that began before the log was born (plus this skew) is never
+                // presumed aborted: short, so that tests' orphans are settled (awaitPastBirth).
+                "--max-clock-skew", "1s",
                 // Expanded by tandem from its environment: the passwords stay off the command line.
                 "--rm", "pg=postgres:${TANDEM_PG_DSN}", "--rm", "maria=mysql:${TANDEM_MYSQL_DSN}"));
         cmd.addAll(extra);
@@ -93,6 +96,28 @@ final class Coordinator implements AutoCloseable {
             }
         }
         throw new IllegalStateException("coordinator did not become healthy:\n" + output());
+    }
+
+    /**
+     * Returns once gtrids begun from now on are past this coordinator's birth
+     * boundary (the data directory's born line plus --max-clock-skew, 1 s):
+     * only their prepared orphans does it presume aborted. At once when the
+     * identity has no born line (a coordinator older than owners).
+     */
+    void awaitPastBirth() throws IOException, InterruptedException {
+        Path f = dataDir.resolve("cluster");
+        if (!Files.exists(f)) {
+            return;
+        }
+        for (String line : Files.readAllLines(f)) {
+            if (line.startsWith("born ")) {
+                long until = java.time.Instant.parse(line.substring(5).trim()).toEpochMilli() + 1_100;
+                long left = until - System.currentTimeMillis();
+                if (left > 0) {
+                    Thread.sleep(left); // until a known instant, not a guess
+                }
+            }
+        }
     }
 
     String output() {

@@ -10,6 +10,8 @@ import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.util.List;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -31,13 +33,16 @@ class CrashTest {
      */
     @Test
     void jvmKilledAfterPrepareIsSettledByTheCoordinator() throws Exception {
-        try (Coordinator coord = new Coordinator(null)) {
+        try (Coordinator coord = new Coordinator(null);
+                TcpProxy proxy = new TcpProxy("127.0.0.1", Integer.parseInt(coord.addr.substring(coord.addr.lastIndexOf(':') + 1)))) {
+            coord.awaitPastBirth();
             String id = TandemJtaTest.id();
-            // The child's coordinator: a port nobody listens on, so its Commit call never gets through.
-            String nowhere = "127.0.0.1:" + TestEnv.freePort();
+            // The child reaches the coordinator through the proxy: it learns the
+            // cluster (Health), then the proxy drops everything, so its Commit
+            // call never gets through.
             String java = System.getProperty("java.home") + File.separator + "bin" + File.separator + "java";
             Process child = new ProcessBuilder(java, "-cp", System.getProperty("java.class.path"),
-                    PrepareAndHang.class.getName(), nowhere, id).redirectErrorStream(true).start();
+                    PrepareAndHang.class.getName(), "127.0.0.1:" + proxy.port(), id).redirectErrorStream(true).start();
             try {
                 BufferedReader out = new BufferedReader(new InputStreamReader(child.getInputStream(), StandardCharsets.UTF_8));
                 StringBuilder seen = new StringBuilder();
@@ -47,9 +52,16 @@ class CrashTest {
                 }
                 assertTrue(line != null, "the child printed no gtrid:\n" + seen);
                 String g = line.substring(6);
-                List<String> want = List.of("pg tandem:" + g + ":pg", "maria " + g + ",maria," + TandemXid.FORMAT_ID);
+                proxy.dropToServer = true;
+                proxy.dropToClient = true;
+                child.getOutputStream().write('\n');
+                child.getOutputStream().flush();
+                Matcher cm = Pattern.compile("cluster=([0-9a-f]{32})").matcher(coord.healthMessage());
+                assertTrue(cm.find(), "the coordinator names its cluster: " + coord.healthMessage());
+                String cluster = cm.group(1);
+                List<String> want = List.of("pg tandem2:" + g + ":pg:" + cluster, "maria " + g + "," + cluster + "maria," + TandemXid.OWNED_FORMAT_ID);
                 assertTrue(TestEnv.eventually(20_000, () -> TestEnv.prepared(g).containsAll(want)),
-                        "both branches prepared under Tandem's names: " + TestEnv.prepared(g));
+                        "both branches prepared under Tandem's names, owned by the coordinator's cluster: " + TestEnv.prepared(g));
                 child.destroyForcibly();
                 assertTrue(child.waitFor(10, TimeUnit.SECONDS), "child killed");
                 assertTrue(TestEnv.eventually(30_000, () -> TestEnv.prepared(g).isEmpty()),
@@ -87,6 +99,8 @@ class CrashTest {
                 }
                 assertTrue(line != null, "the child printed no gtrid");
                 String g = line.substring(6);
+                child.getOutputStream().write('\n'); // go on: prepare and commit
+                child.getOutputStream().flush();
                 assertTrue(TestEnv.eventually(20_000, () -> TestEnv.prepared(g).size() == 2), "both prepared: " + TestEnv.prepared(g));
                 Thread.sleep(1000); // the Commit call is in the coordinator's hands now (nearly always)
                 child.destroyForcibly();

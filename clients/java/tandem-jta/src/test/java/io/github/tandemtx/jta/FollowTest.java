@@ -68,8 +68,11 @@ class FollowTest {
         Server server;
 
         RoleFake(boolean hint, long epoch, boolean serving) {
-            this(hint, epoch, serving, "c");
+            this(hint, epoch, serving, CLUSTER);
         }
+
+        /** The cluster of the fakes made without one: an identity, which names the branches they decide. */
+        static final String CLUSTER = "c".repeat(32);
 
         /** A coordinator of cluster (Health's "cluster=" as the server says it). */
         RoleFake(boolean hint, long epoch, boolean serving, String cluster) {

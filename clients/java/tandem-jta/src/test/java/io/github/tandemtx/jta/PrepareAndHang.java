@@ -5,10 +5,12 @@ import java.sql.PreparedStatement;
 import java.time.Duration;
 
 /**
- * The child JVM of CrashTest: writes row args[1] on both databases in one
- * transaction and commits against the coordinator at args[0], which does not
- * answer, so the JVM sits with both branches prepared until it is killed.
- * It prints "GTRID <gtrid>" first.
+ * The child JVM of CrashTest: asks the coordinator at args[0] (a proxy) for
+ * its Health (learning its cluster, which names the branches), prints
+ * "GTRID <gtrid>", waits for a line on stdin (the test makes the proxy drop
+ * everything meanwhile), then writes row args[1] on both databases in one
+ * transaction and commits: the Commit never gets through, so the JVM sits
+ * with both branches prepared until it is killed.
  */
 public final class PrepareAndHang {
     public static void main(String[] args) throws Exception {
@@ -16,9 +18,11 @@ public final class PrepareAndHang {
                 TandemConfig.coordinator(args[0]).withDecisionTimeout(Duration.ofMinutes(5)).withDecideAt(TandemConfig.DecideAt.COORDINATOR));
         TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
         TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
+        tm.verify();
         tm.begin();
         System.out.println("GTRID " + ((TandemTransaction) tm.getTransaction()).gtrid());
         System.out.flush();
+        new java.io.BufferedReader(new java.io.InputStreamReader(System.in, java.nio.charset.StandardCharsets.UTF_8)).readLine();
         for (TandemDataSource ds : new TandemDataSource[] {pg, maria}) {
             try (Connection c = ds.getConnection(); PreparedStatement ps = c.prepareStatement("INSERT INTO jta_rows (id, v) VALUES (?, 1)")) {
                 ps.setString(1, args[1]);

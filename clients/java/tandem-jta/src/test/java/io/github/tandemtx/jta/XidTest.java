@@ -64,7 +64,7 @@ class XidTest {
     @Test
     void commitPointNamesMatchTheGoSdk() {
         String g = "0000019a8f3c2b1e5d0c7a9b3e41f2aa";
-        TandemXid x = TandemXid.of(g, "pg").withCommitPoint("maria");
+        TandemXid x = TandemXid.of(g, "pg").withCommitPoint("maria", null);
         assertEquals("tandemcp:0000019a8f3c2b1e5d0c7a9b3e41f2aa:pg:maria", x.postgresGid());
         assertEquals("'0000019a8f3c2b1e5d0c7a9b3e41f2aamaria','pg',1413566019", x.mysqlXid());
         assertEquals(0x54414E43, x.getFormatId());
@@ -88,6 +88,61 @@ class XidTest {
         assertFalse(x.equals(TandemXid.of(g, "pg")), "a commit point's branch is another XID");
     }
 
+    /**
+     * Owned names, exactly as the Go package xid writes them (printed by
+     * xid's Branch.PostgresGID and MySQLXID for this gtrid and owner), and
+     * read back from their XA parts.
+     */
+    @Test
+    void ownedNamesMatchTheGoSdk() {
+        String g = "0000019a8f3c2b1e5d0c7a9b3e41f2aa";
+        String o = "6f1c2d3e4f5061728394a5b6c7d8e9f0";
+        TandemXid coord = TandemXid.of(g, "pg").ownedBy(o);
+        TandemXid cp = TandemXid.of(g, "pg").withCommitPoint("maria", o);
+        TandemXid self = TandemXid.commitPointSelf(g, "maria", o);
+        TandemXid mcoord = TandemXid.of(g, "maria").ownedBy(o);
+        assertEquals("tandem2:0000019a8f3c2b1e5d0c7a9b3e41f2aa:pg:6f1c2d3e4f5061728394a5b6c7d8e9f0", coord.postgresGid());
+        assertEquals("'0000019a8f3c2b1e5d0c7a9b3e41f2aa','6f1c2d3e4f5061728394a5b6c7d8e9f0pg',1413566002", coord.mysqlXid());
+        assertEquals("tandemcp2:0000019a8f3c2b1e5d0c7a9b3e41f2aa:pg:maria:6f1c2d3e4f5061728394a5b6c7d8e9f0", cp.postgresGid());
+        assertEquals("'0000019a8f3c2b1e5d0c7a9b3e41f2aamaria','6f1c2d3e4f5061728394a5b6c7d8e9f0pg',1413563186", cp.mysqlXid());
+        assertEquals("tandemcp2:0000019a8f3c2b1e5d0c7a9b3e41f2aa:maria:maria:6f1c2d3e4f5061728394a5b6c7d8e9f0", self.postgresGid());
+        assertEquals("'0000019a8f3c2b1e5d0c7a9b3e41f2aamaria','6f1c2d3e4f5061728394a5b6c7d8e9f0maria',1413563186", self.mysqlXid());
+        assertEquals("'0000019a8f3c2b1e5d0c7a9b3e41f2aa','6f1c2d3e4f5061728394a5b6c7d8e9f0maria',1413566002", mcoord.mysqlXid());
+        assertEquals(0x54414E32, TandemXid.OWNED_FORMAT_ID);
+        assertEquals(0x54414332, TandemXid.OWNED_COMMIT_POINT_FORMAT_ID);
+        for (TandemXid x : new TandemXid[] {coord, cp, self, mcoord}) {
+            TandemXid back = TandemXid.from(xid(x.getFormatId(), x.getGlobalTransactionId(), x.getBranchQualifier()));
+            assertEquals(x, back);
+            assertEquals(o, back.owner());
+            assertEquals(x.commitPoint(), back.commitPoint());
+            assertEquals(x.rm(), back.rm());
+        }
+        assertFalse(coord.equals(TandemXid.of(g, "pg")), "an owned name is another XID than the legacy one");
+        // Forgeries the Go parser refuses: no owner, a short one, the zero one, upper case.
+        byte[] gb = g.getBytes(StandardCharsets.US_ASCII);
+        assertNull(TandemXid.from(xid(TandemXid.OWNED_FORMAT_ID, gb, "pg".getBytes(StandardCharsets.US_ASCII))));
+        assertNull(TandemXid.from(xid(TandemXid.OWNED_FORMAT_ID, gb, (o.substring(0, 31) + "pg").getBytes(StandardCharsets.US_ASCII))));
+        assertNull(TandemXid.from(xid(TandemXid.OWNED_FORMAT_ID, gb, ("0".repeat(32) + "pg").getBytes(StandardCharsets.US_ASCII))));
+        assertNull(TandemXid.from(xid(TandemXid.OWNED_FORMAT_ID, gb, (o.toUpperCase() + "pg").getBytes(StandardCharsets.US_ASCII))));
+        assertThrows(IllegalArgumentException.class, () -> TandemXid.of(g, "pg").ownedBy("0".repeat(32)));
+    }
+
+    static javax.transaction.xa.Xid xid(int format, byte[] gtrid, byte[] bqual) {
+        return new javax.transaction.xa.Xid() {
+            public int getFormatId() {
+                return format;
+            }
+
+            public byte[] getGlobalTransactionId() {
+                return gtrid;
+            }
+
+            public byte[] getBranchQualifier() {
+                return bqual;
+            }
+        };
+    }
+
     /** With allowMultiQueries, the error of the second statement of a multi-statement is thrown, not lost. */
     @Test
     void multiStatementErrorsAreThrown() throws Exception {
@@ -103,13 +158,14 @@ class XidTest {
     /**
      * MariaDB Connector/J's own XAResource, given a TandemXid, prepares a
      * branch that XA RECOVER lists exactly as the coordinator's scan expects
-     * (format 1413566020, gtrid 32 characters, bqual the RM name). Tandem still
+     * (format 1413566002, gtrid 32 characters, bqual the owner and the RM name). Tandem still
      * drives MariaDB with SQL so that it can close the session on an unknown
      * outcome; this checks the two namings agree.
      */
     @Test
     void connectorJXaResourceNamesBranchesTheSame() throws Exception {
-        TandemXid x = TandemXid.of(TandemXid.newGtrid(), "maria");
+        String owner = "6f1c2d3e4f5061728394a5b6c7d8e9f0";
+        TandemXid x = TandemXid.of(TandemXid.newGtrid(), "maria").ownedBy(owner);
         XAConnection xc = TestEnv.mariaSource().getXAConnection();
         try {
             XAResource r = xc.getXAResource();
@@ -122,11 +178,11 @@ class XidTest {
             boolean found = false;
             try (Connection c = TestEnv.maria(); Statement st = c.createStatement(); ResultSet rs = st.executeQuery("XA RECOVER")) {
                 while (rs.next()) {
-                    if (rs.getString("data").equals(x.gtrid() + "maria")) {
+                    if (rs.getString("data").equals(x.gtrid() + owner + "maria")) {
                         found = true;
-                        assertEquals(TandemXid.FORMAT_ID, rs.getLong("formatID"));
+                        assertEquals(TandemXid.OWNED_FORMAT_ID, rs.getLong("formatID"));
                         assertEquals(32, rs.getInt("gtrid_length"));
-                        assertEquals(5, rs.getInt("bqual_length"));
+                        assertEquals(37, rs.getInt("bqual_length"));
                     }
                 }
             }

@@ -4,13 +4,12 @@ import io.github.tandemtx.jta.TandemConfig;
 import io.github.tandemtx.jta.TandemDataSource;
 import io.github.tandemtx.jta.TandemTransactionManager;
 import jakarta.transaction.SystemException;
-import java.sql.SQLException;
+import java.time.Duration;
 import javax.sql.DataSource;
-import org.mariadb.jdbc.MariaDbDataSource;
-import org.postgresql.ds.PGSimpleDataSource;
 import org.springframework.beans.factory.SmartInitializingSingleton;
 import org.springframework.beans.factory.annotation.Qualifier;
 import org.springframework.beans.factory.annotation.Value;
+import org.springframework.boot.jdbc.DataSourceBuilder;
 import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
 import org.springframework.jdbc.core.JdbcTemplate;
@@ -29,8 +28,9 @@ import org.springframework.transaction.jta.JtaTransactionManager;
 public class TandemJtaConfiguration {
     /** The JTA transaction manager; its log is the coordinator's, none is kept here. */
     @Bean(destroyMethod = "close")
-    TandemTransactionManager tandemTransactionManager(@Value("${tandem.coordinator}") String coordinator) {
-        return TandemTransactionManager.create(TandemConfig.coordinator(coordinator));
+    TandemTransactionManager tandemTransactionManager(@Value("${tandem.coordinator}") String coordinator,
+            @Value("${tandem.decide-at:AUTO}") TandemConfig.DecideAt decideAt, @Value("${tandem.decision-timeout:30s}") Duration decisionTimeout) {
+        return TandemTransactionManager.create(TandemConfig.coordinator(coordinator).withDecideAt(decideAt).withDecisionTimeout(decisionTimeout));
     }
 
     /** Spring's transaction manager for @Transactional, over Tandem's UserTransaction and TransactionManager. */
@@ -41,18 +41,38 @@ public class TandemJtaConfiguration {
         return jta;
     }
 
-    /** PostgreSQL, resource manager "pg": connections taken inside a transaction join it. */
-    @Bean(destroyMethod = "close")
-    TandemDataSource pgDataSource(TandemTransactionManager tandem, @Value("${example.pg.url}") String url) {
-        PGSimpleDataSource pg = new PGSimpleDataSource();
-        pg.setURL(JdbcUrls.postgres(url));
-        return TandemDataSource.postgres(tandem, "pg", pg);
+    /**
+     * PostgreSQL's pool: what Spring Boot makes of a JDBC URL, a HikariCP
+     * pool (Boot's default) of Hikari's default size (10). Only the
+     * TandemDataSource below uses it.
+     */
+    @Bean
+    DataSource pgPool(@Value("${example.pg.url}") String url) {
+        return DataSourceBuilder.create().url(JdbcUrls.postgres(url)).build();
     }
 
-    /** MariaDB, resource manager "maria". */
+    /** MariaDB's pool, likewise. */
+    @Bean
+    DataSource mariaPool(@Value("${example.maria.url}") String url) {
+        return DataSourceBuilder.create().url(JdbcUrls.mariadb(url)).build();
+    }
+
+    /**
+     * PostgreSQL, resource manager "pg": connections taken inside a
+     * transaction join it. Over Hikari's pool, with the default sizes
+     * (16 here, 10 in Hikari): a connection given back while another thread
+     * waits in Hikari goes back to Hikari, and a session whose transaction
+     * state is unknown is aborted, never given back (README: pools).
+     */
     @Bean(destroyMethod = "close")
-    TandemDataSource mariaDataSource(TandemTransactionManager tandem, @Value("${example.maria.url}") String url) throws SQLException {
-        return TandemDataSource.mariadb(tandem, "maria", new MariaDbDataSource(JdbcUrls.mariadb(url)));
+    TandemDataSource pgDataSource(TandemTransactionManager tandem, @Qualifier("pgPool") DataSource pool) {
+        return TandemDataSource.postgres(tandem, "pg", pool);
+    }
+
+    /** MariaDB, resource manager "maria", over its pool likewise. */
+    @Bean(destroyMethod = "close")
+    TandemDataSource mariaDataSource(TandemTransactionManager tandem, @Qualifier("mariaPool") DataSource pool) {
+        return TandemDataSource.mariadb(tandem, "maria", pool);
     }
 
     @Bean

@@ -4,7 +4,20 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.github.tandemtx.jta.TandemTransactionManager;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.UUID;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
+import org.springframework.boot.WebApplicationType;
+import org.springframework.boot.builder.SpringApplicationBuilder;
+import org.springframework.context.ConfigurableApplicationContext;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.transaction.TransactionSystemException;
 
 /**
  * The Spring example against the real databases ($TANDEM_PG_DSN,
@@ -22,6 +35,98 @@ class SpringTransferTest {
             assertEquals(8, r.failedOnPurpose(), () -> "every fifth transfer fails on purpose after writing both databases: " + r);
             assertEquals(1, r.insufficient(), () -> "the overdraft at the end is refused: " + r);
         }
+    }
+
+    /**
+     * Sixteen threads on Spring Boot's default pool (HikariCP, 10
+     * connections) under each TandemDataSource (16): none waits out
+     * Hikari's 30 s connection timeout (it did: "Connection is not
+     * available, request timed out after 30006ms").
+     */
+    @Test
+    void sixteenThreadsOnBootsDefaultPool() throws Exception {
+        try (TestCoordinator c = new TestCoordinator()) {
+            Bank.Report r = SpringTransferApplication.run("--tandem.coordinator=" + c.addr, "--example.transfers=80", "--example.threads=16");
+            assertTrue(r.ok(), () -> r + "\ncoordinator:\n" + c.output());
+            assertEquals(64, r.committed(), r::toString);
+            assertEquals(16, r.failedOnPurpose(), r::toString);
+        }
+    }
+
+    /**
+     * The issue's scenario, as a Spring Boot user runs it: Boot's default
+     * pool (HikariCP) behind each TandemDataSource, decided at the
+     * coordinator, the coordinator killed for one transfer (an unknown
+     * outcome: the MariaDB session held a prepared branch). That session is
+     * aborted, not pooled: after the restart every transfer commits (before,
+     * every one drawing it failed with XAER_RMFAIL … PREPARED state), the
+     * unknown transfer's branches are settled by the coordinator, and the
+     * journals match on both databases.
+     */
+    @Test
+    void aCoordinatorStoppedForOneTransferLeavesBootsPoolHealthy() throws Exception {
+        try (TestCoordinator c = new TestCoordinator();
+                ConfigurableApplicationContext ctx = new SpringApplicationBuilder(SpringTransferApplication.class).web(WebApplicationType.NONE)
+                        .run("--tandem.coordinator=" + c.addr, "--tandem.decide-at=COORDINATOR", "--tandem.decision-timeout=3s")) {
+            Bank bank = ctx.getBean(Bank.class);
+            TransferService transfers = ctx.getBean(TransferService.class);
+            JdbcTemplate pg = ctx.getBean("pgJdbc", JdbcTemplate.class);
+            JdbcTemplate maria = ctx.getBean("mariaJdbc", JdbcTemplate.class);
+            TandemTransactionManager tandem = ctx.getBean(TandemTransactionManager.class);
+            bank.setup();
+            Set<String> committed = new HashSet<>();
+            String first = UUID.randomUUID().toString();
+            transfers.transfer(first, 1, 2, 10, false);
+            committed.add(first);
+
+            c.awaitPastBirth(); // the lost transfer's orphans are then presumed aborted
+            c.kill();
+            String lost = UUID.randomUUID().toString();
+            TransactionSystemException unknown = assertThrows(TransactionSystemException.class, () -> transfers.transfer(lost, 1, 2, 10, false));
+            Matcher m = Pattern.compile("transaction ([0-9a-f]{32})").matcher(chain(unknown));
+            assertTrue(m.find() && chain(unknown).contains("OutcomeUnknownException"), chain(unknown));
+            String g = m.group(1);
+
+            c.start();
+            long end = System.currentTimeMillis() + 20_000;
+            while (true) { // the manager's channel reconnects (its backoff may outlast the restart)
+                try {
+                    tandem.verify();
+                    break;
+                } catch (jakarta.transaction.SystemException e) {
+                    assertTrue(System.currentTimeMillis() < end, "the manager never reached the restarted coordinator: " + e.getMessage());
+                    Thread.sleep(100);
+                }
+            }
+            for (int i = 0; i < 5; i++) {
+                String ref = UUID.randomUUID().toString();
+                transfers.transfer(ref, 3, 4, 10, false);
+                committed.add(ref);
+            }
+            end = System.currentTimeMillis() + 30_000;
+            while (prepared(pg, maria, g) > 0) {
+                assertTrue(System.currentTimeMillis() < end, "the unknown transfer's branches stay prepared\n" + c.output());
+                Thread.sleep(100);
+            }
+            boolean onPg = pg.queryForObject("SELECT count(*) FROM " + Bank.JOURNAL + " WHERE ref = ?", Integer.class, lost) == 1;
+            if (onPg) {
+                committed.add(lost);
+            }
+            List<String> v = bank.check(committed, onPg ? Set.of() : Set.of(lost));
+            assertTrue(v.isEmpty(), v + "\ncoordinator:\n" + c.output());
+        }
+    }
+
+    /** Branches of gtrid g still prepared on either database. */
+    private static int prepared(JdbcTemplate pg, JdbcTemplate maria, String g) {
+        Integer p = pg.queryForObject("SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE ?", Integer.class, "%" + g + "%");
+        int n = p == null ? 0 : p;
+        for (Map<String, Object> row : maria.queryForList("XA RECOVER")) {
+            if (String.valueOf(row.get("data")).startsWith(g)) {
+                n++;
+            }
+        }
+        return n;
     }
 
     @Test

@@ -23,16 +23,23 @@ final class TestCoordinator implements AutoCloseable {
     final String addr;
     private final Path dataDir;
     private final Path logFile;
-    private final Process proc;
+    private Process proc;
 
     TestCoordinator() throws Exception {
         addr = "127.0.0.1:" + freePort();
         dataDir = Files.createTempDirectory("tandem-spring-coord");
         logFile = dataDir.resolveSibling(dataDir.getFileName() + ".log");
+        start();
+    }
+
+    /** Starts (again: same address and data directory) and waits until it serves. */
+    void start() throws Exception {
         proc = new ProcessBuilder(List.of(tandemBin(), "serve", "--listen", addr, "--admin", "", "--data-dir", dataDir.toString(),
+                // Orphans settled within seconds, and gtrids past the log's birth after 1 s.
+                "--scan-interval", "200ms", "--orphan-timeout", "2s", "--max-clock-skew", "1s",
                 // Expanded by tandem from its environment: the passwords stay off the command line.
                 "--rm", "pg=postgres:${TANDEM_PG_DSN}", "--rm", "maria=mysql:${TANDEM_MYSQL_DSN}"))
-                .redirectErrorStream(true).redirectOutput(logFile.toFile()).start();
+                .redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.appendTo(logFile.toFile())).start();
         long end = System.currentTimeMillis() + 20_000;
         try (TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(addr))) {
             while (true) {
@@ -45,6 +52,32 @@ final class TestCoordinator implements AutoCloseable {
                         throw new IllegalStateException("coordinator at " + addr + " did not start serving: " + e.getMessage() + "\n" + output());
                     }
                     Thread.sleep(50);
+                }
+            }
+        }
+    }
+
+    /** SIGKILL, keeping the data directory (start() again later). */
+    void kill() throws InterruptedException {
+        proc.destroyForcibly();
+        proc.waitFor(10, TimeUnit.SECONDS);
+    }
+
+    /**
+     * Returns once gtrids begun from now on are past the data directory's
+     * birth boundary (its born line plus --max-clock-skew): only their
+     * orphans does the coordinator presume aborted.
+     */
+    void awaitPastBirth() throws IOException, InterruptedException {
+        Path f = dataDir.resolve("cluster");
+        if (!Files.exists(f)) {
+            return;
+        }
+        for (String line : Files.readAllLines(f)) {
+            if (line.startsWith("born ")) {
+                long left = java.time.Instant.parse(line.substring(5).trim()).toEpochMilli() + 1_100 - System.currentTimeMillis();
+                if (left > 0) {
+                    Thread.sleep(left); // until a known instant
                 }
             }
         }

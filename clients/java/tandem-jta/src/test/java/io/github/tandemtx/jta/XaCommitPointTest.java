@@ -1,0 +1,153 @@
+package io.github.tandemtx.jta;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import jakarta.transaction.RollbackException;
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.ArrayList;
+import java.util.List;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The MariaDB commit point is an XA branch named with its decision table
+ * (TAC2), decided by INSERT; XA END; XA COMMIT … ONE PHASE: the server
+ * itself refuses what would end it, the decision row names its
+ * participants, and a data source that reaches another decision table
+ * than the one it names is refused by the database inside the INSERT.
+ */
+class XaCommitPointTest {
+    static Coordinator coord;
+
+    @BeforeAll
+    static void start() throws Exception {
+        TestEnv.createTables();
+        coord = new Coordinator(null); // makes the decision tables and their ids
+        try (Connection c = TestEnv.maria(); Statement st = c.createStatement()) {
+            st.execute("DROP TABLE IF EXISTS x"); // the corpus' names, from a failed run
+            st.execute("DROP TABLE IF EXISTS t");
+        }
+    }
+
+    static TandemTransactionManager tm() {
+        return TandemTransactionManager.create(TandemConfig.coordinator(coord.addr).withDecisionTimeout(java.time.Duration.ofSeconds(5)));
+    }
+
+    @AfterAll
+    static void stop() throws Exception {
+        if (coord != null) {
+            coord.close();
+        }
+    }
+
+    /**
+     * Every "ends" statement of the shared corpus, sent on the MariaDB commit
+     * point through the driver's own connection (so the SDK's classifier
+     * never sees it), then PostgreSQL written and the transaction
+     * committed: both databases agree, each time. The server refused what
+     * would have ended the transaction (XAER_RMFAIL, error 1399, for a bare
+     * COMMIT), where a plain transaction would have committed MariaDB's
+     * writes ahead of the decision.
+     */
+    @Test
+    void theServerKeepsTheCommitPointWholeWithTheClassifierBypassed() throws Exception {
+        List<ImplicitCommitTest.Case> ends = new ArrayList<>();
+        for (ImplicitCommitTest.Case c : ImplicitCommitTest.corpus()) {
+            if (c.ends()) {
+                ends.add(c);
+            }
+        }
+        assertTrue(ends.size() >= 30, "the corpus' ends cases: " + ends.size());
+        List<String> split = new ArrayList<>();
+        String commitAnswer = null;
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            for (ImplicitCommitTest.Case c : ends) {
+                String id = TandemJtaTest.id();
+                tm.begin();
+                String answer;
+                try (Connection b = maria.getConnection(); Connection a = pg.getConnection()) {
+                    assertEquals("maria", ((TandemTransaction) tm.getTransaction()).commitPoint());
+                    CommitPointTest.insert(b, id);
+                    try (Statement raw = b.unwrap(org.mariadb.jdbc.Connection.class).createStatement()) {
+                        raw.execute(c.sql());
+                        answer = "ran";
+                    } catch (SQLException e) {
+                        answer = e.getErrorCode() + " " + e.getMessage();
+                    }
+                    if (c.sql().equals("COMMIT/* c */")) {
+                        commitAnswer = answer;
+                    }
+                    CommitPointTest.insert(a, id);
+                }
+                try {
+                    tm.commit();
+                } catch (RollbackException e) {
+                    // refused is fine; split is not
+                }
+                boolean p = TestEnv.pgHas(id);
+                boolean m = TestEnv.mariaHas(id);
+                if (p != m) {
+                    split.add(c.sql() + " (the server: " + answer + "): postgres " + p + ", mariadb " + m);
+                }
+            }
+        }
+        assertTrue(split.isEmpty(), split.size() + " of " + ends.size() + " SPLIT:\n" + String.join("\n", split));
+        assertTrue(commitAnswer != null && commitAnswer.startsWith("1399 "), "a COMMIT inside the XA branch: " + commitAnswer);
+        try (Connection c = TestEnv.maria(); ResultSet rs = c.getMetaData().getTables(null, null, "x", null)) {
+            assertFalse(rs.next(), "a CREATE TABLE of the corpus ran inside the commit point");
+        }
+    }
+
+    /** The 'C' row names the prepared branch's RM by its decision table's id. */
+    @Test
+    void theDecisionRowNamesItsParticipants() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            String g = CommitPointTest.writeBoth(tm, maria, pg, id);
+            tm.commit();
+            assertTrue(TestEnv.pgHas(id) && TestEnv.mariaHas(id));
+            try (Connection c = TestEnv.maria(); Statement st = c.createStatement();
+                    ResultSet rs = st.executeQuery("SELECT outcome, participants FROM tandem_decision WHERE gtrid = '" + g + "'")) {
+                assertTrue(rs.next(), "the decision row");
+                assertEquals("C", rs.getString(1));
+                assertEquals("pg=" + CommitPointTest.pgTableId(), rs.getString(2));
+            }
+        }
+    }
+
+    /**
+     * The data source believes it reaches a decision table whose id is not
+     * the one its database has (another schema or database would look like
+     * this): the database refuses the INSERT of the decision, nothing
+     * commits, the prepared branch rolls back.
+     */
+    @Test
+    void anotherDecisionTableRefusesTheDecision() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String warmup = TandemJtaTest.id();
+            CommitPointTest.writeBoth(tm, maria, pg, warmup);
+            tm.commit(); // the check ran and cached the real id
+            maria.resourceManager().tableIdForTest("0123456789abcdef0123456789abcdef");
+            String id = TandemJtaTest.id();
+            String g = CommitPointTest.writeBoth(tm, maria, pg, id);
+            RollbackException e = assertThrows(RollbackException.class, tm::commit);
+            assertTrue(e.getMessage().contains(DecisionTable.REFUSED_WRONG_TABLE), e.getMessage());
+            assertFalse(TestEnv.pgHas(id) || TestEnv.mariaHas(id), "nothing committed");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+            assertEquals("", CommitPointTest.decisionRow(TestEnv.maria(), g));
+        }
+    }
+}
