@@ -75,7 +75,7 @@ func (b *Branch) ExecContext(ctx context.Context, query string, args ...any) (sq
 		if err != nil {
 			return nil, b.fail(fmt.Errorf("rm %q: begin and first statement: %w", b.rm.name, err))
 		}
-		return res, nil
+		return res, b.checkAfter(query)
 	}
 	b.trips++
 	start := time.Now()
@@ -84,7 +84,7 @@ func (b *Branch) ExecContext(ctx context.Context, query string, args ...any) (sq
 	if err != nil {
 		return nil, b.fail(fmt.Errorf("rm %q: %w", b.rm.name, err))
 	}
-	return res, nil
+	return res, b.checkAfter(query)
 }
 
 // QueryContext runs a statement that returns rows. A PostgreSQL branch that
@@ -143,20 +143,31 @@ func (b *Branch) usable() error {
 	return nil
 }
 
-// admit checks that the branch may run query: usable, and, on a commit
-// point (a plain MariaDB/MySQL transaction, chosen before its begin), not a
-// statement that would end the transaction implicitly (implicit.go).
+// admit checks that the branch may run query: usable, still inside its
+// transaction (PostgreSQL: pgcontrol.go), and query's text does not end the
+// transaction (pgcontrol.go, implicit.go).
 func (b *Branch) admit(ctx context.Context, query string) error {
 	if err := b.usable(); err != nil {
 		return err
 	}
+	if err := b.pgStatus(""); err != nil {
+		return b.fail(err)
+	}
 	if b.state == branchIdle {
 		b.chooseBegin(ctx)
 	}
-	if b.plain {
-		if err := b.refuseImplicitCommit(query); err != nil {
-			return b.fail(err)
-		}
+	if err := b.checkText(query); err != nil {
+		return b.fail(err)
+	}
+	return nil
+}
+
+// checkAfter checks, after query ran without error, that the branch is
+// still inside its transaction (PostgreSQL: pgcontrol.go); if not, the
+// transaction is doomed.
+func (b *Branch) checkAfter(query string) error {
+	if err := b.pgStatus(query); err != nil {
+		return b.fail(err)
 	}
 	return nil
 }

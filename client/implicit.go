@@ -95,12 +95,8 @@ func (b *Branch) refuseImplicitCommit(query string) error {
 // refusal is the error refusing stmt on rm: it quotes stmt without its
 // surrounding blanks, cut after 80 characters with "…".
 func refusal(rm, stmt string) error {
-	stmt = strings.TrimSpace(stmt)
-	if r := []rune(stmt); len(r) > 80 {
-		stmt = string(r[:80]) + "…"
-	}
 	return fmt.Errorf("client: rm %q: %q would end the transaction (an implicit commit): not allowed inside a global transaction, whose MariaDB/MySQL branch is its commit point; "+
-		"run DDL, LOCK TABLES, transaction control and stored procedures (CALL: one may COMMIT) outside it, or decide at the coordinator (an XA branch refuses them too)", rm, stmt)
+		"run DDL, LOCK TABLES, transaction control and stored procedures (CALL: one may COMMIT) outside it, or decide at the coordinator (an XA branch refuses them too)", rm, clipStmt(stmt))
 }
 
 // statement is one statement of a query: its text, and its code, the text

@@ -213,6 +213,9 @@ func (t *Tx) begun() []*Branch {
 
 func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, error) {
 	for _, b := range t.branches { // enlisted, begun or not: a failed begin leaves one idle
+		if err := b.pgStatus(""); err != nil {
+			b.fail(err)
+		}
 		if b.lastErr != nil {
 			t.abortAll(ctx, branches)
 			return Result{}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("branch on %q failed earlier", b.rm.name), Cause: b.lastErr}
