@@ -89,8 +89,10 @@ func (b *Branch) ExecContext(ctx context.Context, query string, args ...any) (sq
 
 // QueryContext runs a statement that returns rows. A PostgreSQL branch that
 // only ran queries is checked at commit and, if it wrote nothing, committed
-// locally and left out of the two-phase protocol.
-func (b *Branch) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+// locally and left out of the two-phase protocol. An error the rows return
+// later (Next, Scan, Err, Close) dooms the transaction, as one from the
+// query does (rows.go).
+func (b *Branch) QueryContext(ctx context.Context, query string, args ...any) (*Rows, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.admit(ctx, query); err != nil {
@@ -106,31 +108,26 @@ func (b *Branch) QueryContext(ctx context.Context, query string, args ...any) (*
 	if err != nil {
 		return nil, b.fail(fmt.Errorf("rm %q: %w", b.rm.name, err))
 	}
-	return rows, nil
+	return &Rows{Rows: rows, b: b}, nil
 }
 
 // QueryRowContext runs a query expected to return at most one row. Errors are
-// deferred to the returned row's Scan, as with database/sql.
-func (b *Branch) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+// deferred to the returned row's Scan, as with database/sql; an error Scan
+// returns (but sql.ErrNoRows) dooms the transaction (rows.go).
+func (b *Branch) QueryRowContext(ctx context.Context, query string, args ...any) *Row {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.admit(ctx, query); err == nil {
-		if err := b.beginAlone(ctx); err != nil {
-			// Let the row carry the error: run the query on a canceled context.
-			canceled, cancel := context.WithCancel(ctx)
-			cancel()
-			return b.conn.QueryRowContext(canceled, query, args...)
-		}
-	} else {
-		canceled, cancel := context.WithCancel(ctx)
-		cancel()
-		return b.conn.QueryRowContext(canceled, query, args...)
+	if err := b.admit(ctx, query); err != nil {
+		return &Row{b: b, err: err}
+	}
+	if err := b.beginAlone(ctx); err != nil {
+		return &Row{b: b, err: err}
 	}
 	b.trips++
 	start := time.Now()
 	row := b.conn.QueryRowContext(ctx, query, args...) // database/sql runs the query here; Scan only reads
 	b.waited(waits.RMRoundtrip, start)
-	return row
+	return &Row{row: row, b: b}
 }
 
 func (b *Branch) usable() error {

@@ -30,6 +30,7 @@ type fakeDB struct {
 	mu       sync.Mutex
 	stmts    []string
 	fail     map[string]error // statement → error
+	rowsFail map[string]error // query → error returned while its rows are read
 	readOnly bool             // answer to the read-only query
 	closed   int              // connections closed (a released session)
 }
@@ -85,6 +86,12 @@ func (c *fakeConn) QueryContext(_ context.Context, q string, _ []driver.NamedVal
 	if err := c.run(q); err != nil {
 		return nil, err
 	}
+	c.db.mu.Lock()
+	rerr := c.db.rowsFail[q]
+	c.db.mu.Unlock()
+	if rerr != nil {
+		return &fakeRows{err: rerr}, nil
+	}
 	if strings.Contains(q, "txid_current_if_assigned") {
 		c.db.mu.Lock()
 		ro := c.db.readOnly
@@ -107,6 +114,7 @@ type fakeRows struct {
 	v    driver.Value
 	vs   []driver.Value
 	done bool
+	err  error // returned by Next
 }
 
 func (r *fakeRows) Columns() []string {
@@ -117,6 +125,9 @@ func (r *fakeRows) Columns() []string {
 }
 func (r *fakeRows) Close() error { return nil }
 func (r *fakeRows) Next(dest []driver.Value) error {
+	if r.err != nil {
+		return r.err
+	}
 	if r.done {
 		return io.EOF
 	}
@@ -132,7 +143,7 @@ func (r *fakeRows) Next(dest []driver.Value) error {
 // fakeConnTo returns a dedicated connection to a new fake database.
 func fakeConnTo(t *testing.T) (*sql.Conn, *fakeDB) {
 	t.Helper()
-	db := &fakeDB{fail: map[string]error{}}
+	db := &fakeDB{fail: map[string]error{}, rowsFail: map[string]error{}}
 	fakeMu.Lock()
 	fakeSeq++
 	key := "db" + strconv.Itoa(fakeSeq)
