@@ -47,7 +47,7 @@ func cpBegin(t *testing.T, d dbs, table string, id int) *sql.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	for _, s := range append(decision.BeginStatements(rm.MySQL), fmt.Sprintf("INSERT INTO %s (id, v) VALUES (%d, 'x')", table, id)) {
+	for _, s := range append(decision.BeginStatements(rm.MySQL, ""), fmt.Sprintf("INSERT INTO %s (id, v) VALUES (%d, 'x')", table, id)) {
 		if _, err := c.ExecContext(ctx, s); err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
@@ -57,7 +57,7 @@ func cpBegin(t *testing.T, d dbs, table string, id int) *sql.Conn {
 
 // cpCommit sends the commit point's decision and COMMIT in one round trip.
 func cpCommit(c *sql.Conn, g xid.GTRID) error {
-	_, err := c.ExecContext(context.Background(), strings.Join(decision.CommitStatements(rm.MySQL, g, time.Hour, nil), "; "))
+	_, err := c.ExecContext(context.Background(), strings.Join(decision.CommitStatements(rm.MySQL, decision.Commit{GTRID: g, MaxAge: time.Hour}), "; "))
 	return err
 }
 
@@ -149,7 +149,7 @@ func TestLateCommitPointCannotCommit(t *testing.T) {
 	ctx := context.Background()
 	// slow: the 'C' inserted, the COMMIT held back. A smaller lock wait
 	// keeps the recoverer's Resolve from waiting long on it.
-	stmts := decision.CommitStatements(rm.MySQL, slow, time.Hour, nil)
+	stmts := decision.CommitStatements(rm.MySQL, decision.Commit{GTRID: slow, MaxAge: time.Hour})
 	if stmts[len(stmts)-1] != "COMMIT" {
 		t.Fatalf("CommitStatements ends with %q, want COMMIT", stmts[len(stmts)-1])
 	}
