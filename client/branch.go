@@ -49,9 +49,11 @@ type Branch struct {
 	mu    sync.Mutex
 	state branchState
 	wrote bool // ran ExecContext: counts as a writer
-	// plain: the transaction's commit point on MySQL/MariaDB, begun as a
-	// plain transaction (not an XA branch): it never prepares.
-	plain      bool
+	// selfCP: the transaction's commit point on MySQL/MariaDB, its own XA
+	// branch (xid.CommitPointSelf), begun with the decision's clock noted
+	// (decision.BeginStatements) and decided by decision.CommitStatements:
+	// it never prepares.
+	selfCP     bool
 	formChosen bool // chooseBegin ran
 	trips      int  // round trips to this RM made for this branch
 	lastErr    error
@@ -199,29 +201,33 @@ func (b *Branch) chooseBegin(ctx context.Context) {
 	b.formChosen = true
 	b.tx.beginForm(ctx, b)
 	b.tx.checkPostgres(ctx, b)
+	b.tx.mu.Lock()
+	decideAt := b.tx.opts.DecideAt
+	b.tx.mu.Unlock()
+	if decideAt != DecideAtCoordinator {
+		// A participant under a commit point is listed in the decision row
+		// by its decision table's id: read it (once) while the connection
+		// is outside any transaction. A failure is met again at Commit.
+		_, _ = b.tx.c.tableID(ctx, b.rm, b.reader())
+	}
 }
 
 // beginSQL is the branch's begin, as statements to send in order.
 func (b *Branch) beginSQL() []string {
-	if b.plain {
-		return decision.BeginStatements(b.rm.dialect.Driver(), "")
+	if b.selfCP {
+		return decision.BeginStatements(b.rm.dialect.Driver(), b.id.MySQLXID())
 	}
 	return []string{b.rm.dialect.Begin(b.id)}
 }
 
-// onePhaseSQL commits the branch without a prepare.
+// onePhaseSQL commits the branch without a prepare (MySQL/MariaDB: XA END;
+// XA COMMIT … ONE PHASE, the commit point's own branch included).
 func (b *Branch) onePhaseSQL() []string {
-	if b.plain {
-		return []string{"COMMIT"}
-	}
 	return b.rm.dialect.CommitOnePhase(b.id)
 }
 
 // rollbackActiveSQL rolls back the branch before a prepare.
 func (b *Branch) rollbackActiveSQL() []string {
-	if b.plain {
-		return []string{"ROLLBACK"}
-	}
 	return b.rm.dialect.RollbackActive(b.id)
 }
 

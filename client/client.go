@@ -168,8 +168,9 @@ type CommitOptions struct {
 	Durability Durability
 	Visibility Visibility
 	// DecideAt is read when the transaction's first MariaDB/MySQL branch
-	// begins (a commit point there begins as a plain transaction, not an
-	// XA branch) and at Commit.
+	// begins (a commit point there begins as its own XA branch, never
+	// prepared; another branch as an XA branch named with the commit point)
+	// and at Commit.
 	DecideAt DecideAt
 }
 
@@ -181,6 +182,7 @@ type rmInfo struct {
 	cpStrength      int
 	db              *sql.DB
 	cp              cpState
+	id              idState // its decision table's id (tableid.go)
 }
 
 // Client runs global transactions. It is safe for concurrent use; make one

@@ -29,11 +29,12 @@ import (
 // A transaction with two or more writers can be decided by one of its own
 // branches instead of the coordinator: the others are prepared (in
 // parallel), then that branch — the commit point — inserts the row
-// (gtrid, 'C') into its database's tandem_decision table and commits, in one
-// round trip. Its local COMMIT is the decision: durable where the database
+// (gtrid, 'C', its participants) into its database's tandem_decision table
+// and commits, in one round trip. Its local COMMIT is the decision: durable where the database
 // makes commits durable, with no coordinator call and no coordinator fsync.
 // Then the prepared branches are committed. The prepared branches are named
-// with the commit point (xid.Branch.CommitPoint), so that whoever finds one
+// with the commit point (xid.Branch.CommitPoint) and owned by its decision
+// table's id (xid.Branch.Owner; tableid.go), so that whoever finds one
 // later — this SDK after a broken call, any coordinator's in-doubt scan —
 // settles it by taking the key: inserting (gtrid, 'A'). A duplicate key
 // means a decision exists (read and apply it); a successful insert means no
@@ -41,9 +42,11 @@ import (
 // transaction fails), so the prepared branches are rolled back.
 //
 // Which branch: a MariaDB/MySQL branch that begins while the transaction has
-// none yet (it begins as a plain transaction, never prepares, and so binds
-// no XA branch to its session), else, at Commit, a PostgreSQL writer (any
-// PostgreSQL branch is a plain transaction until PREPARE). An RM qualifies
+// none yet (it begins as its own XA branch, xid.CommitPointSelf, which it
+// never prepares: it commits with XA COMMIT … ONE PHASE after the decision's
+// INSERT, and inside it the server refuses whatever would end it), else, at
+// Commit, a PostgreSQL writer (any PostgreSQL branch is a plain transaction
+// until PREPARE). An RM qualifies
 // when its decision table exists and its database makes commits durable
 // (decision.CheckDurable); checked on first use and cached.
 
@@ -56,7 +59,8 @@ type cpState struct {
 	// forget holds gtrids whose branches are all committed: their 'C' rows
 	// are deleted by a later commit on this RM, in the same round trip.
 	forget     []xid.GTRID
-	forgetting bool // a background delete runs (forgetRows)
+	forgetAt   []time.Time // when each of forget was queued
+	forgetting bool        // a background delete runs (forgetRows)
 }
 
 // cpRecheck is how long a negative eligibility answer is kept.
@@ -146,6 +150,11 @@ func (c *Client) checkCommitPoint(ctx context.Context, info *rmInfo, conn rowRea
 	if err := q.readRow(ctx, "SELECT gtrid FROM "+decision.TableName+" WHERE 1 = 0", &g); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("rm %q: the decision table %s is not usable (%w): start the coordinator with this RM (it creates the table), run tandem init-rm, or give client.RM.DB", info.name, decision.TableName, err), !isDefinite(err)
 	}
+	// Its id names the commit point's branches (their owner) and is
+	// checked by every statement that writes or reads its decisions.
+	if _, err := c.tableID(ctx, info, conn); err != nil {
+		return err, !isDefinite(err)
+	}
 	return nil, false
 }
 
@@ -207,8 +216,8 @@ func (r pgxReader) readRow(ctx context.Context, query string, dest ...any) error
 }
 
 // beginForm says how a MariaDB/MySQL branch begins: as the transaction's
-// commit point (a plain transaction), or as an XA branch named with the
-// commit point the transaction already has — the plain branch, or a
+// commit point (its own XA branch, never prepared), or as an XA branch named
+// with the commit point the transaction already has — that branch, or a
 // PostgreSQL branch pinned as the commit point when this RM cannot be one —
 // or with none (the coordinator decides). Called once per branch, before
 // its begin is sent.
@@ -228,13 +237,14 @@ func (t *Tx) beginForm(ctx context.Context, b *Branch) {
 	defer t.mu.Unlock()
 	switch {
 	case t.cp != nil:
-		b.id.CommitPoint = t.cp.rm.name
+		b.id.CommitPoint, b.id.Owner = t.cp.rm.name, t.cp.rm.knownTableID()
 	case t.unnamedXA:
 	case plainOK:
-		t.cp, b.plain = b, true
+		t.cp, b.selfCP = b, true
+		b.id = xid.CommitPointSelf(t.gtrid, b.rm.name, b.rm.knownTableID())
 	case pin != nil:
 		t.cp = pin
-		b.id.CommitPoint = pin.rm.name
+		b.id.CommitPoint, b.id.Owner = pin.rm.name, pin.rm.knownTableID()
 	default:
 		t.unnamedXA = true
 	}
@@ -294,8 +304,8 @@ func (t *Tx) checkPostgres(ctx context.Context, b *Branch) {
 }
 
 // commitPoint picks the commit point among the writers, or nil when the
-// coordinator decides. A commit point chosen at a MySQL branch's begin (a
-// plain branch, or a pinned PostgreSQL branch that XA branches are named
+// coordinator decides. A commit point chosen at a MySQL branch's begin (its
+// own XA branch, or a pinned PostgreSQL branch that XA branches are named
 // with) is kept, whether it wrote or not.
 func (t *Tx) commitPoint(writers []*Branch) *Branch {
 	t.mu.Lock()
@@ -337,12 +347,27 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 					"give the coordinator --rm %s=DRIVER:DSN (the name in client.Config.RMs)", w.rm.name, w.rm.name)}
 		}
 	}
+	cpID, err := t.c.tableID(ctx, cp.rm, nil)
+	if err != nil {
+		t.abortAll(ctx, all)
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the commit point's decision-table id is not known; nothing was prepared", Cause: err}
+	}
 	var prepared []*Branch
+	var parts []decision.Participant
 	for _, w := range writers {
-		if w != cp && w.state != branchCommitted {
-			w.id.CommitPoint = cp.rm.name // PostgreSQL: named at PREPARE; MySQL: named at XA START already
-			prepared = append(prepared, w)
+		if w == cp || w.state == branchCommitted {
+			continue
 		}
+		// PostgreSQL: named at PREPARE; MySQL: named at XA START already.
+		w.id.CommitPoint, w.id.Owner = cp.rm.name, cpID
+		prepared = append(prepared, w)
+		id, err := t.c.tableID(ctx, w.rm, nil)
+		if err != nil {
+			t.abortAll(ctx, all)
+			return res, txAborted, &AbortedError{GTRID: t.gtrid, Cause: err, Reason: fmt.Sprintf(
+				"the decision row must name every participant by its decision-table id, and %q's is not known (give it client.RM.DB, or run tandem init-rm on it); nothing was prepared", w.rm.name)}
+		}
+		parts = append(parts, decision.Participant{RM: w.rm.name, Table: id})
 	}
 	if cp.state == branchIdle {
 		// A pinned PostgreSQL commit point that ran nothing begins before
@@ -362,9 +387,14 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 	_ = failpoint.Inject("before-commit-point") // kill: every other branch prepared, no decision anywhere
 	var forget []xid.GTRID
 	if cp.rm.db == nil {
-		forget = cp.rm.cp.takeForget() // no pool: carried by this commit
+		forget = cp.rm.cp.takeForget(time.Now()) // no pool: carried by this commit
 	}
-	err := cp.commitDecision(ctx, decision.CommitStatements(cp.rm.dialect.Driver(), decision.Commit{GTRID: t.gtrid, MaxAge: t.c.cfg.MaxTxnAge, Forget: forget}))
+	dc := decision.Commit{GTRID: t.gtrid, Table: cpID, Participants: parts, MaxAge: t.c.cfg.MaxTxnAge, Forget: forget}
+	if cp.selfCP {
+		dc.XA = cp.id.MySQLXID()
+	}
+	decided := time.Now()
+	err = cp.commitDecision(ctx, decision.CommitStatements(cp.rm.dialect.Driver(), dc))
 	_ = failpoint.Inject("after-commit-point") // kill: decided COMMIT; the prepared branches wait for a recoverer
 	switch {
 	case err == nil:
@@ -378,7 +408,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 		if why, ok := decision.Refused(err); ok {
 			reason = "the commit point " + cp.rm.name + " refused the decision: " + why
 			if why == decision.RefusedDuplicate {
-				reason += t.c.checkForeignCommit(ctx, cp.rm, t.gtrid)
+				reason += t.c.checkForeignCommit(ctx, cp.rm, t.gtrid, cpID)
 			}
 		}
 		t.abortAll(ctx, all)
@@ -392,7 +422,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 		cp.rm.cp.giveBack(forget)
 		cp.releaseSession()
 		cp.state = branchHandedOver
-		o, rerr := t.c.resolveByKey(ctx, cp.rm, t.gtrid)
+		o, rerr := t.c.resolveByKey(ctx, cp.rm, t.gtrid, cpID, decided)
 		if rerr != nil {
 			t.releaseOwn(prepared)
 			return res, txUnknown, &OutcomeUnknownError{GTRID: t.gtrid, Cause: fmt.Errorf(
@@ -530,13 +560,13 @@ func (t *Tx) settlePrepared(ctx context.Context, bs []*Branch, commit bool) bool
 // everywhere — its commit point did not commit — so nothing of it is
 // committed; the coordinator's scan finds no prepared branch to settle by
 // the foreign row.
-func (c *Client) checkForeignCommit(ctx context.Context, info *rmInfo, g xid.GTRID) string {
+func (c *Client) checkForeignCommit(ctx context.Context, info *rmInfo, g xid.GTRID, table xid.Owner) string {
 	if info.db == nil {
 		return ""
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	o, found, err := decision.Lookup(ctx, info.db, g, xid.Owner{})
+	o, found, err := decision.Lookup(ctx, info.db, g, table)
 	if err != nil || !found || o != decision.Committed {
 		return ""
 	}
@@ -571,17 +601,25 @@ func (b *Branch) commitDecision(ctx context.Context, stmts []string) error {
 }
 
 // resolveByKey learns the outcome of g from the commit point's decision
-// table by taking the key (decision.Resolve), retrying while the commit
-// point's transaction is still open, within Config.DecisionTimeout.
-func (c *Client) resolveByKey(ctx context.Context, info *rmInfo, g xid.GTRID) (decision.Outcome, error) {
+// table (whose id must be table: the database checks it) by taking the key
+// (decision.Resolve), retrying while the commit point's transaction is
+// still open, within Config.DecisionTimeout and never past keyHorizon after
+// the decision was sent: a key taken after the 'C' row could have been
+// forgotten (decision.ForgetMinAge after it was written) would record
+// abort for a transaction committed everywhere. Past it, or when the row
+// vanished while it was read (decision.ErrVanished), the outcome is
+// unknown.
+func (c *Client) resolveByKey(ctx context.Context, info *rmInfo, g xid.GTRID, table xid.Owner, decided time.Time) (decision.Outcome, error) {
 	if info.db == nil {
 		return 0, fmt.Errorf("no client.RM.DB for %q to take the decision key with", info.name)
 	}
 	ctx, cancel := c.decisionContext(context.WithoutCancel(ctx))
 	defer cancel()
+	ctx, cancelKey := context.WithDeadline(ctx, decided.Add(keyHorizon))
+	defer cancelKey()
 	for {
 		start := time.Now()
-		o, err := decision.Resolve(ctx, info.db, info.dialect.Driver(), g, xid.Owner{}, 2*time.Second)
+		o, err := decision.Resolve(ctx, info.db, info.dialect.Driver(), g, table, 2*time.Second)
 		c.waits.Since(waits.RMCommit, start)
 		if err == nil {
 			return o, nil
@@ -596,6 +634,11 @@ func (c *Client) resolveByKey(ctx context.Context, info *rmInfo, g xid.GTRID) (d
 		}
 	}
 }
+
+// keyHorizon is how long after sending its decision a client may still
+// take the key: a third of decision.ForgetMinAge, so that no 'C' row it
+// could meet has been forgotten yet.
+const keyHorizon = decision.ForgetMinAge / 3
 
 // forgetLater queues g's decision row for deletion. With the RM's pool, a
 // full batch is deleted in the background, in its own autocommit statement:
@@ -631,7 +674,7 @@ func (c *Client) forgetRows(info *rmInfo) {
 		s.mu.Unlock()
 	}()
 	for {
-		gs := s.takeForget()
+		gs := s.takeForget(time.Now())
 		if gs == nil {
 			return
 		}
@@ -646,33 +689,45 @@ func (c *Client) forgetRows(info *rmInfo) {
 	}
 }
 
-func (s *cpState) takeForget() []xid.GTRID {
+// forgetAfter is how long after a gtrid is queued its row may be deleted:
+// the database deletes no 'C' row younger than decision.ForgetMinAge by its
+// own clock; the margin covers the clocks' difference.
+const forgetAfter = decision.ForgetMinAge + 5*time.Second
+
+// takeForget returns at most forgetMax queued gtrids queued at least
+// forgetAfter before now, if there are at least forgetBatch of them.
+func (s *cpState) takeForget(now time.Time) []xid.GTRID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.forget) < forgetBatch {
+	n := 0
+	for n < len(s.forget) && n < forgetMax && !s.forgetAt[n].After(now.Add(-forgetAfter)) {
+		n++
+	}
+	if n < forgetBatch {
 		return nil
 	}
-	n := min(len(s.forget), forgetMax)
 	out := append([]xid.GTRID(nil), s.forget[:n]...)
-	s.forget = s.forget[n:]
+	s.forget, s.forgetAt = s.forget[n:], s.forgetAt[n:]
 	return out
 }
 
+// giveBack queues gs again (taken, then not deleted), ahead of the others.
 func (s *cpState) giveBack(gs []xid.GTRID) {
 	if len(gs) == 0 {
 		return
 	}
 	s.mu.Lock()
-	s.forget = append(s.forget, gs...)
+	s.forget = append(append([]xid.GTRID(nil), gs...), s.forget...)
+	s.forgetAt = append(make([]time.Time, len(gs)), s.forgetAt...) // old enough already
 	s.mu.Unlock()
 }
 
 func (s *cpState) addForget(g xid.GTRID) {
 	s.mu.Lock()
 	if len(s.forget) >= forgetKeep {
-		s.forget = s.forget[1:]
+		s.forget, s.forgetAt = s.forget[1:], s.forgetAt[1:]
 	}
-	s.forget = append(s.forget, g)
+	s.forget, s.forgetAt = append(s.forget, g), append(s.forgetAt, time.Now())
 	s.mu.Unlock()
 }
 

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -91,6 +92,9 @@ func (c *fakeConn) QueryContext(_ context.Context, q string, _ []driver.NamedVal
 	c.db.mu.Unlock()
 	if rerr != nil {
 		return &fakeRows{err: rerr}, nil
+	}
+	if q == "SELECT id FROM "+decision.IDTableName {
+		return &fakeRows{v: fakeTableID.String()}, nil
 	}
 	if strings.Contains(q, "txid_current_if_assigned") {
 		c.db.mu.Lock()
@@ -168,6 +172,9 @@ func wantLog(t *testing.T, rm string, db *fakeDB, want ...string) {
 		t.Errorf("statements on %s:\n got %q\nwant %q", rm, got, want)
 	}
 }
+
+// fakeTableID is every fake database's decision-table id.
+var fakeTableID = xid.Owner{0xfa, 0x4e, 1}
 
 func xaID(g xid.GTRID) string { return xid.Branch{GTRID: g, RM: "maria"}.MySQLXID() }
 func pgGID(g xid.GTRID) string {

@@ -196,7 +196,7 @@ func (b *Branch) checkText(query string) error {
 		if stmt := pgTransactionControl(query); stmt != "" {
 			return pgRefusal(b.rm.name, stmt)
 		}
-	case b.plain:
+	case b.selfCP:
 		return b.refuseImplicitCommit(query)
 	}
 	return nil

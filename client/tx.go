@@ -102,8 +102,9 @@ type Tx struct {
 	// traceCoord asks the coordinator for its waits too.
 	trace      *waits.Trace
 	traceCoord bool
-	// cp is the branch begun as the commit point (a plain MySQL/MariaDB
-	// transaction); unnamedXA: a MySQL/MariaDB branch began as an XA branch
+	// cp is the branch chosen as the commit point at a MySQL/MariaDB
+	// branch's begin (that branch, its own XA branch; or a pinned
+	// PostgreSQL branch); unnamedXA: a MySQL/MariaDB branch began as an XA branch
 	// named with no commit point, so the coordinator decides (commitpoint.go).
 	cp        *Branch
 	unnamedXA bool
@@ -692,18 +693,17 @@ func (b *Branch) rollback(ctx context.Context) error {
 		return nil
 	case branchActive:
 		err = b.execSteps(ctx, waits.RMRollback, b.rollbackActiveSQL())
-		if err != nil && d.Driver() == rm.MySQL && !b.plain {
+		if err != nil && d.Driver() == rm.MySQL {
 			// XA END may fail when the branch already ended (a failed XA PREPARE); try the rollback alone.
 			err = b.execSteps(ctx, waits.RMRollback, []string{d.RollbackPrepared(b.id)})
 		}
 	case branchPrepared, branchInDoubt:
 		err = b.execSteps(ctx, waits.RMRollbackPrepared, []string{d.RollbackPrepared(b.id)})
 	}
-	if err != nil && b.plain && b.state == branchActive {
-		// A commit point whose ROLLBACK failed must never be committed by
-		// whoever uses the connection next (a later START TRANSACTION or DDL
-		// would commit it implicitly): close it, and the database rolls
-		// the transaction back when the session ends.
+	if err != nil && b.selfCP && b.state == branchActive {
+		// A commit point whose rollback failed must never be committed by
+		// whoever uses the connection next: close it, and the database
+		// rolls the branch back when the session ends.
 		b.releaseSession()
 	}
 	if err != nil && d.SessionBound() && (b.state == branchPrepared || b.state == branchInDoubt) {
