@@ -197,7 +197,9 @@ type Client struct {
 
 	coordinatorCalls atomic.Uint64
 	// coordRMs is which RMs the coordinator said it recovers (coordrms.go).
-	coordRMs  coordinatorRMs
+	coordRMs coordinatorRMs
+	// cluster is the coordinators' cluster identity (cluster.go).
+	cluster   clusterState
 	closeOnce sync.Once
 	// background bounds the commits left to goroutines (visibility async
 	// at a commit point); closing ends them when the client is closed.

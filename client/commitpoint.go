@@ -233,6 +233,12 @@ func (t *Tx) beginForm(ctx context.Context, b *Branch) {
 	if !plainOK && decideAt != DecideAtCoordinator {
 		pin = t.postgresCandidate(ctx)
 	}
+	if t.decidedByCoordinator(b, plainOK, pin) && t.c.coords != nil {
+		// Named after the coordinator's cluster at XA START. Unknown (the
+		// coordinator unreachable): named with no owner, and refused at
+		// Commit if the coordinator must decide (ownByCluster).
+		b.id.Owner, _ = t.c.clusterID(ctx)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
@@ -248,6 +254,14 @@ func (t *Tx) beginForm(ctx context.Context, b *Branch) {
 	default:
 		t.unnamedXA = true
 	}
+}
+
+// decidedByCoordinator reports whether b, a MariaDB/MySQL branch about to
+// begin, will be named with no commit point (beginForm's last case).
+func (t *Tx) decidedByCoordinator(b *Branch, plainOK bool, pin *Branch) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cp == nil && (t.unnamedXA || !plainOK && pin == nil)
 }
 
 // postgresCandidate returns the enlisted PostgreSQL branch that would be

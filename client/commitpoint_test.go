@@ -329,7 +329,7 @@ type rmsFake struct {
 
 func (f *rmsFake) Health(context.Context, *api.HealthRequest) (*api.HealthResponse, error) {
 	f.health.Add(1)
-	h := &api.HealthResponse{Serving: true}
+	h := &api.HealthResponse{Serving: true, Message: fakeHealthMessage}
 	for _, r := range f.rms {
 		h.Rms = append(h.Rms, &api.RMHealth{Name: r})
 	}

@@ -177,8 +177,15 @@ func wantLog(t *testing.T, rm string, db *fakeDB, want ...string) {
 var fakeTableID = xid.Owner{0xfa, 0x4e, 1}
 
 func xaID(g xid.GTRID) string { return xid.Branch{GTRID: g, RM: "maria"}.MySQLXID() }
-func pgGID(g xid.GTRID) string {
-	return "'" + xid.Branch{GTRID: g, RM: "pg"}.PostgresGID() + "'"
+// pgGID names pg's branch prepared for a fake coordinator (owned by fakeCluster).
+func pgGID(g xid.GTRID) string { return pgOwned(g, "pg") }
+
+// xaOwned and pgOwned name branches decided by a fake coordinator (owned by fakeCluster).
+func xaOwned(g xid.GTRID) string {
+	return xid.Branch{GTRID: g, RM: "maria", Owner: fakeCluster}.MySQLXID()
+}
+func pgOwned(g xid.GTRID, rmName string) string {
+	return "'" + xid.Branch{GTRID: g, RM: rmName, Owner: fakeCluster}.PostgresGID() + "'"
 }
 
 // twoBranches begins a transaction with a write on pg and one on maria.
@@ -356,6 +363,16 @@ func (f *fakeCoordinator) Commit(_ context.Context, req *api.CommitRequest) (*ap
 	return f.commit(req)
 }
 
+// fakeCluster is the cluster every fake coordinator names in its Health.
+var fakeCluster = xid.Owner{0xc1, 0x05, 0x7e}
+
+// fakeHealthMessage is a primary's Health message naming fakeCluster.
+const fakeHealthMessage = "role=primary cluster=c1057e00000000000000000000000000 epoch=1"
+
+func (f *fakeCoordinator) Health(context.Context, *api.HealthRequest) (*api.HealthResponse, error) {
+	return &api.HealthResponse{Serving: true, Message: fakeHealthMessage}, nil
+}
+
 func (f *fakeCoordinator) Abort(_ context.Context, req *api.AbortRequest) (*api.AbortResponse, error) {
 	f.mu.Lock()
 	f.aborts = append(f.aborts, req)
@@ -396,11 +413,11 @@ func TestTwoPhaseCommitted(t *testing.T) {
 	if res.Path != PathTwoPhase || res.CoordinatorCalls != 1 || res.Phase2Pending {
 		t.Errorf("Commit = %+v", res)
 	}
-	if s := c.Stats(); s.CoordinatorCalls != 1 {
-		t.Errorf("Stats().CoordinatorCalls = %d", s.CoordinatorCalls)
+	if s := c.Stats(); s.CoordinatorCalls != 2 {
+		t.Errorf("Stats().CoordinatorCalls = %d, want 2 (Health, once, for the cluster's identity; Commit)", s.CoordinatorCalls)
 	}
 	g := tx.GTRID()
-	x := xaID(g)
+	x := xaOwned(g)
 	// PostgreSQL's branch is the coordinator's to commit; MariaDB's is bound
 	// to this session, so the SDK commits it here after the decision.
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
@@ -429,7 +446,7 @@ func TestTwoPhaseAbortedByTheCoordinator(t *testing.T) {
 		t.Fatalf("Commit: %v, want ErrAborted with the coordinator's message", err)
 	}
 	g := tx.GTRID()
-	x := xaID(g)
+	x := xaOwned(g)
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA ROLLBACK "+x)
 }
@@ -446,7 +463,7 @@ func TestTwoPhaseRefusedRollsBack(t *testing.T) {
 		t.Fatalf("Commit: %v, want ErrAborted caused by the refusal", err)
 	}
 	g := tx.GTRID()
-	x := xaID(g)
+	x := xaOwned(g)
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g), "ROLLBACK PREPARED "+pgGID(g))
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA ROLLBACK "+x)
 	if commits, aborts := f.counts(); commits != 1 || aborts != 0 {
@@ -477,7 +494,7 @@ func TestTwoPhaseCoordinatorUnavailable(t *testing.T) {
 		t.Errorf("Commit RPCs: %d sent, %d reported; want retries", commits, res.CoordinatorCalls)
 	}
 	g := tx.GTRID()
-	x := xaID(g)
+	x := xaOwned(g)
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x)
 	maria.mu.Lock()
@@ -500,7 +517,7 @@ func TestPrepareFailureRollsBackWithoutTheCoordinator(t *testing.T) {
 	}}
 	c := newClient(t, Config{Coordinator: startCoordinator(t, f), DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}})
 	tx, pg, maria := twoBranches(t, c)
-	x := xaID(tx.GTRID())
+	x := xaOwned(tx.GTRID())
 	maria.fail["XA PREPARE "+x] = &mysql.MySQLError{Number: 1402, Message: "XA_RBROLLBACK"}
 	_, err := tx.Commit(context.Background())
 	if !errors.Is(err, ErrAborted) {
@@ -512,4 +529,13 @@ func TestPrepareFailureRollsBackWithoutTheCoordinator(t *testing.T) {
 	g := tx.GTRID()
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g), "ROLLBACK PREPARED "+pgGID(g))
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA END "+x, "XA ROLLBACK "+x)
+}
+
+// knownCluster makes c know its coordinators' cluster (fakeCluster), as
+// after a first Health, so that a test can start with the coordinator
+// unreachable.
+func knownCluster(c *Client) {
+	c.cluster.mu.Lock()
+	c.cluster.id = fakeCluster
+	c.cluster.mu.Unlock()
 }

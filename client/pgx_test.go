@@ -134,7 +134,7 @@ func TestPgxTwoPhase(t *testing.T) {
 	if want := []string{"BEGIN", "INSERT INTO a VALUES (1)", "PREPARE TRANSACTION " + pgGID(tx.GTRID())}; !slices.Equal(stmts, want) {
 		t.Fatalf("pgx branch statements %q, want %q", stmts, want)
 	}
-	x := xaID(tx.GTRID())
+	x := xaOwned(tx.GTRID())
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA COMMIT "+x)
 	// PREPARE TRANSACTION; MariaDB without MultiStatements: XA END, XA PREPARE.
 	if n := reg.Snapshot().Get(waits.RMPrepare).Count; n != 3 {

@@ -306,6 +306,10 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 		t.abortAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("%d branches wrote", len(writers)), Cause: ErrNoCoordinator}
 	}
+	if err := t.ownByCluster(ctx, writers); err != nil {
+		t.abortAll(ctx, all)
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the branches cannot be named after the coordinator's cluster; nothing was prepared", Cause: err}
+	}
 	// Phase 1: prepare every writer in parallel; read-only branches commit meanwhile.
 	prepErr := t.prepareAll(ctx, writers, commitReaders)
 	if prepErr != nil {
