@@ -177,6 +177,7 @@ func wantLog(t *testing.T, rm string, db *fakeDB, want ...string) {
 var fakeTableID = xid.Owner{0xfa, 0x4e, 1}
 
 func xaID(g xid.GTRID) string { return xid.Branch{GTRID: g, RM: "maria"}.MySQLXID() }
+
 // pgGID names pg's branch prepared for a fake coordinator (owned by fakeCluster).
 func pgGID(g xid.GTRID) string { return pgOwned(g, "pg") }
 
