@@ -456,7 +456,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 			b.state = branchHandedOver
 		}
 		res.Phase2Pending = true
-		go t.c.commitInBackground(t.gtrid, cp.rm, prepared)
+		go t.c.commitInBackground(t.gtrid, cp.rm, prepared, parts)
 		return res, txCommitted, nil
 	}
 	if !t.settlePrepared(ctx, prepared, true) {
@@ -480,8 +480,12 @@ func pooled(bs []*Branch) bool {
 
 // commitInBackground commits prepared branches of a decided gtrid through
 // their RMs' pools (visibility async), and has the decision row forgotten
-// once all are.
-func (c *Client) commitInBackground(g xid.GTRID, cp *rmInfo, bs []*Branch) {
+// once every one is committed on a verified connection: one whose
+// decision-table id is the participant's (parts, as the decision row names
+// it), read on that same connection. Only there does "no such prepared
+// transaction" mean committed already; a pool that reaches another
+// database would answer it for a branch still prepared where it was.
+func (c *Client) commitInBackground(g xid.GTRID, cp *rmInfo, bs []*Branch, parts []decision.Participant) {
 	defer c.background.Release()
 	ctx, cancel := context.WithTimeout(c.closing, 10*time.Second)
 	defer cancel()
@@ -489,10 +493,27 @@ func (c *Client) commitInBackground(g xid.GTRID, cp *rmInfo, bs []*Branch) {
 	for i, b := range bs {
 		ids[i] = b.id
 	}
+	want := make(map[string]xid.Owner, len(parts))
+	for _, p := range parts {
+		want[p.RM] = p.Table
+	}
 	err := parallel(len(bs), func(i int) error {
 		b := bs[i]
+		conn, err := b.rm.db.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("rm %q: %w", b.rm.name, err)
+		}
+		defer conn.Close()
+		id, err := readTableID(ctx, sqlReader{conn})
+		if err != nil {
+			return fmt.Errorf("rm %q: verify the pool's decision table: %w", b.rm.name, err)
+		}
+		if id != want[b.rm.name] {
+			return fmt.Errorf("rm %q: client.RM.DB reaches decision table %s, but the branch was prepared where the table is %s (another server, database or schema): "+
+				"not committed through it; give client.RM.DB the application's database", b.rm.name, id, want[b.rm.name])
+		}
 		start := time.Now()
-		_, err := b.rm.db.ExecContext(ctx, b.rm.dialect.CommitPrepared(ids[i]))
+		_, err = conn.ExecContext(ctx, b.rm.dialect.CommitPrepared(ids[i]))
 		c.waits.Since(waits.RMCommitPrepared, start)
 		if err != nil && !b.rm.dialect.IsNotFound(err) {
 			return fmt.Errorf("rm %q: %w", b.rm.name, err)
@@ -500,8 +521,10 @@ func (c *Client) commitInBackground(g xid.GTRID, cp *rmInfo, bs []*Branch) {
 		return nil
 	})
 	if err != nil {
-		c.warn("commit of a decided transaction's prepared branches failed; the coordinator's scan commits them from the commit point's decision row",
-			"gtrid", g.String(), "commit_point", cp.name, "error", err)
+		msg := "commit of a decided transaction's prepared branches failed; the decision row is kept, and the coordinator's scan commits them from it"
+		if c.cfg.Logger != nil {
+			c.cfg.Logger.Error(msg, "gtrid", g.String(), "commit_point", cp.name, "error", err)
+		}
 		return
 	}
 	c.forgetLater(cp, g)

@@ -32,6 +32,7 @@ type fakeDB struct {
 	stmts    []string
 	fail     map[string]error // statement → error
 	rowsFail map[string]error // query → error returned while its rows are read
+	tableID  xid.Owner        // its decision table's id; zero: fakeTableID
 	readOnly bool             // answer to the read-only query
 	closed   int              // connections closed (a released session)
 }
@@ -94,7 +95,13 @@ func (c *fakeConn) QueryContext(_ context.Context, q string, _ []driver.NamedVal
 		return &fakeRows{err: rerr}, nil
 	}
 	if q == "SELECT id FROM "+decision.IDTableName {
-		return &fakeRows{v: fakeTableID.String()}, nil
+		c.db.mu.Lock()
+		id := c.db.tableID
+		c.db.mu.Unlock()
+		if id.IsZero() {
+			id = fakeTableID
+		}
+		return &fakeRows{v: id.String()}, nil
 	}
 	if strings.Contains(q, "txid_current_if_assigned") {
 		c.db.mu.Lock()
@@ -144,8 +151,8 @@ func (r *fakeRows) Next(dest []driver.Value) error {
 	return nil
 }
 
-// fakeConnTo returns a dedicated connection to a new fake database.
-func fakeConnTo(t *testing.T) (*sql.Conn, *fakeDB) {
+// fakePool returns a pool of a new fake database.
+func fakePool(t *testing.T) (*sql.DB, *fakeDB) {
 	t.Helper()
 	db := &fakeDB{fail: map[string]error{}, rowsFail: map[string]error{}}
 	fakeMu.Lock()
@@ -158,6 +165,13 @@ func fakeConnTo(t *testing.T) (*sql.Conn, *fakeDB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pool.Close() })
+	return pool, db
+}
+
+// fakeConnTo returns a dedicated connection to a new fake database.
+func fakeConnTo(t *testing.T) (*sql.Conn, *fakeDB) {
+	t.Helper()
+	pool, db := fakePool(t)
 	conn, err := pool.Conn(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -31,9 +31,10 @@ type idState struct {
 // idRetry is how long a failure to read an id is kept before trying again.
 const idRetry = 5 * time.Second
 
-// tableID returns info's decision-table id, reading it (once) through
-// info's pool when it has one, else through conn (the branch's connection,
-// outside any transaction), or nil when neither can be used now.
+// tableID returns info's decision-table id, reading it (once) through conn
+// (the application's connection, outside any transaction: the id is the
+// one of the table its branches reach) when given, else through info's
+// pool, else failing.
 func (c *Client) tableID(ctx context.Context, info *rmInfo, conn rowReader) (xid.Owner, error) {
 	s := &info.id
 	s.mu.Lock()
@@ -46,7 +47,7 @@ func (c *Client) tableID(ctx context.Context, info *rmInfo, conn rowReader) (xid
 		return xid.Owner{}, err
 	}
 	q := conn
-	if info.db != nil {
+	if q == nil && info.db != nil {
 		q = sqlReader{info.db}
 	}
 	if q == nil {
