@@ -594,12 +594,16 @@ func (c *Coordinator) settleCPBranches(ds []rm.InDoubt, now time.Time) {
 
 	var due time.Time
 	c.mu.Lock()
-	for _, first := range c.cpSeen {
-		if at := first.Add(c.settleAfter()); at.After(now) && (due.IsZero() || at.Before(due)) {
+	firsts := make(map[xid.Branch]time.Time, len(c.cpSeen))
+	for b, first := range c.cpSeen {
+		firsts[b] = first
+	}
+	c.mu.Unlock()
+	for b, first := range firsts {
+		if at := c.cpBase(b, first).Add(c.settleAfter()); at.After(now) && (due.IsZero() || at.Before(due)) {
 			due = at
 		}
 	}
-	c.mu.Unlock()
 	c.cpst.mu.Lock()
 	c.cpst.due = due
 	c.cpst.mu.Unlock()

@@ -1,6 +1,7 @@
 package decision
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -175,5 +176,28 @@ func TestVanishedRowIsUnknownNotAbort(t *testing.T) {
 		if n := e.decisionRows(t, c.g); n != 0 {
 			t.Fatalf("Resolve wrote %d rows after the row vanished, want none", n)
 		}
+	})
+}
+
+// Ensure never waits for an open commit point: on InnoDB the commit point's
+// INSERT reads the id row (its participants subquery) and keeps a shared
+// lock on it until its COMMIT, so an Ensure that took an exclusive lock on
+// the id row would wait for it — and, queued, make every later decision and
+// key wait behind it.
+func TestEnsureDoesNotWaitForAnOpenCommitPoint(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *dbEnv) {
+		ctx := testCtx(t)
+		c := e.beginCP(t, ctx)
+		c.insertC(t, ctx) // its 'C' inserted, not committed
+		ectx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		if err := e.tab.ensure(ectx, e.db, e.d); err != nil {
+			t.Fatalf("Ensure while a commit point is open: %v", err)
+		}
+		r := e.resolveAsync(ctx, xid.New(), 2*time.Second)
+		if got := <-r; got.err != nil || got.o != Aborted {
+			t.Fatalf("a key taken for another gtrid while a commit point is open: %v %v", got.o, got.err)
+		}
+		c.exec(t, ctx, "COMMIT")
 	})
 }

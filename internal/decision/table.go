@@ -121,14 +121,25 @@ func (t table) ensure(ctx context.Context, db *sql.DB, d rm.Driver) error {
 	if err := t.migrate(ctx, db, d); err != nil {
 		return err
 	}
-	// The one row: a constant key, so that of concurrent inserts one wins
-	// and the others do nothing.
+	// The one row. Never a statement that locks an existing id row
+	// exclusively: on InnoDB every open commit point holds a shared lock on
+	// it (its INSERT's participants subquery) until its COMMIT, and an
+	// exclusive request would wait for it and, queued, make every later
+	// decision wait behind it. So: a plain read first (no lock), and only
+	// if there is no row an insert that does nothing on a duplicate (a
+	// shared lock at most). Of concurrent inserts the constant key admits one.
+	if _, err := t.readID(ctx, db, d); err == nil {
+		return nil
+	}
 	ins := "INSERT INTO " + t.id + " (id) VALUES ('" + xid.NewOwner().String() + "') ON CONFLICT DO NOTHING"
 	if d == rm.MySQL {
-		ins = "INSERT INTO " + t.id + " (id) VALUES ('" + xid.NewOwner().String() + "') ON DUPLICATE KEY UPDATE one = one"
+		ins = "INSERT IGNORE INTO " + t.id + " (id) VALUES ('" + xid.NewOwner().String() + "')"
 	}
 	if _, err := db.ExecContext(ctx, ins); err != nil {
 		return fmt.Errorf("decision: give %s its id row: %w; the database user needs INSERT on it (or run tandem init-rm as one who has)", t.id, err)
+	}
+	if _, err := t.readID(ctx, db, d); err != nil {
+		return fmt.Errorf("decision: give %s its id row: %w", t.id, err)
 	}
 	return nil
 }

@@ -46,18 +46,23 @@ func (e *dbEnv) beginXA(t *testing.T) (*cp, string) {
 // Inside XA START the session is in a transaction (@@in_transaction = 1, which
 // the age check requires), and the INSERT whose participants come from a
 // scalar subquery of the id table works; INSERT, XA END and XA COMMIT … ONE
-// PHASE then commit in one multi-statement round trip, and the branch is
-// never listed by XA RECOVER.
+// PHASE then commit in one multi-statement round trip (with the forget
+// DELETE among them), and the branch is never listed by XA RECOVER.
 func TestXACommitPointCommitsInOneRoundTrip(t *testing.T) {
 	forMariaDB(t, func(t *testing.T, e *dbEnv) {
 		ctx := testCtx(t)
+		old := e.beginCP(t, ctx)
+		if err := old.commit(ctx, time.Hour, nil); err != nil {
+			t.Fatal(err)
+		}
+		e.age(t, ForgetMinAge+time.Second, old.g)
 		c, xa := e.beginXA(t)
 		var in int
 		if err := c.conn.QueryRowContext(ctx, "SELECT @@in_transaction").Scan(&in); err != nil || in != 1 {
 			t.Fatalf("@@in_transaction inside XA START = %d (%v), want 1", in, err)
 		}
 		ps := []Participant{{RM: "pg", Table: xid.NewOwner()}}
-		stmts := e.tab.commitStatements(e.d, Commit{GTRID: c.g, Table: e.id, Participants: ps, MaxAge: time.Hour, XA: xa})
+		stmts := e.tab.commitStatements(e.d, Commit{GTRID: c.g, Table: e.id, Participants: ps, MaxAge: time.Hour, XA: xa, Forget: []xid.GTRID{old.g}})
 		if _, err := c.conn.ExecContext(ctx, strings.Join(stmts, "; ")); err != nil {
 			t.Fatalf("the decision in one round trip: %v", err)
 		}
@@ -67,6 +72,9 @@ func TestXACommitPointCommitsInOneRoundTrip(t *testing.T) {
 		rows, err := e.tab.rows(ctx, e.db, e.d, -time.Hour)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if n := e.decisionRows(t, old.g); n != 0 {
+			t.Errorf("the forget list's row (older than ForgetMinAge) is still there: %d rows", n)
 		}
 		if len(rows) != 1 || rows[0].GTRID != c.g || rows[0].Outcome != Committed || rows[0].Participants != FormatParticipants(ps) {
 			t.Fatalf("decision rows %+v, want 'C' for %s naming %s", rows, c.g, FormatParticipants(ps))
