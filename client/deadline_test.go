@@ -86,7 +86,9 @@ func TestWrongCoordinatorAddressesAreExplained(t *testing.T) {
 	admin := httptest.NewServer(http.NotFoundHandler())
 	defer admin.Close()
 	addr := strings.TrimPrefix(admin.URL, "http://")
-	c := newClient(t, Config{Coordinator: addr, DecisionTimeout: 300 * time.Millisecond})
+	// Long enough for an attempt to get the listener's answer on a busy
+	// machine: the error names what the attempts heard.
+	c := newClient(t, Config{Coordinator: addr, DecisionTimeout: 3 * time.Second})
 	tx, _, _ := twoBranches(t, c)
 	_, err := tx.Commit(context.Background())
 	if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "admin listener") {
