@@ -87,7 +87,9 @@ func TestWrongCoordinatorAddressesAreExplained(t *testing.T) {
 	admin := httptest.NewServer(http.NotFoundHandler())
 	defer admin.Close()
 	addr := strings.TrimPrefix(admin.URL, "http://")
-	c := newClient(t, Config{Coordinator: addr, DecisionTimeout: 300 * time.Millisecond})
+	// Long enough for an attempt to get the listener's answer on a busy
+	// machine: the error names what the attempts heard.
+	c := newClient(t, Config{Coordinator: addr, DecisionTimeout: 3 * time.Second})
 	knownCluster(c)
 	tx, _, _ := twoBranches(t, c)
 	_, err := tx.Commit(context.Background())

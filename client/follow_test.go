@@ -341,7 +341,9 @@ func TestOnlyStandbysRollsBack(t *testing.T) {
 	a, b := &roleFake{hint: true}, &roleFake{hint: true}
 	aAddr, _ := serveFake(t, a)
 	bAddr, _ := serveFake(t, b)
-	c := newClient(t, Config{Coordinators: []string{aAddr, bAddr}, DecisionTimeout: 300 * time.Millisecond})
+	// Long enough for the refusals to be heard on a busy machine: an
+	// attempt cut short by the DecisionTimeout leaves the outcome unknown.
+	c := newClient(t, Config{Coordinators: []string{aAddr, bAddr}, DecisionTimeout: 3 * time.Second})
 	tx, pg, _ := twoBranches(t, c)
 	_, err := tx.Commit(context.Background())
 	if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "no coordinator served as the primary; nothing was decided") {
@@ -558,7 +560,7 @@ func TestNeverBackToASupersededEpoch(t *testing.T) {
 	sbAddr, _ := serveFake(t, sb)
 	promotedAddr, stopPromoted := serveFake(t, promoted)
 	staleAddr, _ := serveFake(t, stale)
-	c, err := New(Config{RMs: twoRMs, Coordinators: []string{sbAddr, promotedAddr, staleAddr}, DecisionTimeout: 700 * time.Millisecond,
+	c, err := New(Config{RMs: twoRMs, Coordinators: []string{sbAddr, promotedAddr, staleAddr}, DecisionTimeout: 3 * time.Second, // generous: a busy machine
 		Defaults: CommitOptions{DecideAt: DecideAtCoordinator}})
 	if err != nil {
 		t.Fatal(err)
