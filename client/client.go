@@ -289,11 +289,18 @@ type Stats struct {
 	// CoordinatorCalls counts RPCs sent to the coordinators (retries and the
 	// Health probes that look for the primary included).
 	CoordinatorCalls uint64
+	// UnrecoverableDecisions counts transactions decided at a commit point
+	// while the coordinator said it could not reach one of their RMs (its
+	// Health: reachable=false, e.g. a wrong password in its --rm DSN): had
+	// this process died, their branches there would have waited until the
+	// coordinator reached the RM. Each is also warned about (Config.Logger,
+	// at most once every 10 s).
+	UnrecoverableDecisions uint64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
-	return Stats{CoordinatorCalls: c.coordinatorCalls.Load()}
+	return Stats{CoordinatorCalls: c.coordinatorCalls.Load(), UnrecoverableDecisions: c.coordRMs.unrecoverable.Load()}
 }
 
 // Begin starts a global transaction. It makes the gtrid locally: no round

@@ -353,14 +353,20 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 	if !slices.Contains(all, cp) {
 		all = append(all, cp) // a pinned commit point that ran nothing yet
 	}
+	var recovered []string // the RMs the coordinator knows
 	for _, w := range append([]*Branch{cp}, writers...) {
-		if known, asked := t.c.coordinatorKnows(ctx, w.rm.name); asked && !known {
+		known, asked := t.c.coordinatorKnows(ctx, w.rm.name)
+		if asked && known && !slices.Contains(recovered, w.rm.name) {
+			recovered = append(recovered, w.rm.name)
+		}
+		if asked && !known {
 			t.abortAll(ctx, all)
 			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf(
 				"the coordinator does not know resource manager %q, so it could not recover this transaction's branches if this process died; nothing was prepared: "+
 					"give the coordinator --rm %s=DRIVER:DSN (the name in client.Config.RMs)", w.rm.name, w.rm.name)}
 		}
 	}
+	t.c.noteUnrecoverable(t.gtrid.String(), recovered)
 	cpID, err := t.c.tableID(ctx, cp.rm, nil)
 	if err != nil {
 		t.abortAll(ctx, all)

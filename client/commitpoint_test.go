@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -324,6 +325,7 @@ func TestCommitPointErrorAtCommitRollsBack(t *testing.T) {
 type rmsFake struct {
 	fakeCoordinator
 	rms    []string
+	down   map[string]string // RMs it knows but cannot reach, and why
 	health atomic.Int32
 }
 
@@ -331,7 +333,8 @@ func (f *rmsFake) Health(context.Context, *api.HealthRequest) (*api.HealthRespon
 	f.health.Add(1)
 	h := &api.HealthResponse{Serving: true, Message: fakeHealthMessage}
 	for _, r := range f.rms {
-		h.Rms = append(h.Rms, &api.RMHealth{Name: r})
+		why, down := f.down[r]
+		h.Rms = append(h.Rms, &api.RMHealth{Name: r, Reachable: !down, Error: why})
 	}
 	return h, nil
 }
@@ -365,5 +368,33 @@ func TestCommitPointRefusesAnRMTheCoordinatorDoesNotKnow(t *testing.T) {
 	}
 	if n := f.health.Load(); n != 2 {
 		t.Errorf("Health asked %d times, want 2 (once refused, once known, then kept)", n)
+	}
+}
+
+// A commit point deciding a transaction that writes an RM the coordinator
+// knows but cannot reach (Health: reachable=false, a wrong password in its
+// DSN) commits, and is counted and warned about (rate-limited): the
+// coordinator could not recover that branch were the client to die.
+func TestCommitPointWithAnRMTheCoordinatorCannotReachIsCountedAndWarned(t *testing.T) {
+	f := &rmsFake{rms: []string{"maria", "pg"}, down: map[string]string{"pg": "password authentication failed"}}
+	var logs syncBuffer
+	c := newClient(t, Config{Coordinator: startCoordinator(t, f), Defaults: CommitOptions{DecideAt: DecideAuto},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx := context.Background()
+	for range 3 {
+		tx, _, _ := twoBranches(t, c)
+		res, err := tx.Commit(ctx)
+		if err != nil || res.Path != PathCommitPoint {
+			t.Fatalf("Commit = %+v, %v; want decided at the commit point", res, err)
+		}
+	}
+	if n := c.Stats().UnrecoverableDecisions; n != 3 {
+		t.Errorf("Stats().UnrecoverableDecisions = %d, want 3", n)
+	}
+	if n := strings.Count(logs.String(), "cannot reach resource manager pg"); n != 1 {
+		t.Errorf("%d warnings about pg, want 1 (rate-limited):\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "password authentication failed") {
+		t.Errorf("the warning does not say what the coordinator said: %s", logs.String())
 	}
 }
