@@ -21,7 +21,11 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func testID() Identity { return Identity{Cluster: ClusterID{1, 2, 3}, Epoch: 3} }
+// testID is a primary's identity; its birth is shipped to its standbys,
+// which keep it (the tests compare whole identities).
+func testID() Identity {
+	return Identity{Cluster: ClusterID{1, 2, 3}, Epoch: 3, Born: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)}
+}
 
 // primary is a decision log whose writes go through a Shipper.
 type primary struct {
