@@ -113,12 +113,6 @@ type Options struct {
 	// MaxClockSkew) with no decision here is listed, never presumed
 	// aborted. Zero: no such boundary (unit tests).
 	Born time.Time
-	// AdoptUnowned: prepared branches with legacy (unowned) names are
-	// this coordinator's own (serve --adopt-unowned). Without it they are
-	// listed and settled only by an operator, except those whose gtrid has
-	// a decision in this log (a client from before owners existed that
-	// committed through this coordinator).
-	AdoptUnowned bool
 
 	// LogHook, when set, sees the decision log's records: those replayed
 	// at Open, those written since (wal.Options.OnWrite: it may block the
