@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/waits"
@@ -192,7 +193,7 @@ func (b *Branch) beginAlone(ctx context.Context) error {
 }
 
 // chooseBegin settles, before the branch's begin is sent, how it begins
-// (commitpoint.go): as the transaction's commit point or as an XA branch
+// (cp_choice.go): as the transaction's commit point or as an XA branch
 // named with it. At most once per branch.
 func (b *Branch) chooseBegin(ctx context.Context) {
 	if b.formChosen {
@@ -405,33 +406,6 @@ func (c *Client) rmNamed(name string) (*rmInfo, error) {
 func (b *Branch) waited(e waits.Event, start time.Time) {
 	d := b.tx.c.waits.Since(e, start)
 	b.tx.trace.Add(waits.SideClient, e, b.rm.name, start, d)
-}
-
-// prepare runs phase 1. On PostgreSQL it checks the command tag: a PREPARE
-// TRANSACTION inside a failed transaction rolls back instead of preparing.
-func (b *Branch) prepare(ctx context.Context) error {
-	stmts := b.rm.dialect.Prepare(b.id)
-	if b.rm.dialect.Driver() == rm.Postgres {
-		var tag pgconn.CommandTag
-		piped, err := b.withPgx(func(c *pgx.Conn) error {
-			b.trips++
-			start := time.Now()
-			var e error
-			tag, e = c.Exec(ctx, stmts[0])
-			b.waited(waits.RMPrepare, start)
-			return e
-		})
-		if piped {
-			if err != nil {
-				return err
-			}
-			if tag.String() != "PREPARE TRANSACTION" {
-				return fmt.Errorf("%w: PREPARE TRANSACTION answered %q: the transaction had failed", errPrepareRolledBack, tag.String())
-			}
-			return nil
-		}
-	}
-	return b.execSteps(ctx, waits.RMPrepare, stmts)
 }
 
 // releaseSession closes the branch's connection (database/sql discards it).

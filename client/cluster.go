@@ -94,25 +94,3 @@ func (c *Client) askCluster(ctx context.Context) (xid.Owner, error) {
 	}
 	return id, nil
 }
-
-// ownByCluster names the writers decided by the coordinator after its
-// cluster: a PostgreSQL branch is named at PREPARE (now); a MariaDB/MySQL
-// branch was named at XA START, and must carry the same owner, or the
-// transaction cannot be decided by this cluster.
-func (t *Tx) ownByCluster(ctx context.Context, writers []*Branch) error {
-	id, err := t.c.clusterID(ctx)
-	if err != nil {
-		return err
-	}
-	for _, b := range writers {
-		if b.rm.dialect.SessionBound() {
-			if b.id.Owner != id {
-				return fmt.Errorf("client: rm %q: its branch began (XA START) named after owner %s before the coordinator's cluster (%s) was known, "+
-					"so the coordinator could not settle it: nothing was prepared; try again", b.rm.name, b.id.Owner.Short(), id.Short())
-			}
-			continue
-		}
-		b.id.Owner = id
-	}
-	return nil
-}

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// A commit point on MySQL/MariaDB is an XA branch (commitpoint.go): inside
+// A commit point on MySQL/MariaDB is an XA branch (commit_point.go): inside
 // it the server itself refuses every statement that would end the
 // transaction implicitly (DDL, LOCK TABLES, BEGIN, COMMIT, compound
 // statements that run one, …) with XAER_RMFAIL, which dooms the
