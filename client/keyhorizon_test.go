@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,10 +25,8 @@ func TestNoKeyIsTakenPastTheHorizon(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("resolveByKey past the horizon took %s", d)
 	}
-	for _, s := range db.log() {
-		if strings.HasPrefix(s, "INSERT") {
-			t.Errorf("a key was taken past the horizon: %q", s)
-		}
+	if l := db.log(); len(l) != 0 {
+		t.Errorf("statements sent to take the key past the horizon: %q", l)
 	}
 	if keyHorizon*3 > 30*time.Second {
 		t.Errorf("keyHorizon %s is not well before decision.ForgetMinAge", keyHorizon)
