@@ -365,10 +365,12 @@ func (b *Branch) rollback(ctx context.Context) error {
 	case branchPrepared, branchInDoubt:
 		err = b.execSteps(ctx, waits.RMRollbackPrepared, []string{d.RollbackPrepared(b.id)})
 	}
-	if err != nil && b.selfCP && b.state == branchActive {
-		// A commit point whose rollback failed must never be committed by
-		// whoever uses the connection next: close it, and the database
-		// rolls the branch back when the session ends.
+	if err != nil && b.state == branchActive {
+		// A branch whose rollback failed is in a state nobody knows (its
+		// transaction may still be open, with the application's writes):
+		// it must never be committed by whoever uses the connection next.
+		// Close it, and the database rolls the transaction back when the
+		// session ends; it never goes back to a pool.
 		b.releaseSession()
 	}
 	if err != nil && d.SessionBound() && (b.state == branchPrepared || b.state == branchInDoubt) {
