@@ -248,8 +248,21 @@ func (c *Client) checkCommitPoint(ctx context.Context, info *rmInfo, conn rowRea
 	}
 	// Its id names the commit point's branches (their owner) and is
 	// checked by every statement that writes or reads its decisions.
-	if _, err := c.tableID(ctx, info, conn); err != nil {
+	id, err := c.tableID(ctx, info, conn)
+	if err != nil {
 		return err, !isDefinite(err)
+	}
+	if info.db != nil && conn != nil {
+		// The pool takes keys and forgets rows: its table must be the one
+		// the application's connections reach, by the tables' own ids.
+		pid, err := readTableID(ctx, sqlReader{info.db})
+		if err != nil {
+			return fmt.Errorf("rm %q: read the decision-table id through client.RM.DB: %w", info.name, err), !isDefinite(err)
+		}
+		if pid != id {
+			return fmt.Errorf("rm %q: client.RM.DB reaches decision table %s, the application's connections %s (another schema, database or server): "+
+				"give it a pool on the same database and user, or no pool", info.name, pid, id), false
+		}
 	}
 	return nil, false
 }

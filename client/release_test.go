@@ -34,3 +34,18 @@ func TestAFailedRollbackClosesTheSession(t *testing.T) {
 		}
 	}
 }
+
+// client.RM.DB whose decision table has another id than the one the
+// application's connections reach would take keys and forget rows in the
+// wrong table: the RM does not qualify as the commit point (here
+// PostgreSQL decides instead).
+func TestAPoolOnAnotherDecisionTableIsNoCommitPoint(t *testing.T) {
+	pool, other := fakePool(t)
+	other.tableID = fakeCluster // any other id
+	c := cpClient(t, RM{Name: "pg", Driver: "postgres"}, RM{Name: "maria", Driver: "mysql", DB: pool})
+	tx, _, _ := twoBranches(t, c)
+	res, err := tx.Commit(context.Background())
+	if err != nil || res.Path != PathCommitPoint || res.CommitPoint != "pg" {
+		t.Fatalf("Commit = %+v, %v; want decided at pg (maria's pool reaches another decision table)", res, err)
+	}
+}
