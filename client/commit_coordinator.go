@@ -26,6 +26,10 @@ import (
 // coordinator the others. Read top to bottom: commitTwoPhase, then the
 // decision's RPC and how its failures are told apart.
 
+// commitTwoPhase prepares every writer, then asks the coordinator to
+// decide. Nothing is rolled back once an attempt may have reached the
+// coordinator's log: the outcome is then what the coordinator answers, or
+// unknown.
 func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitReaders func() error) (Result, txState, error) {
 	res := Result{Path: PathTwoPhase}
 	if t.c.coords == nil {

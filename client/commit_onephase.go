@@ -12,6 +12,9 @@ import (
 // commit locally beside it (Tx.commit); no prepare, no decision record, no
 // coordinator call.
 
+// commitOnePhase commits w, the only writer. The database's refusal is an
+// abort (w rolled back); a broken call is an unknown outcome, never rolled
+// back.
 func (t *Tx) commitOnePhase(ctx context.Context, w *Branch) (Result, txState, error) {
 	res := Result{Path: PathOnePhase}
 	err := w.execSteps(ctx, waits.RMCommit, w.onePhaseSQL())
