@@ -37,7 +37,7 @@ func TestAmbiguousAttemptThenRefusalIsUnknownAndNeverRollsBack(t *testing.T) {
 				defer cancel()
 				_, err := tx.Commit(ctx)
 				g := tx.GTRID()
-				x := xaID(g)
+				x := xaOwned(g)
 				if first == codes.ResourceExhausted {
 					// RESOURCE_EXHAUSTED wrote nothing: the refusal is then the
 					// whole story, and rolling back is safe.

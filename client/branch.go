@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/waits"
@@ -49,9 +50,11 @@ type Branch struct {
 	mu    sync.Mutex
 	state branchState
 	wrote bool // ran ExecContext: counts as a writer
-	// plain: the transaction's commit point on MySQL/MariaDB, begun as a
-	// plain transaction (not an XA branch): it never prepares.
-	plain      bool
+	// selfCP: the transaction's commit point on MySQL/MariaDB, its own XA
+	// branch (xid.CommitPointSelf), begun with the decision's clock noted
+	// (decision.BeginStatements) and decided by decision.CommitStatements:
+	// it never prepares.
+	selfCP     bool
 	formChosen bool // chooseBegin ran
 	trips      int  // round trips to this RM made for this branch
 	lastErr    error
@@ -75,7 +78,7 @@ func (b *Branch) ExecContext(ctx context.Context, query string, args ...any) (sq
 		if err != nil {
 			return nil, b.fail(fmt.Errorf("rm %q: begin and first statement: %w", b.rm.name, err))
 		}
-		return res, nil
+		return res, b.checkAfter(query)
 	}
 	b.trips++
 	start := time.Now()
@@ -84,13 +87,15 @@ func (b *Branch) ExecContext(ctx context.Context, query string, args ...any) (sq
 	if err != nil {
 		return nil, b.fail(fmt.Errorf("rm %q: %w", b.rm.name, err))
 	}
-	return res, nil
+	return res, b.checkAfter(query)
 }
 
 // QueryContext runs a statement that returns rows. A PostgreSQL branch that
 // only ran queries is checked at commit and, if it wrote nothing, committed
-// locally and left out of the two-phase protocol.
-func (b *Branch) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+// locally and left out of the two-phase protocol. An error the rows return
+// later (Next, Scan, Err, Close) dooms the transaction, as one from the
+// query does (rows.go).
+func (b *Branch) QueryContext(ctx context.Context, query string, args ...any) (*Rows, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.admit(ctx, query); err != nil {
@@ -106,31 +111,26 @@ func (b *Branch) QueryContext(ctx context.Context, query string, args ...any) (*
 	if err != nil {
 		return nil, b.fail(fmt.Errorf("rm %q: %w", b.rm.name, err))
 	}
-	return rows, nil
+	return &Rows{Rows: rows, b: b}, nil
 }
 
 // QueryRowContext runs a query expected to return at most one row. Errors are
-// deferred to the returned row's Scan, as with database/sql.
-func (b *Branch) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+// deferred to the returned row's Scan, as with database/sql; an error Scan
+// returns (but sql.ErrNoRows) dooms the transaction (rows.go).
+func (b *Branch) QueryRowContext(ctx context.Context, query string, args ...any) *Row {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.admit(ctx, query); err == nil {
-		if err := b.beginAlone(ctx); err != nil {
-			// Let the row carry the error: run the query on a canceled context.
-			canceled, cancel := context.WithCancel(ctx)
-			cancel()
-			return b.conn.QueryRowContext(canceled, query, args...)
-		}
-	} else {
-		canceled, cancel := context.WithCancel(ctx)
-		cancel()
-		return b.conn.QueryRowContext(canceled, query, args...)
+	if err := b.admit(ctx, query); err != nil {
+		return &Row{b: b, err: err}
+	}
+	if err := b.beginAlone(ctx); err != nil {
+		return &Row{b: b, err: err}
 	}
 	b.trips++
 	start := time.Now()
 	row := b.conn.QueryRowContext(ctx, query, args...) // database/sql runs the query here; Scan only reads
 	b.waited(waits.RMRoundtrip, start)
-	return row
+	return &Row{row: row, b: b}
 }
 
 func (b *Branch) usable() error {
@@ -143,20 +143,31 @@ func (b *Branch) usable() error {
 	return nil
 }
 
-// admit checks that the branch may run query: usable, and, on a commit
-// point (a plain MariaDB/MySQL transaction, chosen before its begin), not a
-// statement that would end the transaction implicitly (implicit.go).
+// admit checks that the branch may run query: usable, still inside its
+// transaction (PostgreSQL: pgcontrol.go), and query's text does not end the
+// transaction (pgcontrol.go, implicit.go).
 func (b *Branch) admit(ctx context.Context, query string) error {
 	if err := b.usable(); err != nil {
 		return err
 	}
+	if err := b.pgStatus(""); err != nil {
+		return b.fail(err)
+	}
 	if b.state == branchIdle {
 		b.chooseBegin(ctx)
 	}
-	if b.plain {
-		if err := b.refuseImplicitCommit(query); err != nil {
-			return b.fail(err)
-		}
+	if err := b.checkText(query); err != nil {
+		return b.fail(err)
+	}
+	return nil
+}
+
+// checkAfter checks, after query ran without error, that the branch is
+// still inside its transaction (PostgreSQL: pgcontrol.go); if not, the
+// transaction is doomed.
+func (b *Branch) checkAfter(query string) error {
+	if err := b.pgStatus(query); err != nil {
+		return b.fail(err)
 	}
 	return nil
 }
@@ -182,7 +193,7 @@ func (b *Branch) beginAlone(ctx context.Context) error {
 }
 
 // chooseBegin settles, before the branch's begin is sent, how it begins
-// (commitpoint.go): as the transaction's commit point or as an XA branch
+// (cp_choice.go): as the transaction's commit point or as an XA branch
 // named with it. At most once per branch.
 func (b *Branch) chooseBegin(ctx context.Context) {
 	if b.formChosen {
@@ -191,29 +202,33 @@ func (b *Branch) chooseBegin(ctx context.Context) {
 	b.formChosen = true
 	b.tx.beginForm(ctx, b)
 	b.tx.checkPostgres(ctx, b)
+	b.tx.mu.Lock()
+	decideAt := b.tx.opts.DecideAt
+	b.tx.mu.Unlock()
+	if decideAt != DecideAtCoordinator {
+		// A participant under a commit point is listed in the decision row
+		// by its decision table's id: read it (once) while the connection
+		// is outside any transaction. A failure is met again at Commit.
+		_, _ = b.tx.c.tableID(ctx, b.rm, b.reader())
+	}
 }
 
 // beginSQL is the branch's begin, as statements to send in order.
 func (b *Branch) beginSQL() []string {
-	if b.plain {
-		return decision.BeginStatements(b.rm.dialect.Driver(), "")
+	if b.selfCP {
+		return decision.BeginStatements(b.rm.dialect.Driver(), b.id.MySQLXID())
 	}
 	return []string{b.rm.dialect.Begin(b.id)}
 }
 
-// onePhaseSQL commits the branch without a prepare.
+// onePhaseSQL commits the branch without a prepare (MySQL/MariaDB: XA END;
+// XA COMMIT … ONE PHASE, the commit point's own branch included).
 func (b *Branch) onePhaseSQL() []string {
-	if b.plain {
-		return []string{"COMMIT"}
-	}
 	return b.rm.dialect.CommitOnePhase(b.id)
 }
 
 // rollbackActiveSQL rolls back the branch before a prepare.
 func (b *Branch) rollbackActiveSQL() []string {
-	if b.plain {
-		return []string{"ROLLBACK"}
-	}
 	return b.rm.dialect.RollbackActive(b.id)
 }
 
@@ -391,33 +406,6 @@ func (c *Client) rmNamed(name string) (*rmInfo, error) {
 func (b *Branch) waited(e waits.Event, start time.Time) {
 	d := b.tx.c.waits.Since(e, start)
 	b.tx.trace.Add(waits.SideClient, e, b.rm.name, start, d)
-}
-
-// prepare runs phase 1. On PostgreSQL it checks the command tag: a PREPARE
-// TRANSACTION inside a failed transaction rolls back instead of preparing.
-func (b *Branch) prepare(ctx context.Context) error {
-	stmts := b.rm.dialect.Prepare(b.id)
-	if b.rm.dialect.Driver() == rm.Postgres {
-		var tag pgconn.CommandTag
-		piped, err := b.withPgx(func(c *pgx.Conn) error {
-			b.trips++
-			start := time.Now()
-			var e error
-			tag, e = c.Exec(ctx, stmts[0])
-			b.waited(waits.RMPrepare, start)
-			return e
-		})
-		if piped {
-			if err != nil {
-				return err
-			}
-			if tag.String() != "PREPARE TRANSACTION" {
-				return fmt.Errorf("%w: PREPARE TRANSACTION answered %q: the transaction had failed", errPrepareRolledBack, tag.String())
-			}
-			return nil
-		}
-	}
-	return b.execSteps(ctx, waits.RMPrepare, stmts)
 }
 
 // releaseSession closes the branch's connection (database/sql discards it).

@@ -168,8 +168,9 @@ type CommitOptions struct {
 	Durability Durability
 	Visibility Visibility
 	// DecideAt is read when the transaction's first MariaDB/MySQL branch
-	// begins (a commit point there begins as a plain transaction, not an
-	// XA branch) and at Commit.
+	// begins (a commit point there begins as its own XA branch, never
+	// prepared; another branch as an XA branch named with the commit point)
+	// and at Commit.
 	DecideAt DecideAt
 }
 
@@ -181,6 +182,7 @@ type rmInfo struct {
 	cpStrength      int
 	db              *sql.DB
 	cp              cpState
+	id              idState // its decision table's id (tableid.go)
 }
 
 // Client runs global transactions. It is safe for concurrent use; make one
@@ -195,7 +197,9 @@ type Client struct {
 
 	coordinatorCalls atomic.Uint64
 	// coordRMs is which RMs the coordinator said it recovers (coordrms.go).
-	coordRMs  coordinatorRMs
+	coordRMs coordinatorRMs
+	// cluster is the coordinators' cluster identity (cluster.go).
+	cluster   clusterState
 	closeOnce sync.Once
 	// background bounds the commits left to goroutines (visibility async
 	// at a commit point); closing ends them when the client is closed.
@@ -285,11 +289,18 @@ type Stats struct {
 	// CoordinatorCalls counts RPCs sent to the coordinators (retries and the
 	// Health probes that look for the primary included).
 	CoordinatorCalls uint64
+	// UnrecoverableDecisions counts transactions decided at a commit point
+	// while the coordinator said it could not reach one of their RMs (its
+	// Health: reachable=false, e.g. a wrong password in its --rm DSN): had
+	// this process died, their branches there would have waited until the
+	// coordinator reached the RM. Each is also warned about (Config.Logger,
+	// at most once every 10 s).
+	UnrecoverableDecisions uint64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
-	return Stats{CoordinatorCalls: c.coordinatorCalls.Load()}
+	return Stats{CoordinatorCalls: c.coordinatorCalls.Load(), UnrecoverableDecisions: c.coordRMs.unrecoverable.Load()}
 }
 
 // Begin starts a global transaction. It makes the gtrid locally: no round

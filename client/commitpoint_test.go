@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -30,10 +31,28 @@ func cpClient(t *testing.T, rms ...RM) *Client {
 	return newClient(t, Config{RMs: rms, Defaults: CommitOptions{DecideAt: DecideAuto}})
 }
 
-const tableCheck = "SELECT gtrid FROM tandem_decision WHERE 1 = 0"
+const (
+	tableCheck = "SELECT gtrid FROM tandem_decision WHERE 1 = 0"
+	idQuery    = "SELECT id FROM " + decision.IDTableName
+)
 
+// cpGID is the name of rmName's branch prepared under commit point cp
+// (whose table is a fake's: fakeTableID).
 func cpGID(g xid.GTRID, rmName, cp string) string {
-	return "'" + xid.Branch{GTRID: g, RM: rmName, CommitPoint: cp}.PostgresGID() + "'"
+	return "'" + xid.Branch{GTRID: g, RM: rmName, CommitPoint: cp, Owner: fakeTableID}.PostgresGID() + "'"
+}
+
+// cpDecision is what the commit point cp sends to decide g with the
+// participants (named with fakeTableID).
+func cpDecision(d rm.Driver, g xid.GTRID, cp string, participants ...string) []string {
+	c := decision.Commit{GTRID: g, Table: fakeTableID, MaxAge: time.Hour}
+	for _, p := range participants {
+		c.Participants = append(c.Participants, decision.Participant{RM: p, Table: fakeTableID})
+	}
+	if d == rm.MySQL {
+		c.XA = xid.CommitPointSelf(g, cp, fakeTableID).MySQLXID()
+	}
+	return decision.CommitStatements(d, c)
 }
 
 // With a MariaDB writer and a PostgreSQL writer, MariaDB is the commit
@@ -56,17 +75,17 @@ func TestCommitPointOnMariaDB(t *testing.T) {
 		g := tx.GTRID()
 		var checks []string
 		if i == 0 {
-			checks = []string{"SHOW fsync", tableCheck}
+			checks = []string{"SHOW fsync", tableCheck, idQuery}
 		}
 		wantLog(t, "pg", pg, append(checks, "BEGIN", "UPDATE a SET v = 1",
 			"PREPARE TRANSACTION "+cpGID(g, "pg", "maria"), "COMMIT PREPARED "+cpGID(g, "pg", "maria"))...)
 		checks = nil
 		if i == 0 {
-			checks = []string{"SELECT @@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.sync_binlog, @@GLOBAL.log_bin", tableCheck}
+			checks = []string{"SELECT @@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.sync_binlog, @@GLOBAL.log_bin", tableCheck, idQuery}
 		}
-		want := append(checks, decision.BeginStatements(rm.MySQL, "")...) //nolint:gocritic // checks is not used again
+		want := append(checks, decision.BeginStatements(rm.MySQL, xid.CommitPointSelf(g, "maria", fakeTableID).MySQLXID())...) //nolint:gocritic // checks is not used again
 		want = append(want, "UPDATE b SET v = 2")
-		want = append(want, decision.CommitStatements(rm.MySQL, decision.Commit{GTRID: g, MaxAge: time.Hour})...)
+		want = append(want, cpDecision(rm.MySQL, g, "maria", "pg")...)
 		wantLog(t, "maria", maria, want...)
 	}
 }
@@ -79,7 +98,7 @@ func TestCommitPointRefusedRollsBack(t *testing.T) {
 	ctx := context.Background()
 	tx, pg, maria := twoBranches(t, c)
 	g := tx.GTRID()
-	insert := decision.CommitStatements(rm.MySQL, decision.Commit{GTRID: g, MaxAge: time.Hour})[0]
+	insert := cpDecision(rm.MySQL, g, "maria", "pg")[0]
 	maria.mu.Lock()
 	maria.fail[insert] = &mysql.MySQLError{Number: 1062, Message: "Duplicate entry"}
 	maria.mu.Unlock()
@@ -90,8 +109,8 @@ func TestCommitPointRefusedRollsBack(t *testing.T) {
 	if got := pg.log(); got[len(got)-1] != "ROLLBACK PREPARED "+cpGID(g, "pg", "maria") {
 		t.Errorf("pg's last statement %q, want the prepared branch rolled back", got[len(got)-1])
 	}
-	if got := maria.log(); got[len(got)-1] != "ROLLBACK" {
-		t.Errorf("maria's last statement %q, want ROLLBACK of the commit point", got[len(got)-1])
+	if got, x := maria.log(), xid.CommitPointSelf(g, "maria", fakeTableID).MySQLXID(); got[len(got)-1] != "XA ROLLBACK "+x {
+		t.Errorf("maria's last statement %q, want XA ROLLBACK of the commit point's own branch", got[len(got)-1])
 	}
 }
 
@@ -103,7 +122,7 @@ func TestCommitPointBrokenCallIsUnknownAndTouchesNothing(t *testing.T) {
 	ctx := context.Background()
 	tx, pg, maria := twoBranches(t, c)
 	g := tx.GTRID()
-	insert := decision.CommitStatements(rm.MySQL, decision.Commit{GTRID: g, MaxAge: time.Hour})[0]
+	insert := cpDecision(rm.MySQL, g, "maria", "pg")[0]
 	maria.mu.Lock()
 	maria.fail[insert] = driver.ErrBadConn
 	maria.mu.Unlock()
@@ -162,13 +181,14 @@ func TestCommitPointOnPostgresByStrength(t *testing.T) {
 		t.Fatalf("Commit = %+v, %v; want decided at pgb", res, err)
 	}
 	g := tx.GTRID()
-	wantLog(t, "pga", a, "SHOW fsync", tableCheck, "BEGIN", "UPDATE a SET v = 1",
+	wantLog(t, "pga", a, "SHOW fsync", tableCheck, idQuery, "BEGIN", "UPDATE a SET v = 1",
 		"PREPARE TRANSACTION "+cpGID(g, "pga", "pgb"), "COMMIT PREPARED "+cpGID(g, "pga", "pgb"))
-	want := []string{"SHOW fsync", tableCheck, "BEGIN", "UPDATE b SET v = 1"}
-	wantLog(t, "pgb", b, append(want, decision.CommitStatements(rm.Postgres, decision.Commit{GTRID: g, MaxAge: time.Hour})...)...)
+	want := []string{"SHOW fsync", tableCheck, idQuery, "BEGIN", "UPDATE b SET v = 1"}
+	wantLog(t, "pgb", b, append(want, cpDecision(rm.Postgres, g, "pgb", "pga")...)...)
 }
 
-// A MariaDB branch alone commits as a plain transaction (one phase).
+// A MariaDB branch alone, begun as the commit point's own XA branch,
+// commits in one phase (XA COMMIT … ONE PHASE).
 func TestCommitPointAloneCommitsOnePhase(t *testing.T) {
 	c := cpClient(t)
 	ctx := context.Background()
@@ -182,8 +202,8 @@ func TestCommitPointAloneCommitsOnePhase(t *testing.T) {
 	if err != nil || res.Path != PathOnePhase {
 		t.Fatalf("Commit = %+v, %v", res, err)
 	}
-	if got := db.log(); got[len(got)-1] != "COMMIT" {
-		t.Errorf("last statement %q, want COMMIT", got[len(got)-1])
+	if got, x := db.log(), xid.CommitPointSelf(tx.GTRID(), "maria", fakeTableID).MySQLXID(); got[len(got)-1] != "XA COMMIT "+x+" ONE PHASE" {
+		t.Errorf("last statement %q, want XA COMMIT … ONE PHASE", got[len(got)-1])
 	}
 }
 
@@ -200,10 +220,10 @@ func TestCommitPointPinnedOnPostgres(t *testing.T) {
 		t.Fatalf("Commit = %+v, %v; want decided at pg", res, err)
 	}
 	g := tx.GTRID()
-	x := xid.Branch{GTRID: g, RM: "maria", CommitPoint: "pg"}.MySQLXID()
-	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA COMMIT "+x)
-	want := []string{"SHOW fsync", tableCheck, "BEGIN", "UPDATE a SET v = 1"}
-	wantLog(t, "pg", pg, append(want, decision.CommitStatements(rm.Postgres, decision.Commit{GTRID: g, MaxAge: time.Hour})...)...)
+	x := xid.Branch{GTRID: g, RM: "maria", CommitPoint: "pg", Owner: fakeTableID}.MySQLXID()
+	wantLog(t, "maria", maria, idQuery, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA COMMIT "+x)
+	want := []string{"SHOW fsync", tableCheck, idQuery, "BEGIN", "UPDATE a SET v = 1"}
+	wantLog(t, "pg", pg, append(want, cpDecision(rm.Postgres, g, "pg", "maria")...)...)
 }
 
 // Decided rows are forgotten in batches: nothing until forgetBatch are
@@ -212,19 +232,25 @@ func TestCommitPointPinnedOnPostgres(t *testing.T) {
 // dropped from memory.
 func TestForgetBatches(t *testing.T) {
 	var s cpState
+	later := time.Now().Add(forgetAfter + time.Hour)
+	s.addForget(xid.New())
+	if got := s.takeForget(time.Now()); got != nil {
+		t.Fatalf("took %d rows younger than decision.ForgetMinAge", len(got))
+	}
+	s.forget, s.forgetAt = nil, nil
 	for range forgetBatch - 1 {
 		s.addForget(xid.New())
 	}
-	if got := s.takeForget(); got != nil {
+	if got := s.takeForget(later); got != nil {
 		t.Fatalf("took %d rows below the batch size", len(got))
 	}
 	s.addForget(xid.New())
-	got := s.takeForget()
+	got := s.takeForget(later)
 	if len(got) != forgetBatch {
 		t.Fatalf("took %d, want %d", len(got), forgetBatch)
 	}
 	s.giveBack(got)
-	if again := s.takeForget(); len(again) != forgetBatch || again[0] != got[0] {
+	if again := s.takeForget(later); len(again) != forgetBatch || again[0] != got[0] {
 		t.Fatalf("after giving back, took %d starting %v, want the same %d", len(again), again, forgetBatch)
 	}
 	for range forgetKeep + 10 {
@@ -233,7 +259,7 @@ func TestForgetBatches(t *testing.T) {
 	if len(s.forget) != forgetKeep {
 		t.Fatalf("kept %d, want at most %d", len(s.forget), forgetKeep)
 	}
-	if n := len(s.takeForget()); n != forgetMax {
+	if n := len(s.takeForget(later)); n != forgetMax {
 		t.Fatalf("took %d, want at most %d", n, forgetMax)
 	}
 }
@@ -299,14 +325,16 @@ func TestCommitPointErrorAtCommitRollsBack(t *testing.T) {
 type rmsFake struct {
 	fakeCoordinator
 	rms    []string
+	down   map[string]string // RMs it knows but cannot reach, and why
 	health atomic.Int32
 }
 
 func (f *rmsFake) Health(context.Context, *api.HealthRequest) (*api.HealthResponse, error) {
 	f.health.Add(1)
-	h := &api.HealthResponse{Serving: true}
+	h := &api.HealthResponse{Serving: true, Message: fakeHealthMessage}
 	for _, r := range f.rms {
-		h.Rms = append(h.Rms, &api.RMHealth{Name: r})
+		why, down := f.down[r]
+		h.Rms = append(h.Rms, &api.RMHealth{Name: r, Reachable: !down, Error: why})
 	}
 	return h, nil
 }
@@ -340,5 +368,33 @@ func TestCommitPointRefusesAnRMTheCoordinatorDoesNotKnow(t *testing.T) {
 	}
 	if n := f.health.Load(); n != 2 {
 		t.Errorf("Health asked %d times, want 2 (once refused, once known, then kept)", n)
+	}
+}
+
+// A commit point deciding a transaction that writes an RM the coordinator
+// knows but cannot reach (Health: reachable=false, a wrong password in its
+// DSN) commits, and is counted and warned about (rate-limited): the
+// coordinator could not recover that branch were the client to die.
+func TestCommitPointWithAnRMTheCoordinatorCannotReachIsCountedAndWarned(t *testing.T) {
+	f := &rmsFake{rms: []string{"maria", "pg"}, down: map[string]string{"pg": "password authentication failed"}}
+	var logs syncBuffer
+	c := newClient(t, Config{Coordinator: startCoordinator(t, f), Defaults: CommitOptions{DecideAt: DecideAuto},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx := context.Background()
+	for range 3 {
+		tx, _, _ := twoBranches(t, c)
+		res, err := tx.Commit(ctx)
+		if err != nil || res.Path != PathCommitPoint {
+			t.Fatalf("Commit = %+v, %v; want decided at the commit point", res, err)
+		}
+	}
+	if n := c.Stats().UnrecoverableDecisions; n != 3 {
+		t.Errorf("Stats().UnrecoverableDecisions = %d, want 3", n)
+	}
+	if n := strings.Count(logs.String(), "cannot reach resource manager pg"); n != 1 {
+		t.Errorf("%d warnings about pg, want 1 (rate-limited):\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "password authentication failed") {
+		t.Errorf("the warning does not say what the coordinator said: %s", logs.String())
 	}
 }

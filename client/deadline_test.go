@@ -49,6 +49,7 @@ func TestCommitWithoutADeadlineGivesUpAfterTheDecisionTimeout(t *testing.T) {
 	var logs syncBuffer
 	c := newClient(t, Config{Coordinator: addr, DecisionTimeout: 1500 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	knownCluster(c) // learnt before the coordinator went away
 	tx, pg, _ := twoBranches(t, c)
 	done := make(chan error, 1)
 	go func() {
@@ -86,7 +87,10 @@ func TestWrongCoordinatorAddressesAreExplained(t *testing.T) {
 	admin := httptest.NewServer(http.NotFoundHandler())
 	defer admin.Close()
 	addr := strings.TrimPrefix(admin.URL, "http://")
-	c := newClient(t, Config{Coordinator: addr, DecisionTimeout: 300 * time.Millisecond})
+	// Long enough for an attempt to get the listener's answer on a busy
+	// machine: the error names what the attempts heard.
+	c := newClient(t, Config{Coordinator: addr, DecisionTimeout: 3 * time.Second})
+	knownCluster(c)
 	tx, _, _ := twoBranches(t, c)
 	_, err := tx.Commit(context.Background())
 	if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "admin listener") {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -30,6 +31,8 @@ type fakeDB struct {
 	mu       sync.Mutex
 	stmts    []string
 	fail     map[string]error // statement → error
+	rowsFail map[string]error // query → error returned while its rows are read
+	tableID  xid.Owner        // its decision table's id; zero: fakeTableID
 	readOnly bool             // answer to the read-only query
 	closed   int              // connections closed (a released session)
 }
@@ -85,6 +88,21 @@ func (c *fakeConn) QueryContext(_ context.Context, q string, _ []driver.NamedVal
 	if err := c.run(q); err != nil {
 		return nil, err
 	}
+	c.db.mu.Lock()
+	rerr := c.db.rowsFail[q]
+	c.db.mu.Unlock()
+	if rerr != nil {
+		return &fakeRows{err: rerr}, nil
+	}
+	if q == "SELECT id FROM "+decision.IDTableName {
+		c.db.mu.Lock()
+		id := c.db.tableID
+		c.db.mu.Unlock()
+		if id.IsZero() {
+			id = fakeTableID
+		}
+		return &fakeRows{v: id.String()}, nil
+	}
 	if strings.Contains(q, "txid_current_if_assigned") {
 		c.db.mu.Lock()
 		ro := c.db.readOnly
@@ -107,6 +125,7 @@ type fakeRows struct {
 	v    driver.Value
 	vs   []driver.Value
 	done bool
+	err  error // returned by Next
 }
 
 func (r *fakeRows) Columns() []string {
@@ -117,6 +136,9 @@ func (r *fakeRows) Columns() []string {
 }
 func (r *fakeRows) Close() error { return nil }
 func (r *fakeRows) Next(dest []driver.Value) error {
+	if r.err != nil {
+		return r.err
+	}
 	if r.done {
 		return io.EOF
 	}
@@ -129,10 +151,10 @@ func (r *fakeRows) Next(dest []driver.Value) error {
 	return nil
 }
 
-// fakeConnTo returns a dedicated connection to a new fake database.
-func fakeConnTo(t *testing.T) (*sql.Conn, *fakeDB) {
+// fakePool returns a pool of a new fake database.
+func fakePool(t *testing.T) (*sql.DB, *fakeDB) {
 	t.Helper()
-	db := &fakeDB{fail: map[string]error{}}
+	db := &fakeDB{fail: map[string]error{}, rowsFail: map[string]error{}}
 	fakeMu.Lock()
 	fakeSeq++
 	key := "db" + strconv.Itoa(fakeSeq)
@@ -143,6 +165,13 @@ func fakeConnTo(t *testing.T) (*sql.Conn, *fakeDB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pool.Close() })
+	return pool, db
+}
+
+// fakeConnTo returns a dedicated connection to a new fake database.
+func fakeConnTo(t *testing.T) (*sql.Conn, *fakeDB) {
+	t.Helper()
+	pool, db := fakePool(t)
 	conn, err := pool.Conn(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -158,9 +187,20 @@ func wantLog(t *testing.T, rm string, db *fakeDB, want ...string) {
 	}
 }
 
+// fakeTableID is every fake database's decision-table id.
+var fakeTableID = xid.Owner{0xfa, 0x4e, 1}
+
 func xaID(g xid.GTRID) string { return xid.Branch{GTRID: g, RM: "maria"}.MySQLXID() }
-func pgGID(g xid.GTRID) string {
-	return "'" + xid.Branch{GTRID: g, RM: "pg"}.PostgresGID() + "'"
+
+// pgGID names pg's branch prepared for a fake coordinator (owned by fakeCluster).
+func pgGID(g xid.GTRID) string { return pgOwned(g, "pg") }
+
+// xaOwned and pgOwned name branches decided by a fake coordinator (owned by fakeCluster).
+func xaOwned(g xid.GTRID) string {
+	return xid.Branch{GTRID: g, RM: "maria", Owner: fakeCluster}.MySQLXID()
+}
+func pgOwned(g xid.GTRID, rmName string) string {
+	return "'" + xid.Branch{GTRID: g, RM: rmName, Owner: fakeCluster}.PostgresGID() + "'"
 }
 
 // twoBranches begins a transaction with a write on pg and one on maria.
@@ -338,6 +378,16 @@ func (f *fakeCoordinator) Commit(_ context.Context, req *api.CommitRequest) (*ap
 	return f.commit(req)
 }
 
+// fakeCluster is the cluster every fake coordinator names in its Health.
+var fakeCluster = xid.Owner{0xc1, 0x05, 0x7e}
+
+// fakeHealthMessage is a primary's Health message naming fakeCluster.
+const fakeHealthMessage = "role=primary cluster=c1057e00000000000000000000000000 epoch=1"
+
+func (f *fakeCoordinator) Health(context.Context, *api.HealthRequest) (*api.HealthResponse, error) {
+	return &api.HealthResponse{Serving: true, Message: fakeHealthMessage}, nil
+}
+
 func (f *fakeCoordinator) Abort(_ context.Context, req *api.AbortRequest) (*api.AbortResponse, error) {
 	f.mu.Lock()
 	f.aborts = append(f.aborts, req)
@@ -378,11 +428,11 @@ func TestTwoPhaseCommitted(t *testing.T) {
 	if res.Path != PathTwoPhase || res.CoordinatorCalls != 1 || res.Phase2Pending {
 		t.Errorf("Commit = %+v", res)
 	}
-	if s := c.Stats(); s.CoordinatorCalls != 1 {
-		t.Errorf("Stats().CoordinatorCalls = %d", s.CoordinatorCalls)
+	if s := c.Stats(); s.CoordinatorCalls != 2 {
+		t.Errorf("Stats().CoordinatorCalls = %d, want 2 (Health, once, for the cluster's identity; Commit)", s.CoordinatorCalls)
 	}
 	g := tx.GTRID()
-	x := xaID(g)
+	x := xaOwned(g)
 	// PostgreSQL's branch is the coordinator's to commit; MariaDB's is bound
 	// to this session, so the SDK commits it here after the decision.
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
@@ -411,7 +461,7 @@ func TestTwoPhaseAbortedByTheCoordinator(t *testing.T) {
 		t.Fatalf("Commit: %v, want ErrAborted with the coordinator's message", err)
 	}
 	g := tx.GTRID()
-	x := xaID(g)
+	x := xaOwned(g)
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA ROLLBACK "+x)
 }
@@ -428,7 +478,7 @@ func TestTwoPhaseRefusedRollsBack(t *testing.T) {
 		t.Fatalf("Commit: %v, want ErrAborted caused by the refusal", err)
 	}
 	g := tx.GTRID()
-	x := xaID(g)
+	x := xaOwned(g)
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g), "ROLLBACK PREPARED "+pgGID(g))
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA ROLLBACK "+x)
 	if commits, aborts := f.counts(); commits != 1 || aborts != 0 {
@@ -459,7 +509,7 @@ func TestTwoPhaseCoordinatorUnavailable(t *testing.T) {
 		t.Errorf("Commit RPCs: %d sent, %d reported; want retries", commits, res.CoordinatorCalls)
 	}
 	g := tx.GTRID()
-	x := xaID(g)
+	x := xaOwned(g)
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x)
 	maria.mu.Lock()
@@ -482,7 +532,7 @@ func TestPrepareFailureRollsBackWithoutTheCoordinator(t *testing.T) {
 	}}
 	c := newClient(t, Config{Coordinator: startCoordinator(t, f), DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}})
 	tx, pg, maria := twoBranches(t, c)
-	x := xaID(tx.GTRID())
+	x := xaOwned(tx.GTRID())
 	maria.fail["XA PREPARE "+x] = &mysql.MySQLError{Number: 1402, Message: "XA_RBROLLBACK"}
 	_, err := tx.Commit(context.Background())
 	if !errors.Is(err, ErrAborted) {
@@ -494,4 +544,13 @@ func TestPrepareFailureRollsBackWithoutTheCoordinator(t *testing.T) {
 	g := tx.GTRID()
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g), "ROLLBACK PREPARED "+pgGID(g))
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA END "+x, "XA ROLLBACK "+x)
+}
+
+// knownCluster makes c know its coordinators' cluster (fakeCluster), as
+// after a first Health, so that a test can start with the coordinator
+// unreachable.
+func knownCluster(c *Client) {
+	c.cluster.mu.Lock()
+	c.cluster.id = fakeCluster
+	c.cluster.mu.Unlock()
 }

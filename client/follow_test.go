@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"strconv"
@@ -18,7 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
-	"github.com/tandem-tx/tandem/xid"
 )
 
 // roleFake is a coordinator with a role: serving (the primary) or not (a
@@ -92,10 +92,9 @@ func (f *roleFake) Health(context.Context, *api.HealthRequest) (*api.HealthRespo
 	if f.serving.Load() {
 		msg = "role=primary"
 	}
-	if f.cluster != "" {
-		msg += " cluster=" + f.cluster
-	}
-	if f.serving.Load() || f.cluster != "" {
+	// Every coordinator names its cluster (an identity: 32 hex digits).
+	msg += " cluster=" + clusterHex(f.cluster)
+	{
 		msg += " epoch=" + strconv.Itoa(f.epoch)
 	}
 	return &api.HealthResponse{Serving: f.serving.Load(), Message: msg}, nil
@@ -174,7 +173,7 @@ func TestCommitFollowsThePrimary(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Commit: %v", err)
 			}
-			g, x := tx.GTRID(), xaID(tx.GTRID())
+			g, x := tx.GTRID(), xaOwned(tx.GTRID())
 			wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
 			wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA COMMIT "+x)
 			if c.CurrentCoordinator() != prAddr {
@@ -254,7 +253,7 @@ func TestOutcomeCaughtInAFailoverIsSettledByTheNewPrimary(t *testing.T) {
 			if tc.wantErr == nil && err != nil || tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
 				t.Fatalf("Commit: %v, want %v", err, tc.wantErr)
 			}
-			g, x := tx.GTRID(), xaID(tx.GTRID())
+			g, x := tx.GTRID(), xaOwned(tx.GTRID())
 			wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
 			wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, tc.mariaLast+x)
 			n := nu.counts()
@@ -291,7 +290,7 @@ func TestCommitWaitsForThePromotion(t *testing.T) {
 	if _, err := tx.Commit(context.Background()); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
-	x := xaID(tx.GTRID())
+	x := xaOwned(tx.GTRID())
 	if l := maria.log(); l[len(l)-1] != "XA COMMIT "+x {
 		t.Errorf("maria: %q, want its branch committed", l)
 	}
@@ -327,7 +326,7 @@ func TestNoPrimaryBeforeTheDecisionTimeoutIsUnknown(t *testing.T) {
 	if !errors.As(err, &ou) || ou.GTRID != tx.GTRID() || !strings.Contains(err.Error(), tx.GTRID().String()) {
 		t.Fatalf("Commit: %v, want an *OutcomeUnknownError naming the gtrid", err)
 	}
-	g, x := tx.GTRID(), xaID(tx.GTRID())
+	g, x := tx.GTRID(), xaOwned(tx.GTRID())
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x)
 	if n := sb.counts(); n.aborts != 0 || n.resolves != 0 {
@@ -342,7 +341,9 @@ func TestOnlyStandbysRollsBack(t *testing.T) {
 	a, b := &roleFake{hint: true}, &roleFake{hint: true}
 	aAddr, _ := serveFake(t, a)
 	bAddr, _ := serveFake(t, b)
-	c := newClient(t, Config{Coordinators: []string{aAddr, bAddr}, DecisionTimeout: 300 * time.Millisecond})
+	// Long enough for the refusals to be heard on a busy machine: an
+	// attempt cut short by the DecisionTimeout leaves the outcome unknown.
+	c := newClient(t, Config{Coordinators: []string{aAddr, bAddr}, DecisionTimeout: 3 * time.Second})
 	tx, pg, _ := twoBranches(t, c)
 	_, err := tx.Commit(context.Background())
 	if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "no coordinator served as the primary; nothing was decided") {
@@ -450,7 +451,7 @@ func TestUnknowableAfterAnUnsynchronizedPromotionStaysUnknown(t *testing.T) {
 	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "accept-data-loss") {
 		t.Fatalf("Commit: %v, want ErrOutcomeUnknown carrying the new primary's reason", err)
 	}
-	g, x := tx.GTRID(), xaID(tx.GTRID())
+	g, x := tx.GTRID(), xaOwned(tx.GTRID())
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x)
 	if n := nu.counts(); n.statuses != 1 || n.resolves != 0 || n.commits != 1 || n.aborts != 0 {
@@ -500,7 +501,7 @@ func TestCommittedStatusEndsAPostgresOnlyCommit(t *testing.T) {
 		t.Errorf("the new primary got %+v; want 1 Status without resolve and no Commit", n)
 	}
 	for i, rm := range []string{"pg", "pg2"} {
-		gid := "'" + xid.Branch{GTRID: tx.GTRID(), RM: rm}.PostgresGID() + "'"
+		gid := pgOwned(tx.GTRID(), rm)
 		wantLog(t, rm, dbs[i], "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+gid)
 	}
 }
@@ -559,7 +560,7 @@ func TestNeverBackToASupersededEpoch(t *testing.T) {
 	sbAddr, _ := serveFake(t, sb)
 	promotedAddr, stopPromoted := serveFake(t, promoted)
 	staleAddr, _ := serveFake(t, stale)
-	c, err := New(Config{RMs: twoRMs, Coordinators: []string{sbAddr, promotedAddr, staleAddr}, DecisionTimeout: 700 * time.Millisecond,
+	c, err := New(Config{RMs: twoRMs, Coordinators: []string{sbAddr, promotedAddr, staleAddr}, DecisionTimeout: 3 * time.Second, // generous: a busy machine
 		Defaults: CommitOptions{DecideAt: DecideAtCoordinator}})
 	if err != nil {
 		t.Fatal(err)
@@ -596,4 +597,14 @@ func TestAProbeCutShortMovesNowhere(t *testing.T) {
 	if c.CurrentCoordinator() == staleAddr || stale.counts().commits != 0 {
 		t.Errorf("moved to the stale primary on a probe cut short (uses %s, stale got %d Commits)", c.CurrentCoordinator(), stale.counts().commits)
 	}
+}
+
+// clusterHex is the identity a roleFake of cluster name says: the fakes'
+// one (fakeCluster) for "", else one made of the name.
+func clusterHex(name string) string {
+	if name == "" {
+		return fakeCluster.String()
+	}
+	h := hex.EncodeToString([]byte(name))
+	return strings.Repeat("0", 32-len(h)) + h
 }

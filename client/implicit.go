@@ -2,16 +2,17 @@ package client
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
 
-// A commit point on MySQL/MariaDB is a plain transaction, not an XA branch,
-// so the server does not refuse what an XA branch refuses (XAER_RMFAIL):
-// statements that end the transaction implicitly (DDL, LOCK TABLES, BEGIN,
-// COMMIT, …) would commit its writes before the decision, and a later
-// failure of another branch would then split the transaction. The SDK
-// refuses them on such a branch instead (and the decision's INSERT also
-// requires @@in_transaction = 1).
+// A commit point on MySQL/MariaDB is an XA branch (commit_point.go): inside
+// it the server itself refuses every statement that would end the
+// transaction implicitly (DDL, LOCK TABLES, BEGIN, COMMIT, compound
+// statements that run one, …) with XAER_RMFAIL, which dooms the
+// transaction. This classifier is only an earlier, clearer error: it
+// refuses such a statement before it is sent, naming it. The cases are one
+// corpus shared with the Java client (api/testdata/implicit-commit.txt).
 
 // implicitCommit lists the first keywords of MySQL/MariaDB statements that
 // end the transaction (MariaDB's "Statements That Cause an Implicit
@@ -25,7 +26,14 @@ var implicitCommit = map[string]bool{
 	"REPAIR": true, "CACHE": true, "CHECK": true, "INSTALL": true, "UNINSTALL": true,
 	"RESET": true, "PURGE": true, "CHANGE": true, "XA": true, "LOAD": true,
 	"PREPARE": true, "EXECUTE": true, "CALL": true,
+	// Compound statements, which MariaDB runs outside stored programs: the
+	// statements in their body (past the semicolons inside) are not seen
+	// by a first-word check, so the compound statement is refused whole.
+	"IF": true, "CASE": true, "WHILE": true, "LOOP": true, "REPEAT": true, "FOR": true, "DECLARE": true,
 }
+
+// label matches the label before a compound statement ("l: LOOP …").
+var label = regexp.MustCompile(`^\s*[A-Za-z0-9_$]+\s*:`)
 
 // endsTransaction returns the first statement of query (several may be
 // joined by ';') that would end or control a MySQL/MariaDB transaction, or
@@ -40,7 +48,7 @@ var implicitCommit = map[string]bool{
 func endsTransaction(query string) string {
 	for _, backslash := range []bool{true, false} {
 		for _, st := range splitStatements(query, backslash) {
-			if endsTx(words(st.code)) {
+			if endsTx(words(label.ReplaceAllString(st.code, ""))) {
 				return st.text
 			}
 		}
@@ -95,12 +103,8 @@ func (b *Branch) refuseImplicitCommit(query string) error {
 // refusal is the error refusing stmt on rm: it quotes stmt without its
 // surrounding blanks, cut after 80 characters with "…".
 func refusal(rm, stmt string) error {
-	stmt = strings.TrimSpace(stmt)
-	if r := []rune(stmt); len(r) > 80 {
-		stmt = string(r[:80]) + "…"
-	}
 	return fmt.Errorf("client: rm %q: %q would end the transaction (an implicit commit): not allowed inside a global transaction, whose MariaDB/MySQL branch is its commit point; "+
-		"run DDL, LOCK TABLES, transaction control and stored procedures (CALL: one may COMMIT) outside it, or decide at the coordinator (an XA branch refuses them too)", rm, stmt)
+		"run DDL, LOCK TABLES, transaction control and stored procedures (CALL: one may COMMIT) outside it, or decide at the coordinator (an XA branch refuses them too)", rm, clipStmt(stmt))
 }
 
 // statement is one statement of a query: its text, and its code, the text

@@ -35,7 +35,7 @@ func TestTwoPhaseLogFullRollsBack(t *testing.T) {
 		t.Errorf("Commit RPCs: %d sent, %d reported; want retries until the deadline", commits, res.CoordinatorCalls)
 	}
 	g := tx.GTRID()
-	x := xaID(g)
+	x := xaOwned(g)
 	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g), "ROLLBACK PREPARED "+pgGID(g))
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA ROLLBACK "+x)
 }

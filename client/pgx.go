@@ -84,7 +84,7 @@ func (p *PgxBranch) Exec(ctx context.Context, query string, args ...any) (pgconn
 		if err != nil {
 			return tag, b.fail(fmt.Errorf("rm %q: begin and first statement: %w", b.rm.name, err))
 		}
-		return tag, nil
+		return tag, b.checkAfter(query)
 	}
 	b.trips++
 	start := time.Now()
@@ -93,7 +93,7 @@ func (p *PgxBranch) Exec(ctx context.Context, query string, args ...any) (pgconn
 	if err != nil {
 		return tag, b.fail(fmt.Errorf("rm %q: %w", b.rm.name, err))
 	}
-	return tag, nil
+	return tag, b.checkAfter(query)
 }
 
 // Query runs a statement that returns rows. A branch that only ran

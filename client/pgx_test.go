@@ -134,7 +134,7 @@ func TestPgxTwoPhase(t *testing.T) {
 	if want := []string{"BEGIN", "INSERT INTO a VALUES (1)", "PREPARE TRANSACTION " + pgGID(tx.GTRID())}; !slices.Equal(stmts, want) {
 		t.Fatalf("pgx branch statements %q, want %q", stmts, want)
 	}
-	x := xaID(tx.GTRID())
+	x := xaOwned(tx.GTRID())
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA COMMIT "+x)
 	// PREPARE TRANSACTION; MariaDB without MultiStatements: XA END, XA PREPARE.
 	if n := reg.Snapshot().Get(waits.RMPrepare).Count; n != 3 {
@@ -143,9 +143,10 @@ func TestPgxTwoPhase(t *testing.T) {
 }
 
 // A statement whose error came only while its rows were read (the SDK
-// never saw it) failed PostgreSQL's transaction: PREPARE TRANSACTION then
-// answers ROLLBACK, which the pgx path reads as a failed prepare — the
-// transaction aborts and the coordinator is never asked.
+// never saw it) failed PostgreSQL's transaction: the backend's transaction
+// status ('E', failed) dooms it at Commit, before any PREPARE (which would
+// answer ROLLBACK) — the transaction aborts and the coordinator is never
+// asked.
 func TestPgxPrepareAnsweredRollback(t *testing.T) {
 	fc := &fakeCoordinator{commit: func(*api.CommitRequest) (*api.CommitResponse, error) {
 		return &api.CommitResponse{Outcome: api.Outcome_COMMITTED}, nil
@@ -175,8 +176,8 @@ func TestPgxPrepareAnsweredRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = tx.Commit(ctx)
-	if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "PREPARE TRANSACTION answered \"ROLLBACK\"") {
-		t.Fatalf("Commit = %v; want ErrAborted saying PREPARE answered ROLLBACK", err)
+	if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "transaction status is 'E'") {
+		t.Fatalf("Commit = %v; want ErrAborted saying the branch's transaction had failed", err)
 	}
 	if commits, _ := fc.counts(); commits != 0 {
 		t.Fatalf("the coordinator was asked to commit %d times", commits)

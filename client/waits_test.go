@@ -139,7 +139,7 @@ func listenLoopback(t *testing.T) net.Listener {
 // its reply until the client has committed MariaDB's branch: the reply can
 // only come if the SDK settles its own branch on the early decision.
 type earlyCoordinator struct {
-	api.UnimplementedCoordinatorServer
+	fakeCoordinator
 	maria *fakeDB
 	x     string
 }
@@ -169,7 +169,7 @@ func TestEarlyDecisionOverlapsTheClientsCommit(t *testing.T) {
 	tx := c.Begin()
 	pgConn, _ := fakeConnTo(t)
 	myConn, maria := fakeConnTo(t)
-	f.maria, f.x = maria, xaID(tx.GTRID())
+	f.maria, f.x = maria, xaOwned(tx.GTRID())
 	bp, _ := tx.Branch(ctx, "pg", pgConn)
 	bm, _ := tx.Branch(ctx, "maria", myConn)
 	if _, err := bp.ExecContext(ctx, "UPDATE a SET v = 1"); err != nil {

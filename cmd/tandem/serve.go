@@ -110,6 +110,7 @@ type serveFlags struct {
 	maxConns                                     int
 	maxSend, sndBuf, rcvBuf                      string
 	noDelayOff                                   bool
+	adoptUnowned                                 bool
 	secretFile                                   string
 	standbyTLSCert, standbyTLSKey, standbyTLSCA  string
 	logLevel                                     string
@@ -131,6 +132,7 @@ func (f *serveFlags) define(fs *flag.FlagSet) {
 	fs.BoolVar(&f.insecureTLS, "insecure-no-tls", false, "allow plaintext on a non-loopback --listen or --admin, and a standby link off loopback with --standby-secret-file but no --standby-tls-* (only on a network you trust: tokens, transactions and decisions travel in clear, and a standby link's frames can be forged on the path)")
 	fs.Var(&f.rms, "rm", rmFlagHelp)
 	fs.DurationVar(&f.orphan, "orphan-timeout", 0, "abort a prepared branch with no decision after this long (default 60s)")
+	fs.BoolVar(&f.adoptUnowned, "adopt-unowned", false, "settle prepared branches with legacy names (no owner: made by an SDK from before owners existed) as this coordinator's own, presuming abort for them after --orphan-timeout like its own; without it they are listed (tandem status --in-doubt), never settled. Only for an in-place upgrade of the one coordinator that decided them: another deployment over the same databases must not adopt them. Gtrids that began before this data directory's log was born are listed either way")
 	fs.DurationVar(&f.scan, "scan-interval", 0, "how often to scan every database for in-doubt branches (default 10s)")
 	fs.DurationVar(&f.p2wait, "phase2-wait", 0, "longest a Commit waits for phase 2 when the caller set no deadline (default 10s)")
 	fs.DurationVar(&f.maxAge, "max-txn-age", 0, "abort a Commit whose transaction began longer ago (default 1h)")
@@ -236,6 +238,9 @@ func (f *serveFlags) override(cfg *config.Config) error {
 		if v != 0 {
 			*dst = v
 		}
+	}
+	if f.adoptUnowned {
+		cfg.AdoptUnowned = true
 	}
 	setD(&cfg.OrphanTimeout, f.orphan)
 	setD(&cfg.ScanInterval, f.scan)

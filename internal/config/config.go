@@ -11,6 +11,7 @@
 //	max_txn_age: 1h                 # Commit of an older gtrid is aborted
 //	max_clock_skew: 10s             # a gtrid stamped further in the future is refused
 //	log_size: 64MiB                 # decision log size: circular, in 8 segments
+//	adopt_unowned: false            # settle legacy (unowned) branch names as this coordinator's own
 //	rms:
 //	  pg:    {driver: postgres, dsn: "postgres://tandem:${TANDEM_DB_PASSWORD}@127.0.0.1:55432/tandem"}
 //	  maria: {driver: mysql,    dsn_file: /etc/tandem/maria.dsn, max_conns: 16}
@@ -90,6 +91,13 @@ type Config struct {
 	BatchWindow time.Duration `yaml:"batch_window"` // with write: batch (default 2ms)
 	Visibility  Visibility    `yaml:"visibility"`   // sync (default) or async
 	RMs         map[string]RM `yaml:"rms"`
+	// AdoptUnowned: prepared branches with legacy names (no owner: written
+	// by an SDK from before owners existed) are this coordinator's own,
+	// settled by its rules (still never presumed aborted when they began
+	// before its log was born). Without it they are listed, never settled
+	// (docs/ownership.md). For an in-place upgrade of the only coordinator
+	// over these databases.
+	AdoptUnowned bool `yaml:"adopt_unowned"`
 	// Standby is the standby link (README, "Standby"), so that a
 	// coordinator can be configured from one file; each field's flag
 	// (--standby-listen, --standby-of, --transport, …) overrides it.

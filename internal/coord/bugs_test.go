@@ -49,7 +49,7 @@ func TestOpenRefusesUnfinishedDecisionOnAnUnconfiguredRM(t *testing.T) {
 // waitFor polls cond (under c.mu) until it holds or 5s pass.
 func waitFor(t *testing.T, c *Coordinator, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // generous: a busy machine
 	for {
 		c.mu.Lock()
 		ok := cond()

@@ -99,6 +99,21 @@ type Options struct {
 	// (ResolveInDoubt), and Status will not resolve it.
 	InDoubtBefore time.Time
 
+	// Owner is this coordinator's cluster identity (xid.Owner of the data
+	// directory's cluster): the owner of every branch it decides
+	// (docs/ownership.md). Phase 2 names branches with it (and, for an SDK
+	// from before owners existed, with the legacy name). The in-doubt scan
+	// settles only its own branches: another owner's are listed (InDoubt),
+	// never touched. The zero Owner is a coordinator without an identity
+	// (unit tests): legacy names are then its own, as before owners existed.
+	Owner xid.Owner
+	// Born is when this coordinator's decision log was created (the
+	// identity's born line): the log knows nothing of what was decided
+	// before. A prepared branch of a gtrid that began before Born (less
+	// MaxClockSkew) with no decision here is listed, never presumed
+	// aborted. Zero: no such boundary (unit tests).
+	Born time.Time
+
 	// LogHook, when set, sees the decision log's records: those replayed
 	// at Open, those written since (wal.Options.OnWrite: it may block the
 	// writer, as the standby's sync transport does) and the releases of

@@ -29,8 +29,19 @@ func TestPhase2WithAnRMDownStaysBounded(t *testing.T) {
 			t.Fatalf("Commit %d: %v %v", i, r.Outcome, err)
 		}
 	}
-	time.Sleep(300 * time.Millisecond) // every first attempt made and failed
+	// Every first attempt made and failed, every branch parked, the breaker
+	// open: from here on only probes reach the RM.
+	q := c.retry[rmLong.Name]
+	waitFor(t, c, "every branch parked behind the open breaker", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.open && len(q.items) == n
+	})
+	// The drivers end once their branches are parked.
 	g := runtime.NumGoroutine()
+	for deadline := time.Now().Add(30 * time.Second); g > before+64 && time.Now().Before(deadline); g = runtime.NumGoroutine() {
+		time.Sleep(20 * time.Millisecond)
+	}
 	calls0 := sw.calls.Load()
 	time.Sleep(time.Second)
 	calls := sw.calls.Load() - calls0
@@ -69,7 +80,10 @@ func TestOneFailingBranchDoesNotHoldBackOthers(t *testing.T) {
 	if r, err := c.Commit(short(t), bad.String(), both, CommitMode{}); err != nil || r.Outcome != Committed {
 		t.Fatalf("Commit of the poison transaction: %v %v", r.Outcome, err)
 	}
-	time.Sleep(500 * time.Millisecond) // its retries fail; the breaker opens
+	for _, b := range both { // its retries fail; the breakers open
+		q := c.retry[b.RM]
+		waitFor(t, c, "the breaker of "+b.RM+" open", func() bool { q.mu.Lock(); defer q.mu.Unlock(); return q.open })
+	}
 	for i := 0; i < 50; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		r, err := c.Commit(ctx, newGTRID(), both, CommitMode{WaitPhase2: true})

@@ -65,6 +65,31 @@ func (s *slowStandby) ackAll() {
 	s.mu.Unlock()
 }
 
+// written is the last durable record written.
+func (s *slowStandby) written() wal.Position {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// waitAnswer waits for a Commit's answer, acknowledging again whatever is
+// written meanwhile (a record written after the last ackAll), for a minute
+// at most.
+func (s *slowStandby) waitAnswer(t *testing.T, answered <-chan Report) Report {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case r := <-answered:
+			return r
+		case <-time.After(50 * time.Millisecond):
+			s.ackAll()
+		case <-deadline:
+			t.Fatal("Commit did not answer within a minute of the standby holding every record")
+		}
+	}
+}
+
 func (s *slowStandby) holds() wal.Position {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -112,6 +137,7 @@ func TestNoBranchTouchedBeforeTheStandbyHoldsTheDecision(t *testing.T) {
 	// it) must wait for the standby too.
 	g2 := newGTRID()
 	answered := make(chan Report, 1)
+	before := sb.written()
 	go func() {
 		r, err := c.Commit(context.Background(), g2, []BranchRef{{RM: "pg"}, {RM: "maria", ClientSettles: true}}, CommitMode{WaitPhase2: false})
 		if err != nil {
@@ -119,6 +145,9 @@ func TestNoBranchTouchedBeforeTheStandbyHoldsTheDecision(t *testing.T) {
 		}
 		answered <- r
 	}()
+	// Its decision record written (on a busy machine the goroutine may not
+	// even have started within the window below), the answer must wait.
+	waitFor(t, c, "the second decision's record written", func() bool { return sb.written() != before })
 	select {
 	case r := <-answered:
 		t.Fatalf("Commit with a client-settled branch answered %s before the standby held the decision: the client would commit its branch on it", r.Outcome)
@@ -126,7 +155,7 @@ func TestNoBranchTouchedBeforeTheStandbyHoldsTheDecision(t *testing.T) {
 	}
 
 	sb.ackAll()
-	if r := <-answered; r.Outcome != Committed {
+	if r := sb.waitAnswer(t, answered); r.Outcome != Committed {
 		t.Fatalf("Commit(%s) = %s after the ack, want COMMITTED", g2, r.Outcome)
 	}
 	sb.ackAll() // the second decision's record

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -34,6 +35,19 @@ func closedWithin(t *testing.T, conn net.Conn, limit time.Duration) time.Duratio
 		t.Fatalf("the server still held the connection after %v", limit)
 	}
 	return time.Since(start)
+}
+
+// waitHeld waits until the capped listener l holds n connections: the
+// server has accepted (or, after a close, counted out) what the test
+// dialled (or closed).
+func waitHeld(t *testing.T, l net.Listener, n int) {
+	t.Helper()
+	cl := l.(*capListener)
+	waitUntil(t, fmt.Sprintf("the %s to hold %d connections", cl.name, n), func() bool {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return cl.n == n
+	})
 }
 
 // A slowloris client of the admin listener — headers sent slowly, a body
@@ -166,7 +180,7 @@ func TestAPIConnectionCap(t *testing.T) {
 		}
 		held = append(held, c)
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitHeld(t, s.lis, 3)
 	extra, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +188,7 @@ func TestAPIConnectionCap(t *testing.T) {
 	defer extra.Close()
 	t.Logf("a connection past the cap closed after %v", closedWithin(t, extra, 2*time.Second))
 	held[0].Close()
-	time.Sleep(100 * time.Millisecond)
+	waitHeld(t, s.lis, 2)
 	again, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +224,7 @@ func TestAdminConnectionCap(t *testing.T) {
 		}
 		held = append(held, c)
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitHeld(t, s.adminLis, 3)
 	extra, err := net.Dial("tcp", s.AdminAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +232,7 @@ func TestAdminConnectionCap(t *testing.T) {
 	defer extra.Close()
 	t.Logf("an admin connection past the cap closed after %v", closedWithin(t, extra, 2*time.Second))
 	held[0].Close()
-	time.Sleep(100 * time.Millisecond)
+	waitHeld(t, s.adminLis, 2)
 	again, err := net.Dial("tcp", s.AdminAddr())
 	if err != nil {
 		t.Fatal(err)

@@ -514,8 +514,9 @@ func TestRoleNames(t *testing.T) {
 // identity (a standby promoted without --standby-listen, or a primary
 // restarted without it) names its cluster and epoch in Health, so that a
 // client following the primary can tell it from another cluster's
-// coordinator and from a superseded primary; a directory with no identity
-// names none.
+// coordinator and from a superseded primary. A fresh data directory gets an
+// identity at its first start (born then), and Health names it too: clients
+// name their branches with the cluster (xid.Owner).
 func TestHealthNamesTheClusterWithoutAStandbyLink(t *testing.T) {
 	dir := t.TempDir()
 	id := standby.Identity{Epoch: 3}
@@ -528,8 +529,14 @@ func TestHealthNamesTheClusterWithoutAStandbyLink(t *testing.T) {
 	if msg := healthOf(t, p).GetMessage(); !strings.Contains(msg, want) {
 		t.Errorf("Health's message %q does not name %q", msg, want)
 	}
-	fresh := startRole(t, StandbyOptions{})
-	if msg := healthOf(t, fresh).GetMessage(); strings.Contains(msg, "cluster=") {
-		t.Errorf("a primary with no identity names a cluster: %q", msg)
+	freshDir := t.TempDir()
+	before := time.Now()
+	fresh := startRoleIn(t, freshDir, StandbyOptions{})
+	made, ok, err := standby.LoadIdentity(freshDir)
+	if err != nil || !ok || made.Cluster.IsZero() || made.Born.Before(before) {
+		t.Fatalf("a fresh data directory's identity after the first start: %+v %v %v; want a cluster, born at the start", made, ok, err)
+	}
+	if msg, want := healthOf(t, fresh).GetMessage(), "role=primary cluster="+made.Cluster.String()+" epoch=1"; !strings.Contains(msg, want) {
+		t.Errorf("a fresh primary's Health %q does not name %q", msg, want)
 	}
 }

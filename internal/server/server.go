@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +27,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/standby"
 	"github.com/tandem-tx/tandem/internal/tlsconf"
 	"github.com/tandem-tx/tandem/waits"
+	"github.com/tandem-tx/tandem/xid"
 )
 
 // Server is a running coordinator and its gRPC listener. Its role (primary,
@@ -196,6 +199,32 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 		NoWait: cfg.NoWait(), BatchWindow: cfg.LogBatchWindow(), LogSize: int64(cfg.LogSize),
 		Waits: s.waits,
 	}
+	// Every primary's data directory has an identity from its first start:
+	// its cluster owns the branches it decides (xid.Owner), and its birth
+	// bounds what its log can know (coord.Options.Born).
+	segs, _ := os.ReadDir(filepath.Join(cfg.DataDir, "log"))
+	hadLog := len(segs) > 0
+	id, bornNow, err := standby.PrimaryIdentity(cfg.DataDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the data directory's identity (%s): %w", filepath.Join(cfg.DataDir, standby.IdentityFile), err)
+	}
+	if !hadLog && !bornNow {
+		// The identity outlived its log (a lost volume, a copied cluster
+		// file): the log about to be created knows nothing before now.
+		s.logError("this data directory has a cluster identity but no decision log: the log is created now, and born is set to now; "+
+			"prepared branches of gtrids that began before now are listed as in doubt (tandem status --in-doubt), never presumed aborted",
+			"cluster", id.Cluster.String(), "born_was", id.Born.UTC().Format(time.RFC3339Nano))
+		id.Born = time.Now()
+		if err := standby.SaveIdentity(cfg.DataDir, id); err != nil {
+			return nil, nil, fmt.Errorf("the data directory's identity (%s): %w", filepath.Join(cfg.DataDir, standby.IdentityFile), err)
+		}
+	}
+	copts.Owner, copts.Born, copts.AdoptUnowned = xid.Owner(id.Cluster), id.Born, cfg.AdoptUnowned
+	if bornNow && hadLog {
+		s.logError("this data directory's decision log had no recorded birth (written by an older Tandem): born is set to now; "+
+			"prepared branches of gtrids that began before now with no decision in the log are listed as in doubt (tandem status --in-doubt), never presumed aborted; settle them with tandem resolve",
+			"born", id.Born.UTC().Format(time.RFC3339Nano), "cluster", id.Cluster.String())
+	}
 	if at, ok, err := standby.UnsynchronizedPromotion(cfg.DataDir); err != nil {
 		return nil, nil, err
 	} else if ok {
@@ -207,10 +236,6 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 	var sh *standby.Shipper
 	if so.Listen != "" {
 		tr, prot, err := standby.ParseMode(so.Transport, so.Protection)
-		if err != nil {
-			return nil, nil, err
-		}
-		id, err := standby.PrimaryIdentity(cfg.DataDir)
 		if err != nil {
 			return nil, nil, err
 		}

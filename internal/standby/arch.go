@@ -100,6 +100,9 @@ func (s *Shipper) welcome(sess *archSession) welcome {
 	if !s.cfg.InDoubtBefore.IsZero() {
 		w.inDoubtBefore = s.cfg.InDoubtBefore.UnixNano()
 	}
+	if !s.cfg.Identity.Born.IsZero() {
+		w.born = s.cfg.Identity.Born.UnixNano()
+	}
 	if s.cfg.Transport == Arch {
 		w.transport, w.conns = wireArch, byte(s.cfg.MaxConnections)
 		if sess != nil {

@@ -16,11 +16,20 @@ import (
 // the epoch the coordinator there belongs to.
 const IdentityFile = "cluster"
 
-// Identity is a data directory's cluster and epoch. The epoch grows by one
-// at every promotion: a primary with an older epoch has been superseded.
+// Identity is a data directory's cluster, epoch and birth. The epoch grows
+// by one at every promotion: a primary with an older epoch has been
+// superseded.
+//
+// The cluster is also the owner of every branch this cluster's coordinators
+// decide (xid.Owner, docs/ownership.md). Born is when the cluster's decision
+// log was created (a standby takes its primary's): a coordinator has no
+// record of what happened before it, so it never presumes abort for a gtrid
+// that began earlier (coord.Options.Born). The zero Born: not known (an
+// identity written before births were recorded; PrimaryIdentity sets it).
 type Identity struct {
 	Cluster ClusterID
 	Epoch   uint64
+	Born    time.Time
 }
 
 // LoadIdentity reads dir's identity; ok is false when it has none yet.
@@ -52,6 +61,12 @@ func LoadIdentity(dir string) (id Identity, ok bool, err error) {
 				return id, false, bad("epoch is not a positive number")
 			}
 			id.Epoch, haveEpoch = n, true
+		case "born":
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil || t.IsZero() {
+				return id, false, bad("born is not a time in RFC 3339 form (e.g. 2026-11-26T11:18:34.123456789Z)")
+			}
+			id.Born = t
 		}
 	}
 	if !haveID || !haveEpoch {
@@ -66,21 +81,36 @@ func SaveIdentity(dir string, id Identity) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	return writeFileDurably(dir, IdentityFile, fmt.Sprintf("cluster %s\nepoch %d\n", id.Cluster, id.Epoch))
+	body := fmt.Sprintf("cluster %s\nepoch %d\n", id.Cluster, id.Epoch)
+	if !id.Born.IsZero() {
+		body += "born " + id.Born.UTC().Format(time.RFC3339Nano) + "\n"
+	}
+	return writeFileDurably(dir, IdentityFile, body)
 }
 
-// PrimaryIdentity returns dir's identity, making a new cluster at epoch 1
-// if it has none.
-func PrimaryIdentity(dir string) (Identity, error) {
+// PrimaryIdentity returns dir's identity, making a new cluster at epoch 1,
+// born now, if it has none. An identity without a birth (written before
+// births were recorded) is given born=now, durably. bornNow says that the
+// birth was set by this call: if dir already held a decision log (an
+// upgrade), the caller tells the operator that gtrids that began before now
+// are listed, not presumed aborted.
+func PrimaryIdentity(dir string) (id Identity, bornNow bool, err error) {
 	id, ok, err := LoadIdentity(dir)
-	if err != nil || ok {
-		return id, err
+	if err != nil {
+		return id, false, err
+	}
+	if ok {
+		if !id.Born.IsZero() {
+			return id, false, nil
+		}
+		id.Born = time.Now()
+		return id, true, SaveIdentity(dir, id)
 	}
 	if _, err := rand.Read(id.Cluster[:]); err != nil {
-		return id, err
+		return id, false, err
 	}
-	id.Epoch = 1
-	return id, SaveIdentity(dir, id)
+	id.Epoch, id.Born = 1, time.Now()
+	return id, true, SaveIdentity(dir, id)
 }
 
 // Promote bumps dir's epoch by one: the standby there becomes the primary

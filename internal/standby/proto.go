@@ -143,7 +143,10 @@ import (
 // and SEGMENT frames). 4: every connection starts with the authentication
 // handshake (CHALLENGE, PROOF, RESPONSE); frame lengths are bounded per
 // kind; STATE frames (syncstate.go). 5: WELCOME carries the primary's
-// in-doubt boundary (UnsynchronizedPromotionFile), which the standby keeps.
+// in-doubt boundary (UnsynchronizedPromotionFile), which the standby keeps;
+// since then, a WELCOME may end with the cluster's birth (8 more bytes,
+// Identity.Born): a standby reads both lengths, so a standby upgraded first
+// follows a primary of either kind.
 const Version = 5
 
 // DefaultNetTimeout is the standby link's default net timeout
@@ -194,7 +197,7 @@ func (s kinds) has(k byte) bool { return k < 32 && s&(1<<k) != 0 }
 // maxPayload is each kind's largest payload, checked from the header
 // before anything is allocated or read for the payload.
 var maxPayload = [32]uint32{
-	kindHello: 41, kindWelcome: 43, kindRecords: MaxFrame, kindAck: 16, kindRefuse: maxRefuse,
+	kindHello: 41, kindWelcome: welcomeBornLen, kindRecords: MaxFrame, kindAck: 16, kindRefuse: maxRefuse,
 	kindRelease: 24, kindJoin: 33, kindSegment: 44, kindProbe: 41,
 	kindChallenge: 2 + nonceSize, kindProof: 2 + nonceSize + 32, kindResponse: 32, kindState: 1,
 }
@@ -326,7 +329,17 @@ type welcome struct {
 	// without being synchronized at this time (Unix ns; 0: never). The
 	// standby keeps it (UnsynchronizedPromotionFile).
 	inDoubtBefore int64
+	// born: when the cluster's decision log was created (Unix ns; 0: not
+	// sent, by a primary from before births were recorded). The standby
+	// keeps it in its identity.
+	born int64
 }
+
+// welcomeLen is a WELCOME's length without born; welcomeBornLen with it.
+const (
+	welcomeLen     = 1 + 16 + 8 + 2 + 8 + 8
+	welcomeBornLen = welcomeLen + 8
+)
 
 func (w welcome) encode() []byte {
 	b := []byte{Version}
@@ -334,7 +347,11 @@ func (w welcome) encode() []byte {
 	b = binary.LittleEndian.AppendUint64(b, w.epoch)
 	b = append(b, w.transport, w.conns)
 	b = binary.LittleEndian.AppendUint64(b, w.session)
-	return binary.LittleEndian.AppendUint64(b, uint64(w.inDoubtBefore))
+	b = binary.LittleEndian.AppendUint64(b, uint64(w.inDoubtBefore))
+	if w.born != 0 {
+		b = binary.LittleEndian.AppendUint64(b, uint64(w.born))
+	}
+	return b
 }
 
 func decodeWelcome(b []byte) (welcome, error) {
@@ -342,8 +359,11 @@ func decodeWelcome(b []byte) (welcome, error) {
 	if len(b) > 0 && b[0] != Version {
 		return w, fmt.Errorf("%w: protocol version %d, this build speaks %d", ErrProtocol, b[0], Version)
 	}
-	if len(b) != 1+16+8+2+8+8 {
-		return w, fmt.Errorf("%w: WELCOME of %d bytes, want 43", ErrProtocol, len(b))
+	if len(b) != welcomeLen && len(b) != welcomeBornLen {
+		return w, fmt.Errorf("%w: WELCOME of %d bytes, want %d or %d", ErrProtocol, len(b), welcomeLen, welcomeBornLen)
+	}
+	if len(b) == welcomeBornLen {
+		w.born = int64(binary.LittleEndian.Uint64(b[welcomeLen:]))
 	}
 	copy(w.cluster[:], b[1:17])
 	w.epoch = binary.LittleEndian.Uint64(b[17:])

@@ -572,6 +572,10 @@ func (r *Receiver) accept(w welcome) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	empty := r.records == 0 && r.pos == (wal.Position{})
+	born := r.id.Born
+	if w.born != 0 {
+		born = time.Unix(0, w.born) // the primary's log's birth: this copy knows no more than it
+	}
 	if r.haveID {
 		if w.cluster != r.id.Cluster {
 			return fmt.Errorf("%w: the primary at %s belongs to cluster %s, this standby to cluster %s: refusing its log; to follow it, re-seed this standby: stop it, run %q, start it again",
@@ -582,6 +586,14 @@ func (r *Receiver) accept(w welcome) error {
 				errRejected, r.cfg.Primary, w.epoch, r.id.Epoch)
 		}
 		if w.epoch == r.id.Epoch {
+			if !born.Equal(r.id.Born) && !born.IsZero() {
+				id := r.id
+				id.Born = born
+				if err := SaveIdentity(r.cfg.Dir, id); err != nil {
+					return err
+				}
+				r.id = id
+			}
 			return nil
 		}
 	}
@@ -593,7 +605,11 @@ func (r *Receiver) accept(w welcome) error {
 		return fmt.Errorf("%w: the primary at %s %s, and this standby's log already holds records (up to the old primary's position %s): a promoted coordinator's log positions are unrelated to the old primary's, so going on from here would skip or misplace records; re-seed this standby: stop it, run %q, start it again",
 			errRejected, r.cfg.Primary, why, r.pos, ReseedCommand(r.cfg.Dir))
 	}
-	id := Identity{Cluster: w.cluster, Epoch: w.epoch}
+	if born.IsZero() {
+		// A primary from before births were recorded: this log begins now.
+		born = time.Now()
+	}
+	id := Identity{Cluster: w.cluster, Epoch: w.epoch, Born: born}
 	if err := SaveIdentity(r.cfg.Dir, id); err != nil {
 		return err
 	}

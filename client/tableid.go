@@ -1,0 +1,98 @@
+package client
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tandem-tx/tandem/internal/decision"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// Every RM that may be a commit point or hold a prepared branch under one
+// has a decision table with an id (docs/ownership.md): the commit point's
+// own branch and the branches prepared under it are named with the commit
+// point's id (their owner), the decision row lists each participant's id,
+// and every statement that writes or reads a decision names the id it
+// expects, which the database compares. The client reads each RM's id once
+// and keeps it.
+
+// idState is what a client knows of one RM's decision-table id.
+type idState struct {
+	mu      sync.Mutex
+	id      xid.Owner // zero: not known
+	err     error     // the last failure to read it
+	checked time.Time // when err was met
+}
+
+// idRetry is how long a failure to read an id is kept before trying again.
+const idRetry = 5 * time.Second
+
+// tableID returns info's decision-table id, reading it (once) through conn
+// (the application's connection, outside any transaction: the id is the
+// one of the table its branches reach) when given, else through info's
+// pool, else failing.
+func (c *Client) tableID(ctx context.Context, info *rmInfo, conn rowReader) (xid.Owner, error) {
+	s := &info.id
+	s.mu.Lock()
+	id, err, checked := s.id, s.err, s.checked
+	s.mu.Unlock()
+	if !id.IsZero() {
+		return id, nil
+	}
+	if err != nil && time.Since(checked) < idRetry {
+		return xid.Owner{}, err
+	}
+	q := conn
+	if q == nil && info.db != nil {
+		q = sqlReader{info.db}
+	}
+	if q == nil {
+		if err == nil {
+			err = fmt.Errorf("rm %q: its decision-table id is not known yet, and there is no client.RM.DB to read it with", info.name)
+		}
+		return xid.Owner{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	id, err = readTableID(ctx, q)
+	if err != nil {
+		err = fmt.Errorf("rm %q: %w", info.name, err)
+	}
+	s.mu.Lock()
+	s.id, s.err, s.checked = id, err, time.Now()
+	s.mu.Unlock()
+	return id, err
+}
+
+// knownTableID returns info's id if it was read, without reading it.
+func (info *rmInfo) knownTableID() xid.Owner {
+	info.id.mu.Lock()
+	defer info.id.mu.Unlock()
+	return info.id.id
+}
+
+// readTableID reads the id of the decision table q reaches (as
+// decision.ReadID, through a rowReader).
+func readTableID(ctx context.Context, q rowReader) (xid.Owner, error) {
+	var s string
+	err := q.readRow(ctx, "SELECT id FROM "+decision.IDTableName, &s)
+	if err != nil {
+		if isNoRows(err) {
+			return xid.Owner{}, fmt.Errorf("%w (%s has no row)", decision.ErrNoID, decision.IDTableName)
+		}
+		return xid.Owner{}, fmt.Errorf("read the decision-table id from %s (%w): run `tandem init-rm` on it, or give client.RM.DB, which creates it", decision.IDTableName, err)
+	}
+	o, err := xid.ParseOwner(s)
+	if err != nil {
+		return xid.Owner{}, fmt.Errorf("the id in %s is not an id (%w): the table was written by something else; inspect it", decision.IDTableName, err)
+	}
+	return o, nil
+}
+
+func isNoRows(err error) bool {
+	return errors.Is(err, sql.ErrNoRows)
+}
