@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/config"
-	"github.com/tandem-tx/tandem/internal/coord"
 )
 
 func init() {
@@ -100,25 +99,5 @@ func runResolve(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "decided %s for %s (phase 2 pending: %v)\n", out.Outcome, *gtrid, out.Pending)
-	return nil
-}
-
-// listInDoubt prints the primary's in-doubt branches (also tandem status
-// --in-doubt).
-func listInDoubt(ctx context.Context, ac *adminClient, admin string, stdout io.Writer) error {
-	var out struct {
-		InDoubt []coord.InDoubtBranch `json:"in_doubt"`
-	}
-	if err := ac.call(ctx, http.MethodGet, admin, "/in-doubt", &out); err != nil {
-		return err
-	}
-	if len(out.InDoubt) == 0 {
-		fmt.Fprintln(stdout, "no in-doubt branches")
-		return nil
-	}
-	for _, b := range out.InDoubt {
-		fmt.Fprintf(stdout, "%s  %-12s prepared, no decision here (seen since %s)\n", b.GTRID, b.RM, b.FirstSeen.UTC().Format(time.RFC3339))
-	}
-	fmt.Fprintf(stdout, "%d in-doubt branches: settle each gtrid with tandem resolve --admin %s --gtrid G --commit|--abort\n", len(out.InDoubt), admin)
 	return nil
 }
