@@ -251,6 +251,18 @@ func secondCoordinator(t *testing.T, legacy bool) {
 	if pg, my := d.count(t, d.pg, "e2e_owner", 1), d.count(t, d.my, "e2e_owner", 1); pg != 0 || my != 0 {
 		t.Fatalf("B committed A's branch: rows pg=%d maria=%d", pg, my)
 	}
+	code, metrics := httpGet(t, "http://"+adminB+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics on B: %d %s", code, metrics)
+	}
+	for _, want := range []string{`tandem_in_doubt_branches_by_reason{reason="` + wantReason + `"} 4`, "tandem_in_doubt_branches 4"} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("B's /metrics lacks %q", want)
+		}
+	}
+	if wantForeign := map[bool]string{false: "tandem_foreign_branches 4\n", true: "tandem_foreign_branches 0\n"}[legacy]; !strings.Contains(metrics, wantForeign) {
+		t.Errorf("B's /metrics lacks %q", wantForeign)
+	}
 	list, err := tandemCmd(t, "status", "--in-doubt", "--admin", adminB)
 	t.Logf("tandem status --in-doubt on B:\n%s", list)
 	if err != nil || !strings.Contains(list, committed.String()) || !strings.Contains(list, owner.Short()) || !strings.Contains(list, strings.Split(wantReason, "-")[0]) {
