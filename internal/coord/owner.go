@@ -81,12 +81,21 @@ func (c *Coordinator) owned(b xid.Branch) InDoubtReason {
 	return ReasonForeign
 }
 
-// bornAfter reports whether g may have begun before this coordinator's
-// log was born: then the absence of a decision here proves nothing. The
-// boundary is moved later by MaxClockSkew, as for a promotion
-// (unknowable).
-func (c *Coordinator) bornAfter(g xid.GTRID) bool {
-	return !c.opts.Born.IsZero() && g.Time().Before(c.opts.Born.Add(c.opts.MaxClockSkew))
+// bornAfter reports whether b's gtrid may have begun before this
+// coordinator's log was born: then the absence of a decision here proves
+// nothing. The boundary is moved later by MaxClockSkew, as for a promotion
+// (unknowable): a client whose clock runs ahead stamps a gtrid it began
+// before with a later time. Not for a branch named with an owner made with
+// this log (OwnerMadeWithLog): it cannot have begun before.
+func (c *Coordinator) bornAfter(b xid.Branch) bool {
+	if c.opts.Born.IsZero() {
+		return false
+	}
+	boundary := c.opts.Born.Add(c.opts.MaxClockSkew)
+	if c.opts.OwnerMadeWithLog && b.Owned() && b.Owner == c.opts.Owner {
+		boundary = c.opts.Born
+	}
+	return b.GTRID.Time().Before(boundary)
 }
 
 // holdReason says why b, a prepared coordinator-decided branch with no
@@ -98,7 +107,7 @@ func (c *Coordinator) holdReason(b xid.Branch) InDoubtReason {
 	if c.unknowable(b.GTRID) {
 		return ReasonBeforePromotion
 	}
-	if c.bornAfter(b.GTRID) {
+	if c.bornAfter(b) {
 		return ReasonBeforeBirth
 	}
 	return ""

@@ -315,3 +315,33 @@ func TestResolveSettlesAForeignBranchByHand(t *testing.T) {
 		t.Errorf("the foreign branch: calls %v, want one commit under its own name", got)
 	}
 }
+
+// An owner made together with the log (a fresh data directory) cannot name
+// a branch from before the log's birth: the clock-skew margin does not
+// apply to branches named with it, so a fresh coordinator presumes abort
+// for its own orphans from its first second. An adopted unowned branch
+// keeps the margin (anyone may have begun it).
+func TestBirthBoundaryOfAnOwnerMadeWithTheLog(t *testing.T) {
+	ours := xid.NewOwner()
+	born := time.Now().Add(-5 * time.Second)
+	justAfter := xid.NewAt(0, born.Add(time.Second))
+	before := xid.NewAt(0, born.Add(-time.Second))
+	own := func(g xid.GTRID) xid.Branch { return xid.Branch{GTRID: g, RM: "pg", Owner: ours} }
+	unowned := xid.Branch{GTRID: xid.NewAt(0, born.Add(time.Second)), RM: "pg"}
+	dbs := newPreparedDBs(own(justAfter), own(before), unowned)
+	opts := ownerOptions(t, ours, dbs)
+	opts.Born, opts.MaxClockSkew, opts.OwnerMadeWithLog, opts.AdoptUnowned = born, 10*time.Second, true, true
+	c := open(t, opts)
+	scanTwice(t, c)
+	if tr := decided(c, justAfter); tr == nil || tr.outcome != Aborted {
+		t.Errorf("own orphan begun 1s after a fresh log's birth: %v, want presumed ABORTED", tr)
+	}
+	for _, b := range []xid.Branch{own(before), unowned} {
+		if tr := decided(c, b.GTRID); tr != nil {
+			t.Errorf("%s: decided %s by presumption, want listed", b.PostgresGID(), tr.outcome)
+		}
+		if ib, ok := listed(c, b); !ok || ib.Reason != ReasonBeforeBirth {
+			t.Errorf("%s: listed %v as %+v, want %s", b.PostgresGID(), ok, ib, ReasonBeforeBirth)
+		}
+	}
+}
