@@ -30,10 +30,10 @@ type Identity struct {
 	Cluster ClusterID
 	Epoch   uint64
 	Born    time.Time
-	// Made is when the cluster id was made, if it was made here together
-	// with the log (then Made equals Born): no client can have named a
-	// branch with it before Born. Zero: not known (an identity from before
-	// births were recorded, or a standby's, which takes its primary's id).
+	// Made is when the cluster id was made, if it was made together with
+	// the log (then Made equals Born): no client can have named a branch
+	// with it before Born. Zero: not known (an identity from before births
+	// were recorded). A standby takes its primary's Born and Made.
 	Made time.Time
 }
 

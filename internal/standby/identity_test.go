@@ -55,9 +55,9 @@ func TestPrimaryIdentityIsBornOnceAndKeepsIt(t *testing.T) {
 // from before births were recorded) still decodes, with no birth.
 func TestWelcomeCarriesBirthCompatibly(t *testing.T) {
 	born := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-	w := welcome{cluster: ClusterID{9}, epoch: 2, born: born.UnixNano()}
+	w := welcome{cluster: ClusterID{9}, epoch: 2, born: born.UnixNano(), made: born.UnixNano()}
 	got, err := decodeWelcome(w.encode())
-	if err != nil || got.born != born.UnixNano() || got.cluster != w.cluster {
+	if err != nil || got.born != born.UnixNano() || got.made != born.UnixNano() || got.cluster != w.cluster {
 		t.Fatalf("decodeWelcome(encode) = %+v, %v; want born %d", got, err, born.UnixNano())
 	}
 	old := welcome{cluster: ClusterID{9}, epoch: 2}.encode()

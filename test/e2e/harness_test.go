@@ -300,7 +300,7 @@ func (d dbs) prepared(t *testing.T) []string {
 	t.Helper()
 	ctx := context.Background()
 	var out []string
-	rows, err := d.pg.QueryContext(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%' OR gid LIKE 'tandemcp:%'")
+	rows, err := d.pg.QueryContext(ctx, "SELECT gid FROM pg_prepared_xacts WHERE "+xid.PostgresScanPredicate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,12 +319,18 @@ func (d dbs) prepared(t *testing.T) []string {
 		var a, b int
 		var data []byte
 		_ = rows.Scan(&f, &a, &b, &data)
-		if f == 0x54414E44 || f == 0x54414E43 {
+		if tandemFormat(f) {
 			out = append(out, "maria "+string(data))
 		}
 	}
 	rows.Close()
 	return out
+}
+
+// tandemFormat reports whether an XA RECOVER row's format ID is one of
+// Tandem's (owned or legacy, with a commit point or not).
+func tandemFormat(f int64) bool {
+	return f == xid.FormatID || f == xid.CommitPointFormatID || f == xid.OwnedFormatID || f == xid.OwnedCommitPointFormatID
 }
 
 // rollbackLeftovers rolls back every Tandem branch still prepared (a
@@ -334,7 +340,7 @@ func (d dbs) rollbackLeftovers(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	var gids []string
-	rows, err := d.pg.QueryContext(ctx, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%' OR gid LIKE 'tandemcp:%'")
+	rows, err := d.pg.QueryContext(ctx, "SELECT gid FROM pg_prepared_xacts WHERE "+xid.PostgresScanPredicate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +366,7 @@ func (d dbs) rollbackLeftovers(t *testing.T) {
 		var a, b int
 		var data []byte
 		_ = rows.Scan(&f, &a, &b, &data)
-		if (f == 0x54414E44 || f == 0x54414E43) && a+b <= len(data) {
+		if tandemFormat(f) && a+b <= len(data) {
 			xids = append(xids, fmt.Sprintf("'%s','%s',%d", data[:a], data[a:a+b], f))
 		}
 	}
