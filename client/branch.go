@@ -196,7 +196,7 @@ func (b *Branch) chooseBegin(ctx context.Context) {
 // beginSQL is the branch's begin, as statements to send in order.
 func (b *Branch) beginSQL() []string {
 	if b.plain {
-		return decision.BeginStatements(b.rm.dialect.Driver())
+		return decision.BeginStatements(b.rm.dialect.Driver(), "")
 	}
 	return []string{b.rm.dialect.Begin(b.id)}
 }

@@ -364,7 +364,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 	if cp.rm.db == nil {
 		forget = cp.rm.cp.takeForget() // no pool: carried by this commit
 	}
-	err := cp.commitDecision(ctx, decision.CommitStatements(cp.rm.dialect.Driver(), t.gtrid, t.c.cfg.MaxTxnAge, forget))
+	err := cp.commitDecision(ctx, decision.CommitStatements(cp.rm.dialect.Driver(), decision.Commit{GTRID: t.gtrid, MaxAge: t.c.cfg.MaxTxnAge, Forget: forget}))
 	_ = failpoint.Inject("after-commit-point") // kill: decided COMMIT; the prepared branches wait for a recoverer
 	switch {
 	case err == nil:
@@ -399,7 +399,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 				"rm %q (the commit point): commit: %w; learning the outcome by taking the decision key failed too: %v; nothing was rolled back: "+
 					"the prepared branches are settled by the coordinator's scan from %s's decision table", cp.rm.name, err, rerr, cp.rm.name)}
 		}
-		if o == decision.Abort {
+		if o == decision.Aborted {
 			t.settlePrepared(ctx, prepared, false)
 			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the commit point's connection broke during its commit, and taking the decision key found no decision (its COMMIT never happened; now none can): aborted", Cause: err}
 		}
@@ -536,8 +536,8 @@ func (c *Client) checkForeignCommit(ctx context.Context, info *rmInfo, g xid.GTR
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	o, found, err := decision.Lookup(ctx, info.db, g)
-	if err != nil || !found || o != decision.Commit {
+	o, found, err := decision.Lookup(ctx, info.db, g, xid.Owner{})
+	if err != nil || !found || o != decision.Committed {
 		return ""
 	}
 	msg := "INTEGRITY: the decision table of " + info.name + " holds COMMIT for " + g.String() +
@@ -581,7 +581,7 @@ func (c *Client) resolveByKey(ctx context.Context, info *rmInfo, g xid.GTRID) (d
 	defer cancel()
 	for {
 		start := time.Now()
-		o, err := decision.Resolve(ctx, info.db, info.dialect.Driver(), g, 2*time.Second)
+		o, err := decision.Resolve(ctx, info.db, info.dialect.Driver(), g, xid.Owner{}, 2*time.Second)
 		c.waits.Since(waits.RMCommit, start)
 		if err == nil {
 			return o, nil
@@ -636,7 +636,7 @@ func (c *Client) forgetRows(info *rmInfo) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := decision.Forget(ctx, info.db, gs)
+		_, err := decision.Forget(ctx, info.db, info.dialect.Driver(), gs)
 		cancel()
 		if err != nil {
 			s.giveBack(gs)

@@ -64,9 +64,9 @@ func TestCommitPointOnMariaDB(t *testing.T) {
 		if i == 0 {
 			checks = []string{"SELECT @@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.sync_binlog, @@GLOBAL.log_bin", tableCheck}
 		}
-		want := append(checks, decision.BeginStatements(rm.MySQL)...) //nolint:gocritic // checks is not used again
+		want := append(checks, decision.BeginStatements(rm.MySQL, "")...) //nolint:gocritic // checks is not used again
 		want = append(want, "UPDATE b SET v = 2")
-		want = append(want, decision.CommitStatements(rm.MySQL, g, time.Hour, nil)...)
+		want = append(want, decision.CommitStatements(rm.MySQL, decision.Commit{GTRID: g, MaxAge: time.Hour})...)
 		wantLog(t, "maria", maria, want...)
 	}
 }
@@ -79,7 +79,7 @@ func TestCommitPointRefusedRollsBack(t *testing.T) {
 	ctx := context.Background()
 	tx, pg, maria := twoBranches(t, c)
 	g := tx.GTRID()
-	insert := decision.CommitStatements(rm.MySQL, g, time.Hour, nil)[0]
+	insert := decision.CommitStatements(rm.MySQL, decision.Commit{GTRID: g, MaxAge: time.Hour})[0]
 	maria.mu.Lock()
 	maria.fail[insert] = &mysql.MySQLError{Number: 1062, Message: "Duplicate entry"}
 	maria.mu.Unlock()
@@ -103,7 +103,7 @@ func TestCommitPointBrokenCallIsUnknownAndTouchesNothing(t *testing.T) {
 	ctx := context.Background()
 	tx, pg, maria := twoBranches(t, c)
 	g := tx.GTRID()
-	insert := decision.CommitStatements(rm.MySQL, g, time.Hour, nil)[0]
+	insert := decision.CommitStatements(rm.MySQL, decision.Commit{GTRID: g, MaxAge: time.Hour})[0]
 	maria.mu.Lock()
 	maria.fail[insert] = driver.ErrBadConn
 	maria.mu.Unlock()
@@ -165,7 +165,7 @@ func TestCommitPointOnPostgresByStrength(t *testing.T) {
 	wantLog(t, "pga", a, "SHOW fsync", tableCheck, "BEGIN", "UPDATE a SET v = 1",
 		"PREPARE TRANSACTION "+cpGID(g, "pga", "pgb"), "COMMIT PREPARED "+cpGID(g, "pga", "pgb"))
 	want := []string{"SHOW fsync", tableCheck, "BEGIN", "UPDATE b SET v = 1"}
-	wantLog(t, "pgb", b, append(want, decision.CommitStatements(rm.Postgres, g, time.Hour, nil)...)...)
+	wantLog(t, "pgb", b, append(want, decision.CommitStatements(rm.Postgres, decision.Commit{GTRID: g, MaxAge: time.Hour})...)...)
 }
 
 // A MariaDB branch alone commits as a plain transaction (one phase).
@@ -203,7 +203,7 @@ func TestCommitPointPinnedOnPostgres(t *testing.T) {
 	x := xid.Branch{GTRID: g, RM: "maria", CommitPoint: "pg"}.MySQLXID()
 	wantLog(t, "maria", maria, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA COMMIT "+x)
 	want := []string{"SHOW fsync", tableCheck, "BEGIN", "UPDATE a SET v = 1"}
-	wantLog(t, "pg", pg, append(want, decision.CommitStatements(rm.Postgres, g, time.Hour, nil)...)...)
+	wantLog(t, "pg", pg, append(want, decision.CommitStatements(rm.Postgres, decision.Commit{GTRID: g, MaxAge: time.Hour})...)...)
 }
 
 // Decided rows are forgotten in batches: nothing until forgetBatch are

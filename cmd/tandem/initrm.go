@@ -17,20 +17,33 @@ import (
 func init() {
 	register(&command{
 		name:    "init-rm",
-		summary: "create the decision table on each database; say whether it can be a commit point",
-		usage: `[--config FILE] --rm NAME=DRIVER:DSN ...
+		summary: "create the decision tables on each database, print their id; say whether it can be a commit point and who else may write them",
+		usage: `[--config FILE] [--allow ACCOUNT ...] --rm NAME=DRIVER:DSN ...
 
-Creates the table tandem_decision, if it does not exist, on every resource
-manager named (--rm, or rms: in the config file, as for tandem serve), and
-reports per database: "created" or "exists", and whether it can be a commit
-point (its commits are durable: PostgreSQL fsync=on; MySQL/MariaDB
-innodb_flush_log_at_trx_commit=1, and sync_binlog=1 with the binary log on),
-and if not, why. The coordinator and the SDK create the table themselves
-when their database user may; run this as a user allowed to CREATE TABLE
-when theirs may not. Exits non-zero if the table could not be created
-somewhere.
+Creates the tables tandem_decision and tandem_decision_id (one row: the
+table's id, random, made once), if they do not exist, on every resource
+manager named (--rm, or rms: in the config file, as for tandem serve), adds
+the participants column to a tandem_decision made by an older Tandem, and
+reports per database: "created" or "exists", the table's id (every branch
+decided at this commit point names it, and every party checks it), and
+whether it can be a commit point (its commits are durable: PostgreSQL
+fsync=on; MySQL/MariaDB innodb_flush_log_at_trx_commit=1, and sync_binlog=1
+with the binary log on), and if not, why.
 
-  tandem init-rm --rm pg=postgres:'${TANDEM_PG_DSN}' --rm maria=mysql:'${TANDEM_MYSQL_DSN}'`,
+Whoever may write these tables can decide transactions: it warns when an
+account other than the one in the DSN and those named by --allow (the
+application's user and the coordinator's; a PostgreSQL role, or a MariaDB
+user at any host "app" or at one host "app@10.0.0.%") may INSERT, UPDATE or
+DELETE them (PostgreSQL also TRUNCATE; PUBLIC, role membership, database
+and global grants count). On MariaDB every account's grants are read from
+the mysql schema, which needs an administrator; run as another user, it
+shows that user's own grants and says so.
+
+The coordinator and the SDK create the tables themselves when their
+database user may; run this as a user allowed to CREATE TABLE when theirs
+may not. Exits non-zero if the tables could not be created somewhere.
+
+  tandem init-rm --allow app --allow tandem_coord --rm pg=postgres:'${TANDEM_PG_DSN}' --rm maria=mysql:'${TANDEM_MYSQL_DSN}'`,
 		run: runInitRM,
 	})
 }
@@ -38,8 +51,9 @@ somewhere.
 func runInitRM(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags(commands["init-rm"], stderr)
 	file := fs.String("config", "", "YAML configuration file (its rms: are used)")
-	var rms multiFlag
+	var rms, allow multiFlag
 	fs.Var(&rms, "rm", rmFlagHelp)
+	fs.Var(&allow, "allow", "an account that may write the decision tables without a warning (repeatable): the application's user, the coordinator's")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up on a database after this long")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -66,7 +80,7 @@ func runInitRM(args []string, stdout, stderr io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	var failed []string
 	for _, rc := range rcs {
-		table, point, err := initRM(rc, *timeout)
+		table, point, err := initRM(rc, *timeout, allow)
 		if err != nil {
 			failed = append(failed, rc.Name)
 			fmt.Fprintf(tw, "rm %s\t%s\tFAILED: %s\n", rc.Name, rc.Driver, oneLine(err.Error()))
@@ -81,10 +95,10 @@ func runInitRM(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// initRM creates the decision table on one database. table is "created" or
-// "exists"; point says whether the database can be a commit point, and if
-// not why.
-func initRM(rc rm.Config, timeout time.Duration) (table, point string, err error) {
+// initRM creates the decision tables on one database. table is "created" or
+// "exists" and the table's id; point says whether the database can be a
+// commit point, and if not why, and who else may write the tables.
+func initRM(rc rm.Config, timeout time.Duration, allow []string) (table, point string, err error) {
 	conn, err := rm.Open(rc)
 	if err != nil {
 		return "", "", err
@@ -100,26 +114,36 @@ func initRM(rc rm.Config, timeout time.Duration) (table, point string, err error
 	if err := decision.Ensure(ctx, conn.DB(), d); err != nil {
 		return "", "", errors.New(conn.Redact(err.Error()))
 	}
+	id, err := decision.ReadID(ctx, conn.DB(), d)
+	if err != nil {
+		return "", "", errors.New(conn.Redact(err.Error()))
+	}
 	table = "created"
 	if existed {
 		table = "exists"
 	}
+	table += "\tid " + id.String()
 	point = "commit point: yes"
 	if why := decision.CheckDurable(ctx, conn.DB(), d); why != nil {
 		point = "commit point: NO: " + oneLine(conn.Redact(why.Error()))
 	}
-	// Whoever may write the table can decide transactions.
-	if others, err := decision.OtherWriters(ctx, conn.DB(), d); err != nil {
-		point += "\tWARNING: could not read who may write the table: " + oneLine(conn.Redact(err.Error()))
-	} else if len(others) > 0 {
-		point += "\tWARNING: also writable by " + strings.Join(others, ", ") +
-			" — anyone who can write it can decide transactions: keep it to the application's user and the coordinator's (REVOKE the rest)"
+	// Whoever may write the tables can decide transactions.
+	if w, err := decision.OtherWriters(ctx, conn.DB(), d, allow); err != nil {
+		point += "\tWARNING: could not read who may write the tables: " + oneLine(conn.Redact(err.Error()))
+	} else {
+		if len(w.Others) > 0 {
+			point += "\tWARNING: also writable by " + strings.Join(w.Others, ", ") +
+				" — anyone who can write them can decide transactions: keep them to the application's user and the coordinator's (REVOKE the rest, or name them with --allow)"
+		}
+		if w.Partial != "" {
+			point += "\tNOTE: " + w.Partial
+		}
 	}
 	return table, point, nil
 }
 
-// tableExists reports whether the decision table is where CREATE TABLE IF
-// NOT EXISTS would find it: the connection's database (MySQL/MariaDB), the
+// tableExists reports whether the decision table (tandem_decision) is where
+// CREATE TABLE IF NOT EXISTS would find it: the connection's database (MySQL/MariaDB), the
 // first schema of the search path that has it (PostgreSQL).
 func tableExists(ctx context.Context, conn *rm.Conn, d rm.Driver) (bool, error) {
 	q := "SELECT to_regclass('" + decision.TableName + "') IS NOT NULL"

@@ -26,6 +26,12 @@ lists them instead, and you settle each one:
   tandem resolve --admin 127.0.0.1:7081                 list the in-doubt branches
   tandem resolve --admin 127.0.0.1:7081 --gtrid G       show what every database holds of G
   tandem resolve --admin 127.0.0.1:7081 --gtrid G --commit   (or --abort)
+Branches decided at a commit point (tandemcp2: names, XA format TAC2) are
+not this command's: their outcome is the commit point's decision table's,
+which tandem status G reads (COMMITTED or ABORTED there, even once no branch
+is prepared) and tandem status --resolve G settles by taking its key. A
+decision row that vanished while its key was taken is an unknown outcome:
+nothing is written, and it is never taken for an abort.
 Look at the data first: a database that no longer holds G prepared either
 committed or rolled it back, which its tables (not Tandem) can tell. If one
 branch of G was committed, commit the others; if one was rolled back, abort.
@@ -77,12 +83,21 @@ func runResolve(args []string, stdout, stderr io.Writer) error {
 	}
 	sort.Strings(names)
 	fmt.Fprintf(stdout, "gtrid %s:\n", *gtrid)
+	somePrepared := false
 	for _, n := range names {
 		state := "not prepared (committed, rolled back, or never prepared there: look at its data)"
 		if held.Prepared[n] {
-			state = "PREPARED"
+			state, somePrepared = "PREPARED", true
 		}
 		fmt.Fprintf(stdout, "  %-12s %s\n", n, state)
+	}
+	if !somePrepared {
+		// A commit point's branches are not this command's: their outcome
+		// is a row in the commit point's decision table, which tandem
+		// status reads (and --resolve takes, never guessing: a row that
+		// vanished is an unknown outcome, not an abort).
+		fmt.Fprintf(stdout, "  (branches decided at a commit point are not listed here: tandem status %s answers from the commit point's decision table, "+
+			"and tandem status --resolve %s settles them; an abort is never written for a gtrid whose decision row is merely gone)\n", *gtrid, *gtrid)
 	}
 	if !*commit && !*abort {
 		return errors.New("nothing settled: choose --commit or --abort for this gtrid once you know what its committed branches did")

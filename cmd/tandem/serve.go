@@ -107,6 +107,7 @@ type serveFlags struct {
 	orphan, scan, p2wait, maxAge, maxSkew        time.Duration
 	durability, write, visibility, logSize       string
 	batchWindow                                  time.Duration
+	cpSettle                                     time.Duration
 	tokenFile                                    string
 	standbyListen, standbyOf, transport          string
 	protection, peer                             string
@@ -141,6 +142,7 @@ func (f *serveFlags) define(fs *flag.FlagSet) {
 	fs.DurationVar(&f.p2wait, "phase2-wait", 0, "longest a Commit waits for phase 2 when the caller set no deadline (default 10s)")
 	fs.DurationVar(&f.maxAge, "max-txn-age", 0, "abort a Commit whose transaction began longer ago (default 1h)")
 	fs.DurationVar(&f.maxSkew, "max-clock-skew", 0, "refuse a gtrid stamped further in the future than this: the client's clock is ahead (default 10s)")
+	fs.DurationVar(&f.cpSettle, "commit-point-settle-after", 0, "roll back a prepared branch decided by a commit point once it has had no decision row this long, taking the commit point's decision key first (a live client's decision then fails, so it is always safe; this bounds how long a dead client's branches hold their locks) (default 5s)")
 	fs.StringVar(&f.durability, "durability", "", "default for commits: wait (reply once the decision is on disk) or nowait (once queued; a crash can lose it) (default wait)")
 	fs.StringVar(&f.write, "write", "", "decision log writes: immediate (flush at once, group commit) or batch (gather up to --batch-window) (default immediate)")
 	fs.DurationVar(&f.batchWindow, "batch-window", 0, "with --write batch: longest a decision waits to share an fdatasync (default 2ms)")
@@ -250,6 +252,7 @@ func (f *serveFlags) override(cfg *config.Config) error {
 	setD(&cfg.Phase2Wait, f.p2wait)
 	setD(&cfg.MaxTxnAge, f.maxAge)
 	setD(&cfg.MaxClockSkew, f.maxSkew)
+	setD(&cfg.CommitPointSettleAfter, f.cpSettle)
 	setD(&cfg.BatchWindow, f.batchWindow)
 	if f.logSize != "" {
 		n, err := config.ParseByteSize(f.logSize)

@@ -82,6 +82,7 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.NoCheck, "no-check", false, "skip the checks at the end (when other clients still run, as in the chaos test)")
 	fs.BoolVar(&cfg.ResetOnly, "reset-only", false, "recreate the tables and balances, then exit: no transfers, no checks")
 	fs.BoolVar(&cfg.CheckOnly, "check-only", false, "run no transfers; check the invariants (with --acked: those transfers must be present). Never recreates the tables")
+	fs.Float64Var(&cfg.Hostile, "hostile", 0, "fraction (0 to 1) of transfers that send a statement ending the transaction on MariaDB (DDL, COMMIT, compound statements, …: "+describeHostile(len(hostileStatements("")))+"), ignore its error and commit: none may be acknowledged, and the checks must pass")
 	fs.Int64Var(&cfg.InitialBalance, "initial-balance", cfg.InitialBalance, "balance of every account at reset; the total must stay accounts × 2 × this")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: transfer [flags]\n\nMoves money between PostgreSQL and MariaDB accounts in global transactions and checks that none is lost.\n\nFlags:\n")

@@ -66,6 +66,11 @@ type Config struct {
 	PGName, MariaName string
 	// Log receives the in-process coordinator's log (default: discarded).
 	Log io.Writer
+	// Hostile is the fraction (0 to 1) of transfers that send, on their
+	// MariaDB branch after their writes, one statement that would end the
+	// transaction (hostile.go), ignore its error and commit anyway. None of
+	// them may be acknowledged (a violation), and the checks must pass.
+	Hostile float64
 	// PGDriver is how the workers talk to PostgreSQL: "pgx" (each worker
 	// its own *pgx.Conn, client.Tx.BranchPgx) or "sql" (database/sql over
 	// pgx's stdlib driver, client.Tx.Branch). Default: DefaultPGDriver.
@@ -104,13 +109,16 @@ type Report struct {
 	// AtCommitPoint: committed transfers decided by a database's own commit
 	// (client.PathCommitPoint); the others by the coordinator.
 	AtCommitPoint int64
-	Elapsed       time.Duration
-	Total, Want   int64
-	JournalPG     int
-	JournalMySQL  int
-	Dangling      int
-	Violations    []string
-	CoordinatorAt string
+	// HostileSent counts transfers that sent a hostile statement;
+	// HostileCommitted those of them acknowledged as committed (must be 0).
+	HostileSent, HostileCommitted int64
+	Elapsed                       time.Duration
+	Total, Want                   int64
+	JournalPG                     int
+	JournalMySQL                  int
+	Dangling                      int
+	Violations                    []string
+	CoordinatorAt                 string
 }
 
 // TPS is committed transfers per second.
@@ -128,6 +136,9 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "  committed %d (%.1f TPS), aborted %d, outcome unknown %d, phase 2 pending at reply %d\n",
 			r.Committed, r.TPS(), r.Aborted, r.Unknown, r.Pending)
 		fmt.Fprintf(w, "  decided by a database's own commit (commit point) %d, by the coordinator %d\n", r.AtCommitPoint, r.Committed-r.AtCommitPoint)
+		if r.HostileSent > 0 {
+			fmt.Fprintf(w, "  sent a statement that ends the transaction on MariaDB %d, of them acknowledged as committed %d (want 0)\n", r.HostileSent, r.HostileCommitted)
+		}
 	} else {
 		fmt.Fprintln(w, "transfer: check only")
 	}
@@ -153,6 +164,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 	if cfg.CheckOnly && (cfg.Reset || cfg.ResetOnly) {
 		return nil, errors.New("CheckOnly with Reset: a check never recreates the tables it checks (that would wipe the journal); turn Reset off")
+	}
+	if cfg.Hostile < 0 || cfg.Hostile > 1 {
+		return nil, fmt.Errorf("--hostile %v: a fraction from 0 to 1", cfg.Hostile)
 	}
 	if cfg.Workers < 1 || cfg.Accounts < 1 {
 		return nil, errors.New("--workers and --accounts must be at least 1")
@@ -267,8 +281,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	for err := range workerErr {
 		return rep, err
 	}
+	if rep.HostileCommitted > 0 {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d transfers that sent a statement ending the transaction on MariaDB were acknowledged as committed", rep.HostileCommitted))
+	}
 	if cfg.NoCheck {
 		rep.Want = 0
+		if len(rep.Violations) > 0 {
+			return rep, fmt.Errorf("transfer: %s", strings.Join(rep.Violations, "; "))
+		}
 		return rep, nil
 	}
 	return rep, check(ctx, cfg.names(), pg, my, rep, &committedIDs)
@@ -306,6 +326,10 @@ func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config,
 	var c conns
 	defer c.close()
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	var hostile []string
+	if cfg.Hostile > 0 {
+		hostile = hostileStatements(cfg.Prefix)
+	}
 	for ctx.Err() == nil {
 		if !c.open() {
 			if err := c.reconnect(ctx, pg, my, cfg); err != nil {
@@ -327,8 +351,16 @@ func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config,
 		// The run's end stops new transfers; one in flight gets its own deadline.
 		txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		tx := cli.Begin()
-		res, err := transfer(txCtx, cfg.names(), tx, c, a, b, amount)
+		var bad string
+		if hostile != nil && rng.Float64() < cfg.Hostile {
+			bad = hostile[rng.IntN(len(hostile))]
+			atomic.AddInt64(&rep.HostileSent, 1)
+		}
+		res, err := transfer(txCtx, cfg.names(), tx, c, a, b, amount, bad)
 		cancel()
+		if err == nil && bad != "" {
+			atomic.AddInt64(&rep.HostileCommitted, 1)
+		}
 		switch {
 		case err == nil:
 			if acks != nil {
@@ -434,7 +466,10 @@ func loadAcks(path string, ids *sync.Map) error {
 
 // transfer moves amount from PostgreSQL account a to MariaDB account b (or
 // back, for a negative amount) and journals it on both sides.
-func transfer(ctx context.Context, n names, tx *client.Tx, c conns, a, b int, amount int64) (client.Result, error) {
+//
+// A non-empty hostile is sent on the MariaDB branch after the writes, its
+// error ignored, before the commit (Config.Hostile).
+func transfer(ctx context.Context, n names, tx *client.Tx, c conns, a, b int, amount int64, hostile string) (client.Result, error) {
 	pgExec, err := enlistPG(ctx, tx, n.pg, c)
 	if err != nil {
 		return client.Result{}, err
@@ -463,6 +498,9 @@ func transfer(ctx context.Context, n names, tx *client.Tx, c conns, a, b int, am
 	}
 	if _, err := mb.ExecContext(ctx, "INSERT INTO "+n.journal+" (gtrid, amount) VALUES (?, ?)", g, amount); err != nil {
 		return client.Result{}, err
+	}
+	if hostile != "" {
+		_, _ = mb.ExecContext(ctx, hostile) // a careless application: the error is ignored
 	}
 	return tx.Commit(ctx)
 }
@@ -549,12 +587,12 @@ func setup(ctx context.Context, pg, my *sql.DB, cfg Config) error {
 			return fmt.Errorf("postgres setup %q: %w", s, err)
 		}
 	}
-	for _, s := range []string{
+	for _, s := range append([]string{
 		"DROP TABLE IF EXISTS " + n.accounts, "DROP TABLE IF EXISTS " + n.journal,
 		"CREATE TABLE " + n.accounts + " (id int PRIMARY KEY, balance bigint NOT NULL, CHECK (balance >= 0)) ENGINE=InnoDB COMMENT='" + demoMark + "'",
 		"CREATE TABLE " + n.journal + " (gtrid char(32) PRIMARY KEY, amount bigint NOT NULL) ENGINE=InnoDB COMMENT='" + demoMark + "'",
 		fmt.Sprintf("INSERT INTO %s (id, balance) SELECT seq, %d FROM seq_1_to_%d", n.accounts, cfg.InitialBalance, cfg.Accounts),
-	} {
+	}, hostileSetup(cfg.Prefix)...) {
 		if _, err := my.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("mariadb setup %q: %w", s, err)
 		}

@@ -248,3 +248,41 @@ func TestTransferFollowsTheListedCoordinators(t *testing.T) {
 		t.Errorf("coordinatorList: %q", got)
 	}
 }
+
+// Statements that end a transaction, sent on the MariaDB branch by a careless
+// application that ignores their errors and commits anyway (hostile.go),
+// never split a transfer, at the commit point and at the coordinator alike,
+// and none of those transfers is acknowledged as committed. Before the commit
+// point became an XA branch, the auto run failed: 26 transfers committed on
+// MariaDB only, 2 acknowledged (the coordinator's path, whose MariaDB branch
+// was already XA, passed).
+func TestHostileStatementsNeverSplit(t *testing.T) {
+	for _, decideAt := range []client.DecideAt{client.DecideAuto, client.DecideAtCoordinator} {
+		t.Run(string(decideAt), func(t *testing.T) {
+			cfg := defaultConfig()
+			cfg.PGDSN, cfg.MySQLDSN = os.Getenv("TANDEM_PG_DSN"), os.Getenv("TANDEM_MYSQL_DSN")
+			if cfg.PGDSN == "" || cfg.MySQLDSN == "" {
+				if os.Getenv("TANDEM_E2E_REQUIRED") == "1" {
+					t.Fatal("TANDEM_PG_DSN and TANDEM_MYSQL_DSN are required")
+				}
+				t.Skip("TANDEM_PG_DSN / TANDEM_MYSQL_DSN not set")
+			}
+			cfg.Workers, cfg.Transfers, cfg.Accounts, cfg.DataDir, cfg.DecideAt = 4, 200, 50, t.TempDir(), decideAt
+			cfg.Hostile = 0.5
+			cfg.Prefix = fmt.Sprintf("h%d%s_", os.Getpid(), decideAt)
+			cfg.PGName, cfg.MariaName = fmt.Sprintf("hpg%d", os.Getpid()), fmt.Sprintf("hmaria%d", os.Getpid())
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			rep, err := Run(ctx, cfg, io.Discard)
+			if rep != nil {
+				rep.Print(os.Stderr)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.HostileSent == 0 || rep.HostileCommitted != 0 || len(rep.Violations) != 0 {
+				t.Fatalf("hostile statements sent %d, acknowledged %d, violations %v", rep.HostileSent, rep.HostileCommitted, rep.Violations)
+			}
+		})
+	}
+}

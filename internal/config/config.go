@@ -75,6 +75,11 @@ type Config struct {
 	Phase2Wait    time.Duration `yaml:"phase2_wait"`
 	MaxTxnAge     time.Duration `yaml:"max_txn_age"`
 	MaxClockSkew  time.Duration `yaml:"max_clock_skew"`
+	// CommitPointSettleAfter: how long a prepared commit-point branch with
+	// no decision row waits before the in-doubt scan takes its commit
+	// point's key and rolls it back (coord.Options.CommitPointSettleAfter;
+	// default 5s).
+	CommitPointSettleAfter time.Duration `yaml:"commit_point_settle_after"`
 	// LogSize is the decision log's total size: it is circular, made of 8
 	// segments of LogSize/8, reused once every transaction in them has
 	// ended; past 80% new commits are throttled, past 90% refused.
@@ -417,7 +422,7 @@ func (c *Config) Validate() error {
 	if c.BatchWindow < 0 || c.BatchWindow > time.Second {
 		return fmt.Errorf("config: batch_window %s: use a duration between 0 and 1s (e.g. 1ms)", c.BatchWindow)
 	}
-	for what, d := range map[string]time.Duration{"orphan_timeout": c.OrphanTimeout, "scan_interval": c.ScanInterval, "phase2_wait": c.Phase2Wait, "max_txn_age": c.MaxTxnAge, "max_clock_skew": c.MaxClockSkew} {
+	for what, d := range map[string]time.Duration{"orphan_timeout": c.OrphanTimeout, "scan_interval": c.ScanInterval, "phase2_wait": c.Phase2Wait, "max_txn_age": c.MaxTxnAge, "max_clock_skew": c.MaxClockSkew, "commit_point_settle_after": c.CommitPointSettleAfter} {
 		if d < 0 {
 			return fmt.Errorf("config: %s is negative (%s)", what, d)
 		}

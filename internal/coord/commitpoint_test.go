@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,11 +48,46 @@ type fakeTables struct {
 	keep      time.Duration // SweepAborts' last keep
 	olderThan time.Duration // Rows' last olderThan
 	forgotten map[string][]xid.GTRID
+	ids       map[string]xid.Owner // each RM's table id
+	parts     map[xid.GTRID]string // the participants column of 'C' rows
+	vanish    map[xid.GTRID]bool   // Resolve answers ErrVanished
+	resolved  map[xid.GTRID]int    // Resolve calls per gtrid
+	veryOld   map[xid.GTRID]bool   // Rows lists only these when asked for rows older than decision.ForgetMinAge
 }
 
 func newFakeTables() *fakeTables {
 	return &fakeTables{rows: map[string]map[xid.GTRID]dtable.Outcome{}, pending: map[xid.GTRID]bool{}, old: map[xid.GTRID]bool{},
-		ensured: map[string]int{}, forgotten: map[string][]xid.GTRID{}}
+		ensured: map[string]int{}, forgotten: map[string][]xid.GTRID{},
+		ids:   map[string]xid.Owner{"pg": xid.NewOwner(), "maria": xid.NewOwner()},
+		parts: map[xid.GTRID]string{}, vanish: map[xid.GTRID]bool{}, resolved: map[xid.GTRID]int{}}
+}
+
+// id is RM name's table id.
+func (f *fakeTables) id(name string) xid.Owner {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ids[name]
+}
+
+// check answers ErrWrongTable as the database would when the caller's
+// expected id is not the table's.
+func (f *fakeTables) check(name string, table xid.Owner) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !table.IsZero() && f.ids[name] != table {
+		return dtable.ErrWrongTable
+	}
+	return nil
+}
+
+func (f *fakeTables) ID(_ context.Context, name string) (xid.Owner, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id, ok := f.ids[name]
+	if !ok {
+		return id, dtable.ErrNoID
+	}
+	return id, nil
 }
 
 func (f *fakeTables) set(rmName string, g xid.GTRID, o dtable.Outcome) {
@@ -77,27 +113,37 @@ func (f *fakeTables) Ensure(_ context.Context, rmName string) error {
 	return f.ensureErr
 }
 
-func (f *fakeTables) Lookup(_ context.Context, rmName string, g xid.GTRID) (dtable.Outcome, bool, error) {
+func (f *fakeTables) Lookup(_ context.Context, rmName string, g xid.GTRID, table xid.Owner) (dtable.Outcome, bool, error) {
 	f.mu.Lock()
 	f.lookups++
 	f.mu.Unlock()
+	if err := f.check(rmName, table); err != nil {
+		return 0, false, err
+	}
 	o, ok := f.get(rmName, g)
 	return o, ok, nil
 }
 
-func (f *fakeTables) Resolve(_ context.Context, rmName string, g xid.GTRID, _ time.Duration) (dtable.Outcome, error) {
+func (f *fakeTables) Resolve(_ context.Context, rmName string, g xid.GTRID, table xid.Owner, _ time.Duration) (dtable.Outcome, error) {
 	f.mu.Lock()
 	f.resolves++
-	pending := f.pending[g]
+	f.resolved[g]++
+	pending, vanish := f.pending[g], f.vanish[g]
 	f.mu.Unlock()
+	if err := f.check(rmName, table); err != nil {
+		return 0, err
+	}
 	if pending {
 		return 0, dtable.ErrPending
+	}
+	if vanish {
+		return 0, dtable.ErrVanished
 	}
 	if o, ok := f.get(rmName, g); ok {
 		return o, nil
 	}
-	f.set(rmName, g, dtable.Abort)
-	return dtable.Abort, nil
+	f.set(rmName, g, dtable.Aborted)
+	return dtable.Aborted, nil
 }
 
 func (f *fakeTables) SweepAborts(_ context.Context, rmName string, keep time.Duration) (int64, error) {
@@ -113,10 +159,10 @@ func (f *fakeTables) Rows(_ context.Context, rmName string, olderThan time.Durat
 	f.olderThan = olderThan
 	var out []dtable.Row
 	for g, o := range f.rows[rmName] {
-		if !f.old[g] {
+		if !f.old[g] || olderThan > dtable.ForgetMinAge && !f.veryOld[g] {
 			continue
 		}
-		out = append(out, dtable.Row{GTRID: g, Outcome: o})
+		out = append(out, dtable.Row{GTRID: g, Outcome: o, Participants: f.parts[g]})
 	}
 	return out, nil
 }
@@ -126,7 +172,7 @@ func (f *fakeTables) Forget(_ context.Context, rmName string, gs []xid.GTRID) (i
 	defer f.mu.Unlock()
 	var n int64
 	for _, g := range gs {
-		if f.rows[rmName][g] == dtable.Commit {
+		if f.rows[rmName][g] == dtable.Committed {
 			delete(f.rows[rmName], g)
 			f.forgotten[rmName] = append(f.forgotten[rmName], g)
 			n++
@@ -198,12 +244,13 @@ func openCP(t *testing.T, opts Options) *Coordinator {
 
 // A prepared branch named with a commit point is settled from the commit
 // point's decision table, never from this coordinator's log:
-//   - a committed 'C' (or 'A') row settles it at once, first time seen;
-//   - no row: nothing before the orphan timeout; after it the key is taken
-//     (Resolve): 'A' recorded there, the branch rolled back;
+//   - nothing before CommitPointSettleAfter (its client settles it);
+//   - then a committed 'C' (or 'A') row settles it;
+//   - no row: the key is taken (Resolve) once a scan after the read still
+//     lists the branch: 'A' recorded there, the branch rolled back;
 //   - the key held by the commit point's open transaction (ErrPending): left
 //     for the next scan, then settled by what the commit point committed;
-//   - a commit point not configured here: left alone, said once a minute;
+//   - a commit point not configured here: held, said once a minute;
 //   - MariaDB "not found" while a recover scan lists it: held by the
 //     client's session, tried again; settled once the scan no longer lists it.
 //
@@ -211,68 +258,59 @@ func openCP(t *testing.T, opts Options) *Coordinator {
 func TestCommitPointBranchRecovery(t *testing.T) {
 	f, s := newFakeTables(), newSettleLog()
 	opts, logs := cpOptions(t, f, s, nil)
-	opts.OrphanTimeout = 10 * time.Second // the three scans below fall within a minute: one complaint
+	opts.CommitPointSettleAfter = 10 * time.Second
 	c := openCP(t, opts)
 	now := time.Now()
 	br := func(g xid.GTRID, rmName, cp string) xid.Branch {
-		return xid.Branch{GTRID: g, RM: rmName, CommitPoint: cp}
+		return xid.Branch{GTRID: g, RM: rmName, CommitPoint: cp, Owner: f.id(cp)}
 	}
 	committed, aborted, orphan, pending, unknown, held := xid.New(), xid.New(), xid.New(), xid.New(), xid.New(), xid.New()
-	f.set("maria", committed, dtable.Commit)
-	f.set("maria", aborted, dtable.Abort)
+	f.set("maria", committed, dtable.Committed)
+	f.set("maria", aborted, dtable.Aborted)
 	f.pending[pending] = true
 	bHeld := br(held, "maria", "pg")
-	f.set("pg", held, dtable.Commit)
+	f.set("pg", held, dtable.Committed)
 	s.notFound[bHeld], s.held[bHeld] = true, true
+	bOrphan := br(orphan, "pg", "maria")
+	s.held[bOrphan] = true // still listed by the re-check before the key is taken
 
 	scan := func(at time.Time, bs ...xid.Branch) {
 		for _, b := range bs {
 			c.settleInDoubt(rm.InDoubt{Branch: b}, at)
 		}
 	}
-	all := []xid.Branch{br(committed, "pg", "maria"), br(aborted, "pg", "maria"), br(orphan, "pg", "maria"),
+	all := []xid.Branch{br(committed, "pg", "maria"), br(aborted, "pg", "maria"), bOrphan,
 		br(pending, "pg", "maria"), br(unknown, "pg", "elsewhere"), bHeld}
 	scan(now, all...)
 	for _, b := range all {
 		if got := s.got(b); len(got) != 0 {
-			t.Errorf("gtrid %s settled %v at first sight, want left to its client for a quarter of the orphan timeout", b.GTRID, got)
+			t.Errorf("gtrid %s settled %v at first sight, want left to its client for CommitPointSettleAfter", b.GTRID, got)
 		}
 	}
 	f.mu.Lock()
-	reads := f.lookups
+	reads, resolves := f.lookups, f.resolves
 	f.mu.Unlock()
-	if reads != 0 {
-		t.Errorf("%d decision-table reads at first sight, want none", reads)
+	if reads != 0 || resolves != 0 {
+		t.Errorf("%d decision-table reads, %d keys taken at first sight, want none", reads, resolves)
 	}
-	scan(now.Add(opts.OrphanTimeout/4+time.Second), all...)
+	scan(now.Add(opts.CommitPointSettleAfter/2), all...)
+	for _, b := range all {
+		if got := s.got(b); len(got) != 0 {
+			t.Errorf("gtrid %s settled %v before CommitPointSettleAfter", b.GTRID, got)
+		}
+	}
+	later := now.Add(opts.CommitPointSettleAfter + time.Second)
+	scan(later, all...)
 	if got := s.got(all[0]); len(got) != 1 || !got[0] {
-		t.Errorf("'C' row: settle calls %v, want one commit after the grace", got)
+		t.Errorf("'C' row: settle calls %v, want one commit", got)
 	}
 	if got := s.got(all[1]); len(got) != 1 || got[0] {
-		t.Errorf("'A' row: settle calls %v, want one rollback after the grace", got)
+		t.Errorf("'A' row: settle calls %v, want one rollback", got)
 	}
-	for _, b := range all[2:5] {
-		if got := s.got(b); len(got) != 0 {
-			t.Errorf("gtrid %s (cp %s) settled %v before the orphan timeout, want left alone", b.GTRID, b.CommitPoint, got)
-		}
+	if got := s.got(bOrphan); len(got) != 1 || got[0] {
+		t.Errorf("orphan: settle calls %v, want one rollback after CommitPointSettleAfter (%s), not the orphan timeout (%s)", got, opts.CommitPointSettleAfter, opts.OrphanTimeout)
 	}
-	f.mu.Lock()
-	resolves := f.resolves
-	f.mu.Unlock()
-	if resolves != 0 {
-		t.Errorf("%d Resolve calls before the orphan timeout, want 0 (the key is not taken early)", resolves)
-	}
-	if got := s.got(bHeld); len(got) != 1 || !got[0] {
-		t.Errorf("MariaDB branch: settle calls %v, want one commit attempt", got)
-	}
-
-	// Past the orphan timeout.
-	later := now.Add(opts.OrphanTimeout + time.Second)
-	scan(later, all[2:]...)
-	if got := s.got(all[2]); len(got) != 1 || got[0] {
-		t.Errorf("orphan: settle calls %v, want one rollback after the orphan timeout", got)
-	}
-	if o, ok := f.get("maria", orphan); !ok || o != dtable.Abort {
+	if o, ok := f.get("maria", orphan); !ok || o != dtable.Aborted {
 		t.Errorf("orphan: decision row %v %v, want 'A' recorded at the commit point (the key taken)", o, ok)
 	}
 	if got := s.got(all[3]); len(got) != 0 {
@@ -281,12 +319,15 @@ func TestCommitPointBranchRecovery(t *testing.T) {
 	if got := s.got(all[4]); len(got) != 0 {
 		t.Errorf("unknown commit point: settle calls %v, want none (never guessed)", got)
 	}
+	if got := s.got(bHeld); len(got) != 1 || !got[0] {
+		t.Errorf("MariaDB branch: settle calls %v, want one commit attempt", got)
+	}
 	// The commit point's transaction commits after all; the client's
 	// session that held the MariaDB branch goes away.
 	f.mu.Lock()
 	delete(f.pending, pending)
 	f.mu.Unlock()
-	f.set("maria", pending, dtable.Commit)
+	f.set("maria", pending, dtable.Committed)
 	s.mu.Lock()
 	s.held[bHeld] = false
 	s.mu.Unlock()
@@ -294,11 +335,11 @@ func TestCommitPointBranchRecovery(t *testing.T) {
 	if got := s.got(all[3]); len(got) != 1 || !got[0] {
 		t.Errorf("pending, then committed: settle calls %v, want one commit", got)
 	}
-	if got := s.got(bHeld); len(got) != 3 || !got[2] {
-		t.Errorf("MariaDB branch released by its session: settle calls %v, want a commit attempt at each of the three scans", got)
+	if got := s.got(bHeld); len(got) != 2 || !got[1] {
+		t.Errorf("MariaDB branch released by its session: settle calls %v, want a commit attempt at each of the two scans", got)
 	}
-	if n := strings.Count(logs.String(), "held by its client's session"); n != 2 {
-		t.Errorf("the MariaDB branch was reported held %d times, want 2 (then settled)", n)
+	if n := strings.Count(logs.String(), "held by its client's session"); n != 1 {
+		t.Errorf("the MariaDB branch was reported held %d times, want 1 (then settled)", n)
 	}
 
 	c.mu.Lock()
@@ -310,12 +351,164 @@ func TestCommitPointBranchRecovery(t *testing.T) {
 	if got := c.InDoubt(); len(got) != 0 {
 		t.Errorf("InDoubt = %+v, want none (a commit-point branch is not an operator's to settle)", got)
 	}
+	if got := c.CommitPointHeld(); len(got) != 1 || got[0].GTRID != unknown.String() || got[0].Reason != ReasonCPNotConfigured {
+		t.Errorf("CommitPointHeld = %+v, want the branch whose commit point is not configured", got)
+	}
 	out := logs.String()
 	if n := strings.Count(out, "not configured on this coordinator"); n != 1 {
-		t.Errorf("the unconfigured commit point was logged %d times over three scans, want once (rate-limited):\n%s", n, out)
+		t.Errorf("the unconfigured commit point was logged %d times over four scans, want once (rate-limited):\n%s", n, out)
 	}
 	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "not configured") {
 		t.Errorf("no error saying the commit point is not configured:\n%s", out)
+	}
+}
+
+// The database's prepare time shortens a branch's wait only back to the
+// scan before the one that first listed it (which did not list it), and not
+// at all at the first scan after the start: a database clock far behind
+// must not make a live client's branch look old.
+func TestCommitPointPrepareTimeIsClamped(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	opts, _ := cpOptions(t, f, s, nil)
+	opts.CommitPointSettleAfter = 5 * time.Second
+	c := openCP(t, opts)               // its start scan listed nothing
+	now := time.Now().Add(time.Minute) // later than the start scan
+	old := xid.Branch{GTRID: xid.New(), RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
+	s.held[old] = true
+	// Prepared 2 h ago by the database's clock; the scan before was the
+	// start scan, a minute earlier: the wait counts from there, so it is due.
+	c.settleCPBranches([]rm.InDoubt{{Branch: old, PreparedAt: now.Add(-2 * time.Hour)}}, now)
+	if got := s.got(old); len(got) != 1 || got[0] {
+		t.Errorf("a branch prepared before the previous scan: settle calls %v, want one rollback at first sight", got)
+	}
+	// One second later: a new branch whose prepare time (a clock behind)
+	// says 2 h ago; the scan before was one second ago: not due yet.
+	young := xid.Branch{GTRID: xid.New(), RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
+	s.held[young] = true
+	c.settleCPBranches([]rm.InDoubt{{Branch: young, PreparedAt: now.Add(-2 * time.Hour)}}, now.Add(time.Second))
+	if got := s.got(young); len(got) != 0 {
+		t.Errorf("a branch first listed now, the scan before 1 s ago, its prepare time 2 h back: settle calls %v, want none yet", got)
+	}
+}
+
+// A commit-point branch whose owner is not the id of the table this
+// coordinator reaches for its commit point is never settled: no read, no
+// key; held (listed with the reason), counted, and an error says so. A
+// legacy (unowned) branch is settled by a 'C' row, but without one it is
+// held unless AdoptUnowned.
+func TestCommitPointBranchOfAnotherTableIsHeld(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	opts, logs := cpOptions(t, f, s, nil)
+	opts.CommitPointSettleAfter = time.Second
+	c := openCP(t, opts)
+	now := time.Now()
+	other, legacyC, legacyNone := xid.New(), xid.New(), xid.New()
+	f.set("maria", other, dtable.Aborted) // would roll it back, if believed
+	f.set("maria", legacyC, dtable.Committed)
+	bOther := xid.Branch{GTRID: other, RM: "pg", CommitPoint: "maria", Owner: xid.NewOwner()}
+	bLegacyC := xid.Branch{GTRID: legacyC, RM: "pg", CommitPoint: "maria"}
+	bLegacyNone := xid.Branch{GTRID: legacyNone, RM: "pg", CommitPoint: "maria"}
+	s.held[bLegacyNone] = true
+	// A legacy branch with an 'A' row: the client may have decided in
+	// another table; 'A' here proves nothing.
+	legacyA := xid.New()
+	f.set("maria", legacyA, dtable.Aborted)
+	bLegacyA := xid.Branch{GTRID: legacyA, RM: "pg", CommitPoint: "maria"}
+	for _, at := range []time.Time{now, now.Add(2 * time.Second), now.Add(3 * time.Second)} {
+		for _, b := range []xid.Branch{bOther, bLegacyC, bLegacyNone, bLegacyA} {
+			c.settleInDoubt(rm.InDoubt{Branch: b}, at)
+		}
+	}
+	if got := s.got(bOther); len(got) != 0 {
+		t.Errorf("a branch of another decision table: settle calls %v, want none", got)
+	}
+	if got := s.got(bLegacyC); len(got) == 0 || slices.Contains(got, false) {
+		t.Errorf("a legacy branch with a 'C' row: settle calls %v, want commits", got)
+	}
+	if got := s.got(bLegacyNone); len(got) != 0 {
+		t.Errorf("a legacy branch with no row, without AdoptUnowned: settle calls %v, want none", got)
+	}
+	if got := s.got(bLegacyA); len(got) != 0 {
+		t.Errorf("a legacy branch with an 'A' row, without AdoptUnowned: settle calls %v, want none", got)
+	}
+	f.mu.Lock()
+	resolves := f.resolves
+	f.mu.Unlock()
+	if resolves != 0 {
+		t.Errorf("%d keys taken, want none", resolves)
+	}
+	held := map[string]string{}
+	for _, h := range c.CommitPointHeld() {
+		held[h.GTRID] = h.Reason
+	}
+	if held[other.String()] != ReasonCPTableDiffers || held[legacyNone.String()] != ReasonCPUnowned || held[legacyA.String()] != ReasonCPUnowned || len(held) != 3 {
+		t.Errorf("CommitPointHeld = %v, want the other table's branch (%s) and the two legacy ones (%s)", held, ReasonCPTableDiffers, ReasonCPUnowned)
+	}
+	if by := c.CommitPointHeldByReason(); by[ReasonCPTableDiffers] != 1 || by[ReasonCPUnowned] != 2 || by[ReasonCPNotConfigured] != 0 {
+		t.Errorf("CommitPointHeldByReason = %v", by)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "ALARM: prepared branches name a decision table"); n != 1 {
+		t.Errorf("the other table was alarmed %d times over three scans, want once (rate-limited):\n%s", n, out)
+	}
+	if !strings.Contains(out, f.id("maria").String()) || !strings.Contains(out, bOther.Owner.String()) {
+		t.Errorf("the alarm does not name both ids:\n%s", out)
+	}
+
+	// With AdoptUnowned the legacy branch is this coordinator's: the key is
+	// taken and it is rolled back.
+	f2, s2 := newFakeTables(), newSettleLog()
+	opts2, _ := cpOptions(t, f2, s2, nil)
+	opts2.CommitPointSettleAfter = time.Second
+	opts2.AdoptUnowned = true
+	c2 := openCP(t, opts2)
+	s2.held[bLegacyNone] = true
+	c2.settleInDoubt(rm.InDoubt{Branch: bLegacyNone}, now)
+	c2.settleInDoubt(rm.InDoubt{Branch: bLegacyNone}, now.Add(2*time.Second))
+	if got := s2.got(bLegacyNone); len(got) != 1 || got[0] {
+		t.Errorf("a legacy branch with AdoptUnowned: settle calls %v, want one rollback", got)
+	}
+	if o, ok := f2.get("maria", legacyNone); !ok || o != dtable.Aborted {
+		t.Errorf("a legacy branch with AdoptUnowned: row %v %v, want 'A'", o, ok)
+	}
+}
+
+// The key is taken only if a scan begun after the read that found no row
+// still lists the branch; a row that vanished while the key was taken is an
+// unknown outcome: nothing is settled, and the key is not taken again into
+// an abort.
+func TestCommitPointKeyNeedsTheBranchStillPrepared(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	opts, logs := cpOptions(t, f, s, nil)
+	opts.CommitPointSettleAfter = time.Second
+	c := openCP(t, opts)
+	now := time.Now()
+	gone, vanished := xid.New(), xid.New()
+	bGone := xid.Branch{GTRID: gone, RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
+	bVanished := xid.Branch{GTRID: vanished, RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
+	s.held[bVanished] = true
+	f.vanish[vanished] = true
+	for _, at := range []time.Time{now, now.Add(2 * time.Second), now.Add(3 * time.Second)} {
+		c.settleInDoubt(rm.InDoubt{Branch: bGone}, at)
+		c.settleInDoubt(rm.InDoubt{Branch: bVanished}, at)
+	}
+	f.mu.Lock()
+	goneKeys, vanishedKeys := f.resolved[gone], f.resolved[vanished]
+	f.mu.Unlock()
+	if goneKeys != 0 || len(s.got(bGone)) != 0 {
+		t.Errorf("a branch settled meanwhile (no longer listed): %d keys taken, settle calls %v; want none", goneKeys, s.got(bGone))
+	}
+	if _, ok := f.get("maria", gone); ok {
+		t.Errorf("a row was recorded for a branch no longer prepared")
+	}
+	if len(s.got(bVanished)) != 0 {
+		t.Errorf("a vanished row: settle calls %v, want none (outcome unknown)", s.got(bVanished))
+	}
+	if _, ok := f.get("maria", vanished); ok || vanishedKeys != 2 {
+		t.Errorf("a vanished row: %d keys taken (one per scan past the wait: want 2), row recorded %v (want none)", vanishedKeys, ok)
+	}
+	if !strings.Contains(logs.String(), "OUTCOME UNKNOWN") {
+		t.Errorf("no log says the outcome is unknown:\n%s", logs.String())
 	}
 }
 
@@ -328,7 +521,7 @@ func TestScanSettlesCommitPointBranches(t *testing.T) {
 	for range 20 {
 		g := xid.New()
 		gs = append(gs, g)
-		f.set("maria", g, dtable.Commit)
+		f.set("maria", g, dtable.Committed)
 	}
 	ord := xid.New()
 	var mu sync.Mutex
@@ -346,6 +539,7 @@ func TestScanSettlesCommitPointBranches(t *testing.T) {
 		return out, nil
 	})
 	opts.OrphanTimeout = time.Millisecond
+	opts.CommitPointSettleAfter = time.Millisecond
 	c := openCP(t, opts)
 	time.Sleep(5 * time.Millisecond)
 	if err := c.ScanNow(context.Background()); err != nil {
@@ -374,12 +568,13 @@ func TestScanSettlesCommitPointBranches(t *testing.T) {
 func TestStatusOfCommitPointGTRID(t *testing.T) {
 	f, s := newFakeTables(), newSettleLog()
 	committed, undecided, unknown := xid.New(), xid.New(), xid.New()
-	f.set("maria", committed, dtable.Commit)
+	f.set("maria", committed, dtable.Committed)
 	branches := map[xid.GTRID]xid.Branch{
-		committed: {GTRID: committed, RM: "pg", CommitPoint: "maria"},
-		undecided: {GTRID: undecided, RM: "pg", CommitPoint: "maria"},
-		unknown:   {GTRID: unknown, RM: "pg", CommitPoint: "elsewhere"},
+		committed: {GTRID: committed, RM: "pg", CommitPoint: "maria", Owner: f.id("maria")},
+		undecided: {GTRID: undecided, RM: "pg", CommitPoint: "maria", Owner: f.id("maria")},
+		unknown:   {GTRID: unknown, RM: "pg", CommitPoint: "elsewhere", Owner: xid.NewOwner()},
 	}
+	s.held[branches[undecided]] = true // the re-check before the key is taken
 	var listing atomic.Bool
 	opts, _ := cpOptions(t, f, s, func(name string) ([]rm.InDoubt, error) {
 		if name != "pg" || !listing.Load() {
@@ -406,7 +601,7 @@ func TestStatusOfCommitPointGTRID(t *testing.T) {
 		t.Fatalf("Status without resolve recorded a decision")
 	}
 	r = mustStatus(t, c, undecided.String(), true, Aborted)
-	if o, ok := f.get("maria", undecided); !ok || o != dtable.Abort {
+	if o, ok := f.get("maria", undecided); !ok || o != dtable.Aborted {
 		t.Errorf("Status --resolve: decision row %v %v, want 'A' (the key taken)", o, ok)
 	}
 	if got := s.got(branches[undecided]); len(got) != 1 || got[0] || r.Phase2Pending {
@@ -424,23 +619,97 @@ func TestStatusOfCommitPointGTRID(t *testing.T) {
 	}
 }
 
-// The sweep deletes 'A' rows older than MaxTxnAge + 10 min, and forgets the
-// 'C' rows of gtrids with no branch prepared anywhere, only after a
-// complete scan.
+// Reports never guess: once no branch of a commit-point gtrid is prepared
+// any more, Status answers from the decision tables — COMMITTED or ABORTED
+// at the commit point whose table has the row — never UNDECIDED while a row
+// exists; a table with another id is not believed. With no row anywhere it
+// answers as for any gtrid. A row that vanished while --resolve took the
+// key is an unknown outcome, never an abort.
+func TestStatusAnswersFromTheDecisionTables(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	committed, aborted, nothing, vanished := xid.New(), xid.New(), xid.New(), xid.New()
+	f.set("maria", committed, dtable.Committed)
+	f.set("pg", aborted, dtable.Aborted)
+	bVanished := xid.Branch{GTRID: vanished, RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
+	s.held[bVanished] = true
+	f.vanish[vanished] = true
+	legacyA := xid.New()
+	f.set("maria", legacyA, dtable.Aborted)
+	bLegacyA := xid.Branch{GTRID: legacyA, RM: "pg", CommitPoint: "maria"}
+	opts, _ := cpOptions(t, f, s, func(name string) ([]rm.InDoubt, error) {
+		if name == "pg" {
+			return []rm.InDoubt{{Branch: bVanished}, {Branch: bLegacyA}}, nil
+		}
+		return nil, nil
+	})
+	c := openCP(t, opts)
+	r := mustStatus(t, c, legacyA.String(), true, Undecided)
+	if !strings.Contains(r.Message, "proves nothing") || len(s.got(bLegacyA)) != 0 {
+		t.Errorf("Status --resolve of a legacy branch with an 'A' row: %q, settle calls %v; want nothing settled", r.Message, s.got(bLegacyA))
+	}
+	r = mustStatus(t, c, committed.String(), false, Committed)
+	if !strings.Contains(r.Message, "decided at commit point maria") {
+		t.Errorf("Status of a committed commit-point gtrid with no branch prepared: %q, want it to name the commit point", r.Message)
+	}
+	r = mustStatus(t, c, aborted.String(), false, Aborted)
+	if !strings.Contains(r.Message, "decided at commit point pg") {
+		t.Errorf("Status of an aborted commit-point gtrid: %q", r.Message)
+	}
+	mustStatus(t, c, committed.String(), true, Committed) // resolve changes nothing: it is decided
+	r = mustStatus(t, c, nothing.String(), false, Undecided)
+	if strings.Contains(r.Message, "commit point") {
+		t.Errorf("Status of an unknown gtrid mentions a commit point: %q", r.Message)
+	}
+	r = mustStatus(t, c, vanished.String(), true, Undecided)
+	if !strings.Contains(r.Message, "OUTCOME UNKNOWN") || len(s.got(bVanished)) != 0 {
+		t.Errorf("Status --resolve of a gtrid whose row vanished: %q, settle calls %v; want outcome unknown and nothing settled", r.Message, s.got(bVanished))
+	}
+	if _, ok := f.get("maria", vanished); ok {
+		t.Errorf("a row was recorded after the row vanished")
+	}
+	// A table whose id changed (another database behind the DSN) is not
+	// believed: its row for committed is not read.
+	f.mu.Lock()
+	f.ids["maria"] = xid.NewOwner()
+	f.mu.Unlock()
+	opts.Dir = t.TempDir()
+	c2 := openCP(t, opts)
+	c2.cpst.mu.Lock()
+	c2.cpst.ids = map[string]xid.Owner{"maria": xid.NewOwner(), "pg": f.id("pg")}
+	c2.cpst.mu.Unlock()
+	r, err := c2.Status(context.Background(), committed.String(), false)
+	if err != nil || r.Outcome == Committed {
+		t.Errorf("Status through a table whose id is not the one read before: %s %q %v, want not COMMITTED", r.Outcome, r.Message, err)
+	}
+}
+
+// The sweep deletes 'A' rows older than MaxTxnAge + 10 min. A 'C' row older
+// than ForgetMinAge is forgotten only when every participant it names is an
+// RM here whose table has the id the row names and whose scan lists no
+// branch of the gtrid; a row naming an unknown RM or another id is kept,
+// counted and alarmed; a legacy row (no participants) only when it is old
+// and every RM answered without a branch of it.
 func TestSweepForgetsOnlyUnpreparedCommits(t *testing.T) {
 	f, s := newFakeTables(), newSettleLog()
-	gone, stillPrepared, abort := xid.New(), xid.New(), xid.New()
-	f.set("maria", gone, dtable.Commit)
-	f.set("maria", stillPrepared, dtable.Commit)
-	f.set("maria", abort, dtable.Abort)
-	f.old[gone], f.old[stillPrepared], f.old[abort] = true, true, true
+	gone, stillPrepared, abort, unknownRM, otherTable, onDown, legacyOld, legacyYoung :=
+		xid.New(), xid.New(), xid.New(), xid.New(), xid.New(), xid.New(), xid.New(), xid.New()
+	pg, maria := "pg="+f.id("pg").String(), "maria="+f.id("maria").String()
+	for g, p := range map[xid.GTRID]string{gone: pg, stillPrepared: pg, unknownRM: pg + ",elsewhere=" + xid.NewOwner().String(),
+		otherTable: "pg=" + xid.NewOwner().String(), onDown: maria, legacyOld: "", legacyYoung: ""} {
+		f.set("maria", g, dtable.Committed)
+		f.parts[g] = p
+		f.old[g] = true
+	}
+	f.veryOld = map[xid.GTRID]bool{legacyOld: true}
+	f.set("maria", abort, dtable.Aborted)
+	f.old[abort] = true
 	var down atomic.Bool
-	opts, _ := cpOptions(t, f, s, func(name string) ([]rm.InDoubt, error) {
+	opts, logs := cpOptions(t, f, s, func(name string) ([]rm.InDoubt, error) {
 		if down.Load() && name == "maria" {
 			return nil, errors.New("maria is down")
 		}
 		if name == "pg" {
-			return []rm.InDoubt{{Branch: xid.Branch{GTRID: stillPrepared, RM: "pg", CommitPoint: "maria"}}}, nil
+			return []rm.InDoubt{{Branch: xid.Branch{GTRID: stillPrepared, RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}}}, nil
 		}
 		return nil, nil
 	})
@@ -452,37 +721,52 @@ func TestSweepForgetsOnlyUnpreparedCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Complete || st.CommitsForgotten != 0 {
-		t.Fatalf("sweep with an RM down: %+v, want incomplete and nothing forgotten", st)
+	// (Open's own first sweep may have done the forgetting.)
+	f.mu.Lock()
+	forgotten := len(f.forgotten["maria"])
+	f.mu.Unlock()
+	if st.Complete || forgotten != 1 {
+		t.Fatalf("sweeps with maria down: %+v, %d forgotten; want incomplete and only the row whose participants (pg) answered forgotten", st, forgotten)
 	}
-	if _, ok := f.get("maria", gone); !ok {
-		t.Fatalf("a 'C' row was forgotten without a complete scan")
+	if _, ok := f.get("maria", gone); ok {
+		t.Errorf("the row naming only pg, which answered without a branch of it, was kept")
+	}
+	if _, ok := f.get("maria", onDown); !ok || st.Kept[KeptUnanswered] != 3 {
+		t.Errorf("the row naming maria (down) and the legacy rows: kept %v, counts %v; want them kept as %s", ok, st.Kept, KeptUnanswered)
 	}
 	down.Store(false)
 	st, err = c.SweepNow(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !st.Complete || st.CommitsForgotten != 1 {
-		t.Errorf("sweep: %+v, want complete, one 'C' forgotten", st)
+	if !st.Complete || st.CommitsForgotten != 2 {
+		t.Errorf("sweep: %+v, want complete, two more 'C' forgotten (maria's row and the old legacy row)", st)
 	}
-	if _, ok := f.get("maria", gone); ok {
-		t.Errorf("the 'C' row of a gtrid with no prepared branch was kept")
+	for g, want := range map[xid.GTRID]bool{onDown: false, legacyOld: false, stillPrepared: true, unknownRM: true, otherTable: true, legacyYoung: true, abort: true} {
+		if _, ok := f.get("maria", g); ok != want {
+			t.Errorf("gtrid %s (participants %q): kept %v, want %v", g, f.parts[g], ok, want)
+		}
 	}
-	if _, ok := f.get("maria", stillPrepared); !ok {
-		t.Errorf("the 'C' row of a gtrid with a branch still prepared was forgotten")
+	wantKept := map[string]int{KeptPrepared: 1, KeptUnknownRM: 1, KeptTableDiffers: 1, KeptLegacyYoung: 1}
+	for r, n := range c.DecisionRowsKept() {
+		if n != wantKept[r] {
+			t.Errorf("DecisionRowsKept[%s] = %d, want %d (all: %v)", r, n, wantKept[r], c.DecisionRowsKept())
+		}
 	}
-	if _, ok := f.get("maria", abort); !ok {
-		t.Errorf("an 'A' row was forgotten (only SweepAborts deletes them, after the keep time)")
+	out := logs.String()
+	for _, r := range []string{KeptUnknownRM, KeptTableDiffers} {
+		if !strings.Contains(out, "reason="+r) || !strings.Contains(out, "ALARM") {
+			t.Errorf("no alarm for a row kept as %s:\n%s", r, out)
+		}
 	}
 	f.mu.Lock()
-	keep, older := f.keep, f.olderThan
+	keep := f.keep
 	f.mu.Unlock()
 	// Kept past the SDK's longest commit point (1h), whatever this
 	// coordinator's MaxTxnAge (shorter here): a late commit point is
 	// refused by the 'A' row until its own age check refuses it.
-	if keep != max(opts.MaxTxnAge, time.Hour)+10*time.Minute || older != forgetAfterOrphans*opts.OrphanTimeout {
-		t.Errorf("SweepAborts keep %s, Rows olderThan %s: want max(MaxTxnAge, 1h)+10m and %d orphan timeouts", keep, older, forgetAfterOrphans)
+	if keep != max(opts.MaxTxnAge, time.Hour)+10*time.Minute {
+		t.Errorf("SweepAborts keep %s: want max(MaxTxnAge, 1h)+10m", keep)
 	}
 }
 

@@ -76,6 +76,21 @@ type Options struct {
 	// acknowledgements. Nil: a new registry of its own (Coordinator.Waits).
 	Waits *waits.Registry
 
+	// AdoptUnowned: prepared branches with legacy (unowned) names are
+	// this coordinator's own (serve --adopt-unowned). Without it they are
+	// listed and settled only by an operator, except those whose gtrid has
+	// a decision in this log (a client from before owners existed that
+	// committed through this coordinator).
+	AdoptUnowned bool
+	// CommitPointSettleAfter: how long a prepared branch named with a
+	// commit point may stay with no decision row before the in-doubt scan
+	// takes the commit point's decision key (records abort there) and rolls
+	// it back (default 5s; cprecover.go). Taking the key is always safe (a
+	// live client's decision then meets it and is refused); this only
+	// bounds how long a dead client's branches hold their row locks. While
+	// commit points are in use, the scan runs at least this often.
+	CommitPointSettleAfter time.Duration
+
 	// InDoubtBefore, when set, is the time of a promotion with
 	// --accept-data-loss: this coordinator's log may lack decisions the old
 	// primary made and acted on. A prepared branch of a gtrid that began
@@ -105,12 +120,6 @@ type Options struct {
 	// presumes abort for its own orphans from its first second). Adopted
 	// unowned branches keep the margin.
 	OwnerMadeWithLog bool
-	// AdoptUnowned: prepared branches with legacy (unowned) names are
-	// this coordinator's own (serve --adopt-unowned). Without it they are
-	// listed and settled only by an operator, except those whose gtrid has
-	// a decision in this log (a client from before owners existed that
-	// committed through this coordinator).
-	AdoptUnowned bool
 
 	// LogHook, when set, sees the decision log's records: those replayed
 	// at Open, those written since (wal.Options.OnWrite: it may block the
@@ -207,6 +216,8 @@ type Coordinator struct {
 	// tableReady: the RMs whose decision table is known to exist (Open and
 	// the scan goroutine only).
 	tableReady map[string]bool
+	// cpst: commit-point recovery's state (cprecover.go).
+	cpst cpState
 
 	ctx      context.Context // the coordinator's lifetime: phase 2 and scans run on it
 	cancel   context.CancelFunc

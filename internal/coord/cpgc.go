@@ -20,22 +20,61 @@ const sweepEvery = time.Minute
 // abortKeepMargin is added to MaxTxnAge for how long 'A' rows are kept.
 const abortKeepMargin = 10 * time.Minute
 
-// forgetAfterOrphans: a 'C' row is forgotten only once it is this many
-// orphan timeouts old (and no branch of its gtrid is prepared anywhere): a
-// client whose commit-point call broke learns its outcome from the row
-// (decision.Resolve) well before that, however slow.
+// forgetAfterOrphans: a legacy 'C' row (one written before rows named
+// their participants) is forgotten only once it is this many orphan
+// timeouts old and no configured RM holds a branch of its gtrid.
 const forgetAfterOrphans = 5
+
+// The reasons the sweep keeps a 'C' row older than decision.ForgetMinAge
+// (SweepStats.Kept, DecisionRowsKept, the gauge tandem_decision_rows_kept).
+// The first three are alarms: the row may be kept for ever.
+const (
+	// KeptUnknownRM: a participant is not an RM of this coordinator.
+	KeptUnknownRM = "participant-rm-not-configured"
+	// KeptTableDiffers: a participant's RM here reaches a decision table
+	// with another id than the row names (or the row names none).
+	KeptTableDiffers = "participant-table-differs"
+	// KeptUnreadable: the participants column cannot be read.
+	KeptUnreadable = "participants-unreadable"
+	// KeptUnanswered: a participant's RM did not answer its recover scan,
+	// or its table's id could not be read: tried again at the next sweep.
+	KeptUnanswered = "participant-rm-unanswered"
+	// KeptPrepared: a participant still holds a branch of the gtrid.
+	KeptPrepared = "branch-prepared"
+	// KeptLegacyYoung: a legacy row (no participants) younger than
+	// forgetAfterOrphans orphan timeouts.
+	KeptLegacyYoung = "legacy-row-young"
+)
+
+// KeptReasons lists the reasons, alarms first.
+var KeptReasons = []string{KeptUnknownRM, KeptTableDiffers, KeptUnreadable, KeptUnanswered, KeptPrepared, KeptLegacyYoung}
 
 // SweepStats is what one sweep of the decision tables did.
 type SweepStats struct {
 	// AbortsSwept: 'A' rows deleted (older than MaxTxnAge + 10 min).
 	AbortsSwept int64
-	// CommitsForgotten: 'C' rows deleted, of gtrids with no branch prepared
-	// on any RM.
+	// CommitsForgotten: 'C' rows deleted (see sweepOnce).
 	CommitsForgotten int64
-	// Complete: every RM answered the scan. Without a complete scan no 'C'
-	// row is forgotten.
+	// Complete: every RM answered the scan.
 	Complete bool
+	// Kept: the 'C' rows older than decision.ForgetMinAge kept, by reason
+	// (KeptReasons).
+	Kept map[string]int
+}
+
+// DecisionRowsKept is the last sweep's SweepStats.Kept, every reason
+// present (the gauge tandem_decision_rows_kept). It does no I/O.
+func (c *Coordinator) DecisionRowsKept() map[string]int {
+	out := map[string]int{}
+	for _, r := range KeptReasons {
+		out[r] = 0
+	}
+	c.cpst.mu.Lock()
+	defer c.cpst.mu.Unlock()
+	for r, n := range c.cpst.kept {
+		out[r] = n
+	}
+	return out
 }
 
 // SweepNow runs one sweep of the decision tables (with the in-doubt scan it
@@ -80,37 +119,53 @@ func (c *Coordinator) ensureTable(name string) {
 
 // sweepOnce deletes, on every RM:
 //   - the 'A' rows older than max(MaxTxnAge, decision.MaxCommitPointAge) +
-//     abortKeepMargin. An 'A' row is what
-//     refuses a late commit point's 'C'; once the row is gone, the commit
-//     point's own age check (decision.CommitStatements, the SDK's
-//     Config.MaxTxnAge, default 1h like the coordinator's) refuses it
-//     instead. The SDK's MaxTxnAge is at most decision.MaxCommitPointAge,
-//     which this keep time covers whatever --max-txn-age is; the margin covers the database's clock stepping back and the commit
-//     point's transaction beginning a little before its gtrid's row check.
-//   - the 'C' rows older than forgetAfterOrphans orphan timeouts whose gtrid
-//     has no branch prepared on any RM in a complete scan that began after
-//     the rows were read, at most decision.RowsLimit per RM per sweep.
+//     abortKeepMargin. An 'A' row is what refuses a late commit point's
+//     'C'; once the row is gone, the commit point's own age check
+//     (decision.CommitStatements, the SDK's Config.MaxTxnAge, default 1h
+//     like the coordinator's) refuses it instead. The SDK's MaxTxnAge is at
+//     most decision.MaxCommitPointAge, which this keep time covers whatever
+//     --max-txn-age is; the margin covers the database's clock stepping
+//     back and the commit point's transaction beginning a little before its
+//     gtrid's row check.
+//   - a 'C' row older than decision.ForgetMinAge only when every
+//     participant it names (decision.ParseParticipants) is an RM of this
+//     coordinator whose decision table has the id the row names, and a
+//     recover scan of that RM, begun after the row was read (so after it
+//     was written), lists no branch of the gtrid, under any name. A row
+//     naming an RM unknown here, or another table id, is kept, counted
+//     (SweepStats.Kept, DecisionRowsKept) and logged as an error
+//     (rate-limited): another coordinator, or an RM taken out of --rm,
+//     may still need it.
+//   - a legacy 'C' row (participants "", written before rows named them)
+//     only when it is forgetAfterOrphans orphan timeouts old and every
+//     configured RM answered a recover scan, begun after the row was read,
+//     listing no branch of its gtrid. Such a row cannot say which RMs took
+//     part: an RM that shares transactions with this coordinator's commit
+//     points but is not configured here is not asked (the README says to
+//     configure them all).
 //
-// Why forgetting such a 'C' row is safe: the row was read committed, at
-// time R, before the scan began. A commit point inserts its 'C' only after
-// every other branch of its gtrid is prepared (the SDK prepares them all,
-// then sends the INSERT and COMMIT), and a gtrid's branch is never prepared
-// again once settled. So after R no branch of the gtrid can become
-// prepared: prepared branches only disappear (committed, per the row). Each
-// RM's scan began after R; a gtrid it does not list has no branch prepared
-// there now or ever again. With every RM answering, no recoverer will ever
-// need the row. (Taken for granted: every RM that shares transactions with
-// this coordinator's commit points is configured here, under the same name
-// that its branches carry; a coordinator that cannot see an RM's branches
-// must not forget rows they depend on. The README says so.)
-//
-// Without a complete scan only the 'A' rows are swept.
+// Why forgetting is safe: a commit point inserts its 'C' only after every
+// other branch of its gtrid is prepared (the SDK prepares them all, then
+// sends the INSERT and COMMIT), and a gtrid's branch is never prepared
+// again once settled. So once the row is committed, no branch of the gtrid
+// can become prepared: prepared branches only disappear (committed, per the
+// row). A participant's scan that began after the row was read and does not
+// list the gtrid proves that it holds no branch now or ever again. No
+// recoverer will need the row; and a party that took the key later would
+// have to have seen a branch prepared after the row was gone, which the
+// participants' scans exclude, or be an SDK still taking keys
+// decision.ForgetMinAge after its decision, which the SDK never does.
 func (c *Coordinator) sweepOnce() SweepStats {
-	var st SweepStats
+	st := SweepStats{Kept: map[string]int{}}
 	tables := c.decisions()
 	keep := max(c.opts.MaxTxnAge, dtable.MaxCommitPointAge) + abortKeepMargin
-	olderThan := forgetAfterOrphans * c.opts.OrphanTimeout
-	candidates := map[string][]xid.GTRID{}
+	legacyAge := max(forgetAfterOrphans*c.opts.OrphanTimeout, dtable.ForgetMinAge)
+	type candidate struct {
+		table string
+		row   dtable.Row
+	}
+	var candidates []candidate
+	legacyOld := map[string]map[xid.GTRID]bool{}
 	for _, name := range c.rmList {
 		c.ensureTable(name)
 		if !c.tableReady[name] {
@@ -120,11 +175,23 @@ func (c *Coordinator) sweepOnce() SweepStats {
 		n, err := tables.SweepAborts(ctx, name, keep)
 		st.AbortsSwept += n
 		if err == nil {
+			if _, ierr := c.refreshID(ctx, name); ierr != nil && c.ctx.Err() == nil {
+				c.logger.Warn("cannot read the id of a decision table; rows naming it are kept", "rm", name, "error", ierr)
+			}
 			var rows []dtable.Row
-			rows, err = tables.Rows(ctx, name, olderThan)
+			rows, err = tables.Rows(ctx, name, dtable.ForgetMinAge)
+			legacy := false
 			for _, r := range rows {
-				if r.Outcome == dtable.Commit {
-					candidates[name] = append(candidates[name], r.GTRID)
+				if r.Outcome == dtable.Committed {
+					candidates = append(candidates, candidate{name, r})
+					legacy = legacy || r.Participants == ""
+				}
+			}
+			if err == nil && legacy {
+				rows, err = tables.Rows(ctx, name, legacyAge)
+				legacyOld[name] = map[xid.GTRID]bool{}
+				for _, r := range rows {
+					legacyOld[name][r.GTRID] = true
 				}
 			}
 		}
@@ -133,32 +200,109 @@ func (c *Coordinator) sweepOnce() SweepStats {
 			c.logger.Warn("sweep of the decision table failed; tried again in a minute", "rm", name, "error", err)
 		}
 	}
-	// The scan begins after every row above was read (see above).
-	prepared, complete := c.scanOnce()
-	st.Complete = complete
-	if !complete {
-		return st
+	// The in-doubt scan settles what is prepared; then a scan of every RM,
+	// begun after every row above was read, is the evidence.
+	_, st.Complete = c.scanOnce()
+	held := map[string]map[xid.GTRID]bool{}
+	for _, name := range c.rmList {
+		ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
+		found, err := c.recoverRM(ctx, name)
+		cancel()
+		if err != nil {
+			st.Complete = false
+			continue
+		}
+		held[name] = map[xid.GTRID]bool{}
+		for _, d := range found {
+			held[name][d.Branch.GTRID] = true
+		}
+	}
+	now := time.Now()
+	forget := map[string][]xid.GTRID{}
+	for _, cand := range candidates {
+		why, detail := c.keepReason(cand.row, held, legacyOld[cand.table])
+		if why == "" {
+			forget[cand.table] = append(forget[cand.table], cand.row.GTRID)
+			continue
+		}
+		st.Kept[why]++
+		if (why == KeptUnknownRM || why == KeptTableDiffers || why == KeptUnreadable) && c.sayEvery("kept:"+cand.table+":"+why, now) {
+			c.logger.Error("ALARM: a committed decision row is kept: it names a participant this coordinator cannot check, so forgetting it could let a recoverer record abort for a committed transaction "+
+				"(configure every RM that takes part in commit-point transactions here, under the name its branches carry, reaching the same database; said again every minute while it lasts)",
+				"rm", cand.table, "gtrid", cand.row.GTRID.String(), "reason", why, "detail", detail, "participants", cand.row.Participants)
+		}
 	}
 	for _, name := range c.rmList {
-		var gone []xid.GTRID
-		for _, g := range candidates[name] {
-			if !prepared[g] {
-				gone = append(gone, g)
-			}
-		}
-		if len(gone) == 0 {
+		if len(forget[name]) == 0 {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
-		n, err := tables.Forget(ctx, name, gone)
+		n, err := tables.Forget(ctx, name, forget[name])
 		cancel()
 		st.CommitsForgotten += n
 		if err != nil && c.ctx.Err() == nil {
 			c.logger.Warn("could not forget committed decisions; tried again in a minute", "rm", name, "error", err)
 		}
 	}
+	c.cpst.mu.Lock()
+	c.cpst.kept = st.Kept
+	c.cpst.mu.Unlock()
 	if st.AbortsSwept > 0 || st.CommitsForgotten > 0 {
 		c.logger.Info("decision tables swept", "aborts_deleted", st.AbortsSwept, "commits_forgotten", st.CommitsForgotten)
 	}
 	return st
+}
+
+// keepReason says why the 'C' row r must be kept ("" when it may be
+// forgotten; see sweepOnce), and a detail for the log. held is each
+// answering RM's scan; legacyOld the table's rows old enough for the
+// legacy rule.
+func (c *Coordinator) keepReason(r dtable.Row, held map[string]map[xid.GTRID]bool, legacyOld map[xid.GTRID]bool) (why, detail string) {
+	ps, err := dtable.ParseParticipants(r.Participants)
+	if err != nil {
+		return KeptUnreadable, err.Error()
+	}
+	if len(ps) == 0 {
+		for _, name := range c.rmList {
+			if held[name] == nil {
+				return KeptUnanswered, name
+			}
+			if held[name][r.GTRID] {
+				return KeptPrepared, name
+			}
+		}
+		if !legacyOld[r.GTRID] {
+			return KeptLegacyYoung, ""
+		}
+		return "", ""
+	}
+	c.cpst.mu.Lock()
+	ids := make(map[string]xid.Owner, len(c.cpst.ids))
+	for k, v := range c.cpst.ids {
+		ids[k] = v
+	}
+	c.cpst.mu.Unlock()
+	for _, p := range ps {
+		if _, ok := c.rms[p.RM]; !ok {
+			return KeptUnknownRM, p.RM
+		}
+	}
+	for _, p := range ps {
+		id, ok := ids[p.RM]
+		if ok && (p.Table.IsZero() || id != p.Table) {
+			return KeptTableDiffers, fmt.Sprintf("%s: row names %s, its table here is %s", p.RM, p.Table, id)
+		}
+		if !ok {
+			return KeptUnanswered, p.RM + " (its table's id is not known here)"
+		}
+	}
+	for _, p := range ps {
+		if held[p.RM] == nil {
+			return KeptUnanswered, p.RM
+		}
+		if held[p.RM][r.GTRID] {
+			return KeptPrepared, p.RM
+		}
+	}
+	return "", ""
 }

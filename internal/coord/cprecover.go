@@ -15,39 +15,121 @@ import (
 )
 
 // Recovery of commit-point transactions (README, "Recovery of commit-point
-// transactions").
+// transactions"; docs/ownership.md).
 //
 // A prepared branch named with a commit point X (xid.Branch.CommitPoint) is
 // decided by X's decision table (package decision), never by this
 // coordinator's log: nothing here is written to the log, and c.decide is
-// never called for it. The in-doubt scan settles such a branch b of gtrid g:
-//   - b is younger than a quarter of the orphan timeout: left to its client,
-//     which normally commits it within milliseconds (settling it here too
-//     would race the client's COMMIT PREPARED and read the table on every
-//     scan for every transaction in flight).
+// never called for it. Its owner (xid.Branch.Owner) is the id of the
+// decision table the client decided in. The in-doubt scan settles such a
+// branch b of gtrid g only when:
+//   - X is configured here; otherwise b is held (ReasonCPNotConfigured):
+//     logged (rate-limited), counted, listed, never guessed;
+//   - b is owned and the table this coordinator reaches for X has b's owner
+//     id (read with decision.ReadID, and checked again by the database in
+//     the very statement that reads or takes the key); otherwise b is held
+//     (ReasonCPTableDiffers) and an error says so: a client and this
+//     coordinator that reach different tables could each record a
+//     different outcome;
+//   - b is unowned (a legacy name, made before owners existed): a committed
+//     'C' row for g settles it (only the commit point's own transaction
+//     writes 'C' for g, in whatever table: the gtrid committed); anything
+//     else is held (ReasonCPUnowned) unless the operator passed
+//     --adopt-unowned (Options.AdoptUnowned): an 'A' row, or a key taken,
+//     in a table the client may not have used proves nothing.
+//
+// Then:
+//   - b is younger than CommitPointSettleAfter (counted from the first scan
+//     that saw it, or the database's prepare time where it has one): left to
+//     its client, which normally settles it within milliseconds.
 //   - X's table holds a committed row for g (decision.Lookup): 'C' is only
 //     ever written by the commit point's own transaction, which committed;
 //     'A' only by a recoverer that took the key, which committed too. Either
 //     is final: b is settled per the row.
-//   - no row, and b has been prepared for OrphanTimeout: the key is taken
-//     (decision.Resolve, a bounded lock wait). Commit or Abort settles b;
-//     ErrPending (the commit point's transaction holds the key uncommitted)
-//     is tried again at the next scan. Any number of coordinators may do this
-//     at once: the key admits one outcome.
-//   - X is not configured here: an error is logged (rate-limited) and b is
-//     left alone. Its outcome is never guessed.
+//   - no row: b is checked to be still prepared by a recover scan begun after
+//     that read, and then the key is taken (decision.Resolve, a bounded lock
+//     wait), all within decision.ForgetMinAge/3 of the read; the answer
+//     settles b. Taking the key is always safe: a live client's decision
+//     then meets it and is refused, and the client rolls back. So a dead
+//     client's branches (and their row locks) go after seconds, not after
+//     the orphan timeout. ErrPending (the commit point's transaction holds
+//     the key uncommitted) is tried again at the next scan; ErrVanished (the
+//     row deleted between the key and the read) is an unknown outcome:
+//     logged, never settled as an abort. Any number of coordinators may do
+//     this at once: the key admits one outcome.
+//
+// Why the re-check: a row is forgotten only once every branch of g is
+// committed and the row is ForgetMinAge old. A branch seen prepared after
+// the read that found no row means either no row was ever committed before
+// that read (then any row committed later is younger than ForgetMinAge when
+// the key is taken, and cannot have been forgotten), or g's branches are
+// not all committed (then no row was forgotten).
 //
 // b is settled with COMMIT/ROLLBACK PREPARED from the RM's pool. On a
 // session-bound RM (MariaDB) "not found" may mean that the client's session
 // still holds b: a recover scan confirms; if b is still listed, it is tried
 // again at the next scan.
 
+// DefaultCommitPointSettleAfter is Options.CommitPointSettleAfter's default.
+const DefaultCommitPointSettleAfter = 5 * time.Second
+
+// The reasons a commit-point branch is held (listed, never settled by this
+// coordinator): CommitPointHeld, the gauge tandem_commit_point_branches_held.
+const (
+	// ReasonCPNotConfigured: the branch's commit point is not an RM here.
+	ReasonCPNotConfigured = "commit-point-not-configured"
+	// ReasonCPTableDiffers: the decision table this coordinator reaches for
+	// the commit point has another id than the branch's owner.
+	ReasonCPTableDiffers = "commit-point-table-differs"
+	// ReasonCPUnowned: a legacy (unowned) commit-point branch with no 'C'
+	// row, and --adopt-unowned not given.
+	ReasonCPUnowned = "commit-point-unowned-legacy-name"
+)
+
+// CPHoldReasons lists the hold reasons, in the order listings show them.
+var CPHoldReasons = []string{ReasonCPNotConfigured, ReasonCPTableDiffers, ReasonCPUnowned}
+
+// CommitPointHold is a prepared commit-point branch this coordinator will
+// not settle, and why.
+type CommitPointHold struct {
+	GTRID       string `json:"gtrid"`
+	RM          string `json:"rm"`
+	CommitPoint string `json:"commit_point"`
+	// Owner is the branch's owner (the decision-table id it names), "" for
+	// a legacy name; Table the id of the table this coordinator reaches for
+	// the commit point ("" when unknown or not configured).
+	Owner     string    `json:"owner"`
+	Table     string    `json:"table"`
+	Reason    string    `json:"reason"`
+	Why       string    `json:"why"`
+	FirstSeen time.Time `json:"first_seen"`
+}
+
+// cpState is commit-point recovery's own state.
+type cpState struct {
+	mu sync.Mutex
+	// ids: each RM's decision-table id, as read (refreshed by each sweep).
+	ids map[string]xid.Owner
+	// held: the commit-point branches held at the last scan that saw them.
+	held map[xid.Branch]CommitPointHold
+	// preparedAt: the database's prepare time of a branch, where it says.
+	preparedAt map[xid.Branch]time.Time
+	// kept: the 'C' rows the last sweep kept, by reason (cpgc.go).
+	kept map[string]int
+	// due: the earliest time a waiting commit-point branch becomes due;
+	// lastScan and lastCP: when the scan last ran, and last saw a
+	// commit-point branch (cpDue).
+	// prevScan: the scan before lastScan (the floor of a prepare time).
+	due, lastScan, prevScan, lastCP time.Time
+}
+
 // decisionTables is the commit points' decision tables, by RM name: package
 // decision through each RM's pool, or a fake in unit tests.
 type decisionTables interface {
 	Ensure(ctx context.Context, rm string) error
-	Lookup(ctx context.Context, rm string, g xid.GTRID) (dtable.Outcome, bool, error)
-	Resolve(ctx context.Context, rm string, g xid.GTRID, lockWait time.Duration) (dtable.Outcome, error)
+	ID(ctx context.Context, rm string) (xid.Owner, error)
+	Lookup(ctx context.Context, rm string, g xid.GTRID, table xid.Owner) (dtable.Outcome, bool, error)
+	Resolve(ctx context.Context, rm string, g xid.GTRID, table xid.Owner, lockWait time.Duration) (dtable.Outcome, error)
 	SweepAborts(ctx context.Context, rm string, keep time.Duration) (int64, error)
 	Rows(ctx context.Context, rm string, olderThan time.Duration) ([]dtable.Row, error)
 	Forget(ctx context.Context, rm string, gs []xid.GTRID) (int64, error)
@@ -61,15 +143,21 @@ func (t dbTables) Ensure(ctx context.Context, name string) error {
 	return rmErr(c, dtable.Ensure(ctx, c.DB(), c.Dialect().Driver()))
 }
 
-func (t dbTables) Lookup(ctx context.Context, name string, g xid.GTRID) (dtable.Outcome, bool, error) {
+func (t dbTables) ID(ctx context.Context, name string) (xid.Owner, error) {
 	c := t[name]
-	o, found, err := dtable.Lookup(ctx, c.DB(), g)
+	id, err := dtable.ReadID(ctx, c.DB(), c.Dialect().Driver())
+	return id, rmErr(c, err)
+}
+
+func (t dbTables) Lookup(ctx context.Context, name string, g xid.GTRID, table xid.Owner) (dtable.Outcome, bool, error) {
+	c := t[name]
+	o, found, err := dtable.Lookup(ctx, c.DB(), g, table)
 	return o, found, rmErr(c, err)
 }
 
-func (t dbTables) Resolve(ctx context.Context, name string, g xid.GTRID, lockWait time.Duration) (dtable.Outcome, error) {
+func (t dbTables) Resolve(ctx context.Context, name string, g xid.GTRID, table xid.Owner, lockWait time.Duration) (dtable.Outcome, error) {
 	c := t[name]
-	o, err := dtable.Resolve(ctx, c.DB(), c.Dialect().Driver(), g, lockWait)
+	o, err := dtable.Resolve(ctx, c.DB(), c.Dialect().Driver(), g, table, lockWait)
 	return o, rmErr(c, err)
 }
 
@@ -87,18 +175,21 @@ func (t dbTables) Rows(ctx context.Context, name string, olderThan time.Duration
 
 func (t dbTables) Forget(ctx context.Context, name string, gs []xid.GTRID) (int64, error) {
 	c := t[name]
-	n, err := dtable.Forget(ctx, c.DB(), gs)
+	n, err := dtable.Forget(ctx, c.DB(), c.Dialect().Driver(), gs)
 	return n, rmErr(c, err)
 }
 
-// rmErr names the RM and strips its DSN's password from err.
+// rmErr names the RM and strips its DSN's password from err, keeping the
+// package's sentinel errors matchable.
 func rmErr(c *rm.Conn, err error) error {
 	if err == nil {
 		return nil
 	}
 	if s := err.Error(); c.Redact(s) != s {
-		if errors.Is(err, dtable.ErrPending) {
-			return fmt.Errorf("rm %q: %w: %s", c.Name(), dtable.ErrPending, c.Redact(s))
+		for _, sentinel := range []error{dtable.ErrPending, dtable.ErrWrongTable, dtable.ErrVanished, dtable.ErrNoID} {
+			if errors.Is(err, sentinel) {
+				return fmt.Errorf("rm %q: %w: %s", c.Name(), sentinel, c.Redact(s))
+			}
 		}
 		return fmt.Errorf("rm %q: %s", c.Name(), c.Redact(s))
 	}
@@ -121,13 +212,60 @@ func (c *Coordinator) recoverRM(ctx context.Context, name string) ([]rm.InDoubt,
 	return c.rms[name].Recover(ctx)
 }
 
+// tableID returns the id of RM name's decision table, read once and then
+// remembered (refreshID reads it again).
+func (c *Coordinator) tableID(ctx context.Context, name string) (xid.Owner, error) {
+	c.cpst.mu.Lock()
+	id, ok := c.cpst.ids[name]
+	c.cpst.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	return c.refreshID(ctx, name)
+}
+
+// refreshID reads RM name's decision-table id and remembers it.
+func (c *Coordinator) refreshID(ctx context.Context, name string) (xid.Owner, error) {
+	id, err := c.decisions().ID(ctx, name)
+	if err != nil {
+		return xid.Owner{}, err
+	}
+	c.cpst.mu.Lock()
+	defer c.cpst.mu.Unlock()
+	if old, ok := c.cpst.ids[name]; ok && old != id {
+		c.logger.Error("the decision table of an RM has a new id: it was dropped and created again, or the DSN now reaches another database; "+
+			"commit-point branches naming the old id are held, not settled", "rm", name, "old_id", old.String(), "id", id.String())
+	}
+	if c.cpst.ids == nil {
+		c.cpst.ids = map[string]xid.Owner{}
+	}
+	c.cpst.ids[name] = id
+	return id, nil
+}
+
+// settleAfter is Options.CommitPointSettleAfter or its default.
+func (c *Coordinator) settleAfter() time.Duration {
+	if c.opts.CommitPointSettleAfter > 0 {
+		return c.opts.CommitPointSettleAfter
+	}
+	return DefaultCommitPointSettleAfter
+}
+
 // cpLockWait bounds how long taking a decision key waits for a commit
 // point's open transaction before answering ErrPending.
 const cpLockWait = 2 * time.Second
 
+// cpKeyWithin bounds the time from the read that found no row to the taking
+// of the key (see the top of this file).
+const cpKeyWithin = dtable.ForgetMinAge / 3
+
 // cpWorkers bounds the commit-point branches one scan settles at once (each
 // may wait cpLockWait for a key).
 const cpWorkers = 8
+
+// cpActiveFor: while a commit-point branch was seen this recently, the scan
+// runs at least every CommitPointSettleAfter (cpDue).
+const cpActiveFor = 10 * time.Minute
 
 // sayEvery logs at most once per misconfigEvery for each key.
 func (c *Coordinator) sayEvery(key string, now time.Time) bool {
@@ -143,12 +281,77 @@ func (c *Coordinator) sayEvery(key string, now time.Time) bool {
 	return true
 }
 
+// hold records that b is held for reason (listed by CommitPointHeld).
+func (c *Coordinator) hold(b xid.Branch, reason, why string, table xid.Owner, first time.Time) {
+	h := CommitPointHold{GTRID: b.GTRID.String(), RM: b.RM, CommitPoint: b.CommitPoint, Reason: reason, Why: why, FirstSeen: first}
+	if b.Owned() {
+		h.Owner = b.Owner.String()
+	}
+	if !table.IsZero() {
+		h.Table = table.String()
+	}
+	c.cpst.mu.Lock()
+	defer c.cpst.mu.Unlock()
+	if c.cpst.held == nil {
+		c.cpst.held = map[xid.Branch]CommitPointHold{}
+	}
+	c.cpst.held[b] = h
+}
+
+func (c *Coordinator) unhold(b xid.Branch) {
+	c.cpst.mu.Lock()
+	defer c.cpst.mu.Unlock()
+	delete(c.cpst.held, b)
+}
+
+// CommitPointHeld lists the prepared commit-point branches this coordinator
+// holds (will not settle), as of the last scan that saw them, sorted: those
+// the scan still lists (or whose RM did not answer it). It does no I/O.
+func (c *Coordinator) CommitPointHeld() []CommitPointHold {
+	c.cpst.mu.Lock()
+	held := make(map[xid.Branch]CommitPointHold, len(c.cpst.held))
+	for b, h := range c.cpst.held {
+		held[b] = h
+	}
+	c.cpst.mu.Unlock()
+	out := make([]CommitPointHold, 0, len(held))
+	c.mu.Lock()
+	for b, h := range held {
+		if _, ok := c.cpSeen[b]; ok {
+			out = append(out, h)
+		}
+	}
+	c.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].GTRID != out[j].GTRID {
+			return out[i].GTRID < out[j].GTRID
+		}
+		return out[i].RM < out[j].RM
+	})
+	return out
+}
+
+// CommitPointHeldByReason counts CommitPointHeld by reason, every reason
+// present (the gauge tandem_commit_point_branches_held).
+func (c *Coordinator) CommitPointHeldByReason() map[string]int {
+	out := map[string]int{}
+	for _, r := range CPHoldReasons {
+		out[r] = 0
+	}
+	for _, h := range c.CommitPointHeld() {
+		out[h.Reason]++
+	}
+	return out
+}
+
 // settleCommitPoint settles b, a prepared branch named with a commit point,
-// first seen prepared at first (see the top of this file). It reports the
-// outcome it applied, or Undecided when b is left for a later scan.
+// first seen prepared at first by the scan that began at now (see the top
+// of this file). It reports the outcome it applied, or Undecided when b is
+// left for a later scan or held.
 func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outcome {
 	cp, g := b.CommitPoint, b.GTRID
 	if _, ok := c.rms[cp]; !ok {
+		c.hold(b, ReasonCPNotConfigured, "its commit point "+cp+" is not configured on this coordinator", xid.Owner{}, first)
 		if c.sayEvery("cp-unknown:"+cp, now) {
 			c.logger.Error("prepared branches name a commit point that is not configured on this coordinator: they are left alone (never guessed); "+
 				"configure the commit point's database here (--rm "+cp+"=DRIVER:DSN) or let a coordinator that has it settle them (said again every minute while it lasts)",
@@ -156,40 +359,60 @@ func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outc
 		}
 		return Undecided
 	}
-	if now.Sub(first) < c.opts.OrphanTimeout/4 {
-		return Undecided // its client is settling it
-	}
 	ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
 	defer cancel()
 	tables := c.decisions()
-	o, found, err := tables.Lookup(ctx, cp, g)
+	want := b.Owner
+	if b.Owned() {
+		id, err := c.tableID(ctx, cp)
+		if err != nil {
+			if c.ctx.Err() == nil && c.sayEvery("cp-id:"+cp, now) {
+				c.logger.Warn("cannot read the id of a commit point's decision table; its prepared branches are tried again at the next scan (said again every minute while it lasts)",
+					"commit_point", cp, "gtrid", g.String(), "error", err)
+			}
+			return Undecided
+		}
+		if id != want {
+			c.hold(b, ReasonCPTableDiffers, fmt.Sprintf("the decision table this coordinator reaches for %s has id %s, the branch names %s", cp, id, want), id, first)
+			if c.sayEvery("cp-table:"+cp+":"+want.String(), now) {
+				c.logger.Error("ALARM: prepared branches name a decision table that is not the one this coordinator reaches for their commit point: they are held, never settled here. "+
+					"The coordinator's --rm DSN reaches another schema, database or server than the client's; fix the DSN (search_path, default database) so that both reach the same table "+
+					"(said again every minute while it lasts)",
+					"commit_point", cp, "branch_table", want.String(), "this_table", id.String(), "gtrid", g.String(), "rm", b.RM)
+			}
+			return Undecided
+		}
+	}
+	if now.Sub(c.cpBase(b, first)) < c.settleAfter() {
+		return Undecided // its client is settling it
+	}
+	o, found, err := tables.Lookup(ctx, cp, g, want)
+	read := time.Now()
 	if err != nil {
-		if c.ctx.Err() == nil && c.sayEvery("cp-read:"+cp, now) {
-			c.logger.Warn("cannot read a commit point's decision table; its prepared branches are tried again at the next scan (said again every minute while it lasts)",
-				"commit_point", cp, "gtrid", g.String(), "error", err)
+		c.cpReadFailed(b, now, err)
+		return Undecided
+	}
+	if !b.Owned() && !c.opts.AdoptUnowned && !(found && o == dtable.Committed) {
+		// Only a 'C' row proves anything of a legacy branch (only its
+		// commit point writes 'C' for its gtrid, in whatever table); an
+		// 'A' row or no row here may be another table's story.
+		c.hold(b, ReasonCPUnowned, "a legacy (unowned) name with no commit decision in "+cp+"'s table: whoever decided it is unknown (serve --adopt-unowned makes such branches this coordinator's)", xid.Owner{}, first)
+		if c.sayEvery("cp-unowned", now) {
+			c.logger.Warn("prepared commit-point branches with legacy (unowned) names and no commit decision: listed, not settled; "+
+				"start the coordinator with --adopt-unowned if no other coordinator or database could hold their decision (said again every minute while it lasts)",
+				"commit_point", cp, "gtrid", g.String(), "rm", b.RM)
 		}
 		return Undecided
 	}
 	took := false
 	if !found {
-		if now.Sub(first) < c.opts.OrphanTimeout {
-			return Undecided
-		}
-		o, err = tables.Resolve(ctx, cp, g, cpLockWait)
-		switch {
-		case errors.Is(err, dtable.ErrPending):
-			c.logger.Info("a commit-point branch past the orphan timeout: the commit point's transaction is still open; tried again at the next scan",
-				"commit_point", cp, "gtrid", g.String(), "rm", b.RM)
-			return Undecided
-		case err != nil:
-			if c.ctx.Err() == nil {
-				c.logger.Warn("could not take a commit point's decision key; tried again at the next scan", "commit_point", cp, "gtrid", g.String(), "rm", b.RM, "error", err)
-			}
+		if o, err = c.takeKey(ctx, b, want, read); err != nil {
 			return Undecided
 		}
 		took = true
 	}
-	commit := o == dtable.Commit
+	c.unhold(b)
+	commit := o == dtable.Committed
 	done, err := c.settleCPBranch(ctx, b, commit)
 	out := Aborted
 	if commit {
@@ -206,12 +429,91 @@ func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outc
 		c.logger.Info("a commit-point branch is held by its client's session; tried again at the next scan", "commit_point", cp, "gtrid", g.String(), "rm", b.RM, "outcome", out.String())
 		return Undecided
 	case took && !commit:
-		c.logger.Warn("rolled back an orphaned commit-point branch: its commit point had no decision after the orphan timeout, and abort was recorded there (the key taken)",
+		c.logger.Warn("rolled back an orphaned commit-point branch: its commit point had no decision, and abort was recorded there (the key taken)",
 			"commit_point", cp, "gtrid", g.String(), "rm", b.RM, "undecided_for", now.Sub(first).Round(time.Millisecond))
 	default:
 		c.logger.Info("settled a commit-point branch per its commit point's decision table", "commit_point", cp, "gtrid", g.String(), "rm", b.RM, "outcome", out.String())
 	}
 	return out
+}
+
+// cpBase is when b's wait for its client is counted from: the first scan
+// that saw it, or the prepare time noted for it by settleCPBranches if
+// earlier.
+func (c *Coordinator) cpBase(b xid.Branch, first time.Time) time.Time {
+	c.cpst.mu.Lock()
+	defer c.cpst.mu.Unlock()
+	if at, ok := c.cpst.preparedAt[b]; ok && !at.IsZero() && at.Before(first) {
+		return at
+	}
+	return first
+}
+
+// cpReadFailed logs a failed read of a commit point's table: an alarm when
+// the table's id differs (the database refused inside the read).
+func (c *Coordinator) cpReadFailed(b xid.Branch, now time.Time, err error) {
+	if c.ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, dtable.ErrWrongTable) {
+		c.hold(b, ReasonCPTableDiffers, err.Error(), xid.Owner{}, now)
+		if c.sayEvery("cp-table-read:"+b.CommitPoint, now) {
+			c.logger.Error("ALARM: a commit point's decision table has another id than its branches name: they are held, never settled here (said again every minute while it lasts)",
+				"commit_point", b.CommitPoint, "gtrid", b.GTRID.String(), "rm", b.RM, "error", err)
+		}
+		return
+	}
+	if c.sayEvery("cp-read:"+b.CommitPoint, now) {
+		c.logger.Warn("cannot read a commit point's decision table; its prepared branches are tried again at the next scan (said again every minute while it lasts)",
+			"commit_point", b.CommitPoint, "gtrid", b.GTRID.String(), "error", err)
+	}
+}
+
+// takeKey takes g's key at b's commit point after a read at read found no
+// row: only if b is still prepared by a scan begun after the read, and
+// within cpKeyWithin of it (see the top of this file). An error leaves b for
+// a later scan (logged here).
+func (c *Coordinator) takeKey(ctx context.Context, b xid.Branch, table xid.Owner, read time.Time) (dtable.Outcome, error) {
+	cp, g := b.CommitPoint, b.GTRID
+	prepared, err := c.cpPrepared(ctx, b, read)
+	switch {
+	case err != nil:
+		if c.ctx.Err() == nil {
+			c.logger.Warn("could not check that a commit-point branch is still prepared; tried again at the next scan", "commit_point", cp, "gtrid", g.String(), "rm", b.RM, "error", err)
+		}
+		return 0, err
+	case !prepared:
+		return 0, errors.New("no longer prepared") // settled meanwhile: nothing to do
+	case time.Since(read) >= cpKeyWithin:
+		c.logger.Info("a commit-point branch's check took too long to take its key safely; tried again at the next scan", "commit_point", cp, "gtrid", g.String(), "rm", b.RM)
+		return 0, errors.New("too slow")
+	}
+	o, err := c.decisions().Resolve(ctx, cp, g, table, cpLockWait)
+	switch {
+	case errors.Is(err, dtable.ErrPending):
+		c.logger.Info("a commit-point branch with no decision: the commit point's transaction is still open; tried again at the next scan",
+			"commit_point", cp, "gtrid", g.String(), "rm", b.RM)
+	case errors.Is(err, dtable.ErrVanished):
+		c.logger.Error("OUTCOME UNKNOWN: a commit point's decision row for a prepared branch was deleted while the key was taken; nothing was settled. "+
+			"Look at what the other databases hold of the gtrid and settle the branch by hand",
+			"commit_point", cp, "gtrid", g.String(), "rm", b.RM, "error", err)
+	case errors.Is(err, dtable.ErrWrongTable):
+		c.cpReadFailed(b, time.Now(), err)
+	case err != nil:
+		if c.ctx.Err() == nil {
+			c.logger.Warn("could not take a commit point's decision key; tried again at the next scan", "commit_point", cp, "gtrid", g.String(), "rm", b.RM, "error", err)
+		}
+	}
+	return o, err
+}
+
+// cpPrepared reports whether b is prepared by a recover scan begun no
+// earlier than since.
+func (c *Coordinator) cpPrepared(ctx context.Context, b xid.Branch, since time.Time) (bool, error) {
+	if c.opts.prepared != nil {
+		return c.opts.prepared(ctx, b.RM, b)
+	}
+	return c.rms[b.RM].IsPrepared(ctx, b, since)
 }
 
 // settleCPBranch commits or rolls back the prepared branch b. done is false
@@ -246,8 +548,56 @@ func (c *Coordinator) settleCPBranch(ctx context.Context, b xid.Branch, commit b
 }
 
 // settleCPBranches runs settleInDoubt for commit-point branches, at most
-// cpWorkers at once, and waits for them.
+// cpWorkers at once, and waits for them. It also keeps the branches'
+// prepare times, drops the holds of branches gone, and notes what cpDue
+// needs: when the next waiting branch becomes due.
 func (c *Coordinator) settleCPBranches(ds []rm.InDoubt, now time.Time) {
+	listed := map[xid.Branch]bool{}
+	c.mu.Lock()
+	seen := make(map[xid.Branch]bool, len(c.cpSeen))
+	for b := range c.cpSeen {
+		seen[b] = true
+	}
+	c.mu.Unlock()
+	c.cpst.mu.Lock()
+	for b := range c.cpst.held {
+		if !seen[b] { // gone at an earlier scan (scanOnce forgot it)
+			delete(c.cpst.held, b)
+		}
+	}
+	if c.cpst.preparedAt == nil {
+		c.cpst.preparedAt = map[xid.Branch]time.Time{}
+	}
+	if c.cpst.lastScan.Before(now) {
+		c.cpst.prevScan, c.cpst.lastScan = c.cpst.lastScan, now
+	}
+	for _, d := range ds {
+		listed[d.Branch] = true
+		if _, noted := c.cpst.preparedAt[d.Branch]; !noted && !d.PreparedAt.IsZero() {
+			// The database's prepare time, first listed now: b was
+			// prepared after the scan before, which did not list it, so
+			// never earlier than that; and at the first scan after the
+			// start not earlier than now. The prepare time is the
+			// database's clock: one far behind must not make every branch
+			// look old (a live client's transaction would be aborted
+			// between its prepare and its decision).
+			floor := c.cpst.prevScan
+			if floor.IsZero() || floor.After(now) {
+				floor = now
+			}
+			c.cpst.preparedAt[d.Branch] = maxTime(d.PreparedAt, floor)
+		}
+	}
+	for b := range c.cpst.preparedAt {
+		if !listed[b] {
+			delete(c.cpst.preparedAt, b)
+		}
+	}
+	if len(ds) > 0 {
+		c.cpst.lastCP = now
+	}
+	c.cpst.mu.Unlock()
+
 	sem := make(chan struct{}, cpWorkers)
 	var wg sync.WaitGroup
 	for _, d := range ds {
@@ -259,6 +609,51 @@ func (c *Coordinator) settleCPBranches(ds []rm.InDoubt, now time.Time) {
 		}()
 	}
 	wg.Wait()
+
+	var due time.Time
+	c.mu.Lock()
+	firsts := make(map[xid.Branch]time.Time, len(c.cpSeen))
+	for b, first := range c.cpSeen {
+		firsts[b] = first
+	}
+	c.mu.Unlock()
+	for b, first := range firsts {
+		if at := c.cpBase(b, first).Add(c.settleAfter()); at.After(now) && (due.IsZero() || at.Before(due)) {
+			due = at
+		}
+	}
+	c.cpst.mu.Lock()
+	c.cpst.due = due
+	c.cpst.mu.Unlock()
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// cpDue is a channel that fires when the scan should run next for
+// commit-point branches (the scan loop waits on it beside its ticker): at
+// the earliest time a waiting branch becomes due, and, while commit points
+// are in use here (a commit-point branch seen within cpActiveFor), at least
+// every CommitPointSettleAfter, so that a dead client's branches are found
+// and rolled back within about twice CommitPointSettleAfter whatever
+// ScanInterval is. Nil when there is nothing to wait for.
+func (c *Coordinator) cpDue() <-chan time.Time {
+	c.cpst.mu.Lock()
+	defer c.cpst.mu.Unlock()
+	at := c.cpst.due
+	if !c.cpst.lastCP.IsZero() && time.Since(c.cpst.lastCP) < cpActiveFor && c.settleAfter() < c.opts.ScanInterval {
+		if next := c.cpst.lastScan.Add(c.settleAfter()); at.IsZero() || next.Before(at) {
+			at = next
+		}
+	}
+	if at.IsZero() {
+		return nil
+	}
+	return time.After(max(time.Until(at), 100*time.Millisecond))
 }
 
 // cpBranches lists the prepared branches of g named with a commit point, on
@@ -279,31 +674,43 @@ func (c *Coordinator) cpBranches(ctx context.Context, g xid.GTRID) (bs []xid.Bra
 	return bs, failed
 }
 
-// cpStatus answers Status for g, which has no record in the log, when some
-// RM holds a prepared branch of g named with a commit point: from the commit
-// point's decision table (Lookup), or, with resolve, by taking the key
-// (Resolve) and then settling the branches. ok is false when no such branch
-// is prepared: Status answers as for any gtrid.
+// cpStatus answers Status for g, which has no record in the log, from the
+// commit points' decision tables:
+//   - some RM holds a prepared branch of g named with a commit point: from
+//     that commit point's table (Lookup, the table's id checked against the
+//     branches' owner), or, with resolve, by taking the key (Resolve) and
+//     then settling the branches;
+//   - none does: from every configured RM's table, where a row for g says
+//     how g was decided (COMMITTED or ABORTED at that commit point) even
+//     though no branch is prepared any more. Reports never guess: while a
+//     row exists, the answer is never UNDECIDED.
+//
+// ok is false when no table knows g and no such branch is prepared: Status
+// answers as for any gtrid.
 func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (r Report, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, undecidedAskTimeout+cpLockWait)
 	defer cancel()
 	bs, failed := c.cpBranches(ctx, g)
 	if len(bs) == 0 {
-		return Report{}, false, nil
+		return c.cpStatusFromTables(ctx, g, resolve, failed)
 	}
 	r = Report{GTRID: g, Outcome: Undecided}
-	cp := bs[0].CommitPoint
+	cp, want := bs[0].CommitPoint, bs[0].Owner
 	var held []string
 	for _, b := range bs {
 		if b.CommitPoint != cp {
 			return Report{}, true, fmt.Errorf("coord: gtrid %s has prepared branches naming different commit points (%s on %s, %s on %s): "+
 				"no single decision table decides it; inspect both tables and settle the branches by hand", g, cp, bs[0].RM, b.CommitPoint, b.RM)
 		}
+		if b.Owner != want {
+			return Report{}, true, fmt.Errorf("coord: gtrid %s has prepared branches naming different decision tables of commit point %s (%s on %s, %s on %s): "+
+				"no single decision table decides it; inspect the tables and settle the branches by hand", g, cp, want.Short(), bs[0].RM, b.Owner.Short(), b.RM)
+		}
 		held = append(held, b.RM)
 		r.Branches = append(r.Branches, BranchReport{RM: b.RM, State: BranchPending})
 	}
 	sort.Strings(held)
-	where := fmt.Sprintf("prepared on %s, decided by commit point %s's decision table (%s), not by this coordinator's log", strings.Join(held, ", "), cp, dtable.TableName)
+	where := fmt.Sprintf("prepared on %s, decided by commit point %s's decision table (%s, id %s), not by this coordinator's log", strings.Join(held, ", "), cp, dtable.TableName, want.Short())
 	if len(failed) > 0 {
 		where += "; could not ask " + strings.Join(failed, ", ")
 	}
@@ -311,27 +718,67 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 		r.Message = where + ": " + cp + " is not configured on this coordinator, so it cannot read the decision: ask a coordinator that has it"
 		return r, true, nil
 	}
+	if !want.IsZero() {
+		id, err := c.tableID(ctx, cp)
+		if err != nil {
+			return Report{}, true, fmt.Errorf("coord: gtrid %s is %s, whose id cannot be read: %w; try again", g, where, err)
+		}
+		if id != want {
+			r.Message = where + fmt.Sprintf(": the table this coordinator reaches for %s has another id (%s): it is not the client's table, so it says nothing of this gtrid; "+
+				"nothing was read or recorded. Fix the coordinator's --rm DSN for %s so that it reaches the client's table", cp, id, cp)
+			return r, true, nil
+		}
+	}
 	tables := c.decisions()
-	o, found, err := tables.Lookup(ctx, cp, g)
+	o, found, err := tables.Lookup(ctx, cp, g, want)
+	read := time.Now()
 	if err != nil {
 		return Report{}, true, fmt.Errorf("coord: gtrid %s is %s, which cannot be read: %w; try again", g, where, err)
 	}
+	if found && o == dtable.Aborted && want.IsZero() && !c.opts.AdoptUnowned {
+		r.Message = where + ": its table has an abort row, but the branches carry legacy (unowned) names: the client may have decided in another table, so this row proves nothing; " +
+			"nothing was settled. Look at the databases and settle them by hand, or start the coordinator with --adopt-unowned if no other table can hold their decision"
+		return r, true, nil
+	}
 	if !found && resolve {
-		if o, err = tables.Resolve(ctx, cp, g, cpLockWait); errors.Is(err, dtable.ErrPending) {
+		if want.IsZero() && !c.opts.AdoptUnowned {
+			r.Message = where + ": no decision there, and the branches carry legacy (unowned) names: the client may have decided in another table; nothing was recorded. " +
+				"Settle them by hand, or start the coordinator with --adopt-unowned if no other table can hold their decision"
+			return r, true, nil
+		}
+		still := false
+		for _, b := range bs {
+			p, err := c.cpPrepared(ctx, b, read)
+			if err != nil {
+				return Report{}, true, fmt.Errorf("coord: gtrid %s is %s: cannot check that its branches are still prepared: %w; try again", g, where, err)
+			}
+			still = still || p
+		}
+		if !still || time.Since(read) >= cpKeyWithin {
+			r.Message = where + ": its branches were settled meanwhile (or the check was slow); nothing was recorded: ask again"
+			return r, true, nil
+		}
+		o, err = tables.Resolve(ctx, cp, g, want, cpLockWait)
+		switch {
+		case errors.Is(err, dtable.ErrPending):
 			r.Message = where + ": the commit point's transaction is still open (it holds the decision key); nothing was recorded: try again in a moment"
 			return r, true, nil
-		} else if err != nil {
+		case errors.Is(err, dtable.ErrVanished):
+			r.Message = where + ": OUTCOME UNKNOWN — the decision row was deleted while the key was taken (forgotten or swept): it is NOT taken for an abort, and nothing was recorded; " +
+				"look at what each database holds of the gtrid and settle the branches by hand"
+			return r, true, nil
+		case err != nil:
 			return Report{}, true, fmt.Errorf("coord: gtrid %s is %s: taking the decision key failed: %w; try again", g, where, err)
 		}
 		found = true
 	}
 	if !found {
 		r.Message = where + ": no decision there yet. Unless its commit point commits first, the in-doubt scan records abort there and rolls the branches back after " +
-			c.opts.OrphanTimeout.String() + " (the orphan timeout); to do so now: tandem status --resolve " + g.String()
+			c.settleAfter().String() + " (CommitPointSettleAfter); to do so now: tandem status --resolve " + g.String()
 		return r, true, nil
 	}
 	r.Outcome = Aborted
-	if o == dtable.Commit {
+	if o == dtable.Committed {
 		r.Outcome = Committed
 	}
 	r.Message = where + ": it says " + r.Outcome.String()
@@ -341,7 +788,7 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 		return r, true, nil
 	}
 	for i, b := range bs {
-		done, err := c.settleCPBranch(ctx, b, o == dtable.Commit)
+		done, err := c.settleCPBranch(ctx, b, o == dtable.Committed)
 		r.Branches[i].Attempts = 1
 		switch {
 		case err != nil:
@@ -354,6 +801,64 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 		if r.Branches[i].State == BranchPending {
 			r.Phase2Pending = true
 		}
+	}
+	return r, true, nil
+}
+
+// cpStatusFromTables answers Status for g when no branch of it named with a
+// commit point is prepared: from the decision table of every configured
+// RM (each read with its own id checked). A row says how g was decided.
+// With no row anywhere, ok is false — unless some table could not be read
+// and resolve is false: then the answer is UNDECIDED with the usual
+// message and the tables it could not read (a row may be there).
+func (c *Coordinator) cpStatusFromTables(ctx context.Context, g xid.GTRID, resolve bool, failedScans []string) (Report, bool, error) {
+	tables := c.decisions()
+	type hit struct {
+		rm string
+		o  dtable.Outcome
+	}
+	var hits []hit
+	var failed []string
+	for _, name := range c.rmList {
+		id, err := c.tableID(ctx, name)
+		if errors.Is(err, dtable.ErrNoID) {
+			continue // no table there: nothing recorded
+		}
+		if err == nil {
+			var o dtable.Outcome
+			var found bool
+			o, found, err = tables.Lookup(ctx, name, g, id)
+			if err == nil && found {
+				hits = append(hits, hit{name, o})
+			}
+		}
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s (%v)", name, err))
+		}
+	}
+	if len(hits) == 0 {
+		if len(failed) == 0 || resolve {
+			return Report{}, false, nil
+		}
+		return Report{GTRID: g, Outcome: Undecided, Message: c.undecidedMessage(ctx, g) +
+			"; could not read the decision tables of " + strings.Join(failed, ", ") + ": if it was decided at a commit point, its outcome may be recorded there"}, true, nil
+	}
+	for _, h := range hits[1:] {
+		if h.o != hits[0].o {
+			return Report{}, true, fmt.Errorf("coord: gtrid %s has decision rows that disagree: %s in %s's table, %s in %s's: inspect both tables", g, hits[0].o, hits[0].rm, h.o, h.rm)
+		}
+	}
+	r := Report{GTRID: g, Outcome: Aborted}
+	if hits[0].o == dtable.Committed {
+		r.Outcome = Committed
+	}
+	var at []string
+	for _, h := range hits {
+		at = append(at, h.rm)
+	}
+	r.Message = fmt.Sprintf("decided at commit point %s: its decision table (%s) records %s; no branch of it is prepared any more", strings.Join(at, ", "), dtable.TableName, r.Outcome)
+	if len(failedScans) > 0 {
+		r.Message += " on the RMs that answered; could not ask " + strings.Join(failedScans, ", ")
 	}
 	return r, true, nil
 }

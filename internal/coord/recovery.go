@@ -29,6 +29,7 @@ func (c *Coordinator) scanLoop() {
 		case <-c.ctx.Done():
 			return
 		case <-ticker.C:
+		case <-c.cpDue(): // commit-point branches waiting (cprecover.go)
 		case ack := <-c.scanNow:
 			c.scanOnce()
 			close(ack)

@@ -30,6 +30,7 @@ type dbEnv struct {
 	d       rm.Driver
 	db      *sql.DB
 	tab     table
+	id      xid.Owner // tab's id (ReadID after Ensure)
 	scratch string
 }
 
@@ -54,7 +55,7 @@ func forEachDB(t *testing.T, f func(t *testing.T, e *dbEnv)) {
 			}
 			t.Cleanup(func() { db.Close() })
 			suffix := randHex(t)
-			e := &dbEnv{name: k.name, d: k.d, db: db, tab: table{name: "tandem_decision_t" + suffix}, scratch: "tandem_dscratch_" + suffix}
+			e := &dbEnv{name: k.name, d: k.d, db: db, tab: table{name: "tandem_decision_t" + suffix, id: "tandem_decision_id_t" + suffix}, scratch: "tandem_dscratch_" + suffix}
 			ctx := testCtx(t)
 			if err := e.tab.ensure(ctx, db, k.d); err != nil {
 				t.Fatal(err)
@@ -62,11 +63,14 @@ func forEachDB(t *testing.T, f func(t *testing.T, e *dbEnv)) {
 			if err := e.tab.ensure(ctx, db, k.d); err != nil {
 				t.Fatalf("a second Ensure: %v", err)
 			}
+			if e.id, err = e.tab.readID(ctx, db, k.d); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := db.ExecContext(ctx, "CREATE TABLE "+e.scratch+" (id varchar(64) PRIMARY KEY)"); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
-				for _, tb := range []string{e.tab.name, e.scratch} {
+				for _, tb := range []string{e.tab.name, e.tab.id, e.scratch} {
 					if _, err := db.Exec("DROP TABLE IF EXISTS " + tb); err != nil {
 						t.Errorf("drop %s: %v", tb, err)
 					}
@@ -109,7 +113,7 @@ func (e *dbEnv) beginCP(t *testing.T, ctx context.Context) *cp {
 	t.Cleanup(func() { conn.Close() })
 	c := &cp{e: e, conn: conn, g: xid.New()}
 	c.row = "row-" + c.g.String()
-	c.exec(t, ctx, strings.Join(BeginStatements(e.d), "; "))
+	c.exec(t, ctx, strings.Join(BeginStatements(e.d, ""), "; "))
 	c.exec(t, ctx, "INSERT INTO "+e.scratch+" (id) VALUES ('"+c.row+"')")
 	return c
 }
@@ -123,7 +127,7 @@ func (c *cp) exec(t *testing.T, ctx context.Context, s string) {
 
 // commit sends the commit statements in one round trip.
 func (c *cp) commit(ctx context.Context, maxAge time.Duration, forget []xid.GTRID) error {
-	_, err := c.conn.ExecContext(ctx, strings.Join(c.e.tab.commitStatements(c.e.d, c.g, maxAge, forget), "; "))
+	_, err := c.conn.ExecContext(ctx, strings.Join(c.e.tab.commitStatements(c.e.d, Commit{GTRID: c.g, Table: c.e.id, MaxAge: maxAge, Forget: forget}), "; "))
 	return err
 }
 
@@ -131,7 +135,7 @@ func (c *cp) commit(ctx context.Context, maxAge time.Duration, forget []xid.GTRI
 // row is inserted, uncommitted, holding the key.
 func (c *cp) insertC(t *testing.T, ctx context.Context) {
 	t.Helper()
-	s := c.e.tab.commitStatements(c.e.d, c.g, time.Hour, nil)
+	s := c.e.tab.commitStatements(c.e.d, Commit{GTRID: c.g, Table: c.e.id, MaxAge: time.Hour})
 	c.exec(t, ctx, strings.Join(s[:len(s)-1], "; "))
 }
 
@@ -157,7 +161,7 @@ func (e *dbEnv) decisionRows(t *testing.T, g xid.GTRID) int {
 
 func (e *dbEnv) lookupMust(t *testing.T, g xid.GTRID) (Outcome, bool) {
 	t.Helper()
-	o, found, err := e.tab.lookup(context.Background(), e.db, g)
+	o, found, err := e.tab.lookup(context.Background(), e.db, g, e.id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +207,7 @@ func (e *dbEnv) resolveAsync(ctx context.Context, g xid.GTRID, lockTimeout time.
 	ch := make(chan result, 1)
 	start := time.Now()
 	go func() {
-		o, err := e.tab.resolve(ctx, e.db, e.d, g, lockTimeout)
+		o, err := e.tab.resolve(ctx, e.db, e.d, g, e.id, lockTimeout)
 		ch <- result{o, err, time.Since(start)}
 	}()
 	return ch
@@ -219,3 +223,17 @@ func notYet[T any](t *testing.T, ch <-chan T, what string) {
 }
 
 func fmtDur(d time.Duration) string { return fmt.Sprint(d.Round(time.Millisecond)) }
+
+// age moves the rows of gs back by d (decided_at and began_at), as if they
+// had been written d ago.
+func (e *dbEnv) age(t *testing.T, d time.Duration, gs ...xid.GTRID) {
+	t.Helper()
+	us := fmt.Sprint(d.Microseconds())
+	set := "decided_at = decided_at - interval '" + us + " microseconds', began_at = began_at - interval '" + us + " microseconds'"
+	if e.d == rm.MySQL {
+		set = "decided_at = decided_at - INTERVAL " + us + " MICROSECOND, began_at = began_at - INTERVAL " + us + " MICROSECOND"
+	}
+	if _, err := e.db.Exec("UPDATE " + e.tab.name + " SET " + set + " WHERE gtrid IN " + inList(gs)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -15,14 +15,16 @@ import (
 // longer lists.
 const ForgetBatch = 1000
 
-// Forget deletes the 'C' rows of gs: gtrids whose every other branch is
-// committed. It never deletes an 'A' row (SweepAborts does, after the keep
-// time). It returns how many rows it deleted.
-func Forget(ctx context.Context, db *sql.DB, gs []xid.GTRID) (int64, error) {
-	return defaultTable.forget(ctx, db, gs)
+// Forget deletes the 'C' rows of gs (gtrids whose every other branch is
+// committed) that are at least ForgetMinAge old by the database's clock;
+// younger ones are left (forget them again later). It never deletes an 'A'
+// row (SweepAborts does, after the keep time). It returns how many rows it
+// deleted.
+func Forget(ctx context.Context, db *sql.DB, d rm.Driver, gs []xid.GTRID) (int64, error) {
+	return defaultTable.forget(ctx, db, d, gs)
 }
 
-func (t table) forget(ctx context.Context, db *sql.DB, gs []xid.GTRID) (int64, error) {
+func (t table) forget(ctx context.Context, db *sql.DB, d rm.Driver, gs []xid.GTRID) (int64, error) {
 	var n int64
 	for len(gs) > 0 {
 		batch := gs[:min(len(gs), ForgetBatch)]
@@ -32,7 +34,7 @@ func (t table) forget(ctx context.Context, db *sql.DB, gs []xid.GTRID) (int64, e
 				return n, err
 			}
 		}
-		res, err := db.ExecContext(ctx, "DELETE FROM "+t.name+" WHERE outcome = 'C' AND gtrid IN "+inList(batch))
+		res, err := db.ExecContext(ctx, t.forgetStatement(d, batch))
 		if err != nil {
 			return n, t.explain("forget committed decisions", err)
 		}
@@ -123,6 +125,10 @@ type Row struct {
 	Outcome   Outcome
 	BeganAt   time.Time // UTC
 	DecidedAt time.Time // UTC
+	// Participants is the participants column as stored ("" for 'A' rows
+	// and rows written before participants were recorded): read it with
+	// ParseParticipants.
+	Participants string
 }
 
 // RowsLimit is the most rows one Rows call returns, oldest gtrids first;
@@ -142,7 +148,7 @@ func (t table) rows(ctx context.Context, q rm.Querier, d rm.Driver, olderThan ti
 	if d == rm.MySQL {
 		cols = "CAST(began_at AS CHAR), CAST(decided_at AS CHAR)" // text whatever the DSN's parseTime and loc
 	}
-	rs, err := q.QueryContext(ctx, "SELECT gtrid, outcome, "+cols+" FROM "+t.name+
+	rs, err := q.QueryContext(ctx, "SELECT gtrid, outcome, participants, "+cols+" FROM "+t.name+
 		" WHERE decided_at < "+t.ago(d, olderThan)+" ORDER BY gtrid LIMIT "+strconv.Itoa(RowsLimit))
 	if err != nil {
 		return nil, t.explain("list decisions", err)
@@ -154,7 +160,7 @@ func (t table) rows(ctx context.Context, q rm.Querier, d rm.Driver, olderThan ti
 		var r Row
 		if d == rm.MySQL {
 			var began, decided string
-			if err := rs.Scan(&g, &o, &began, &decided); err != nil {
+			if err := rs.Scan(&g, &o, &r.Participants, &began, &decided); err != nil {
 				return nil, t.explain("list decisions", err)
 			}
 			if r.BeganAt, err = time.Parse(myTimeLayout, began); err == nil {
@@ -163,11 +169,11 @@ func (t table) rows(ctx context.Context, q rm.Querier, d rm.Driver, olderThan ti
 			if err != nil {
 				return nil, fmt.Errorf("decision: list decisions: a time in %s: %w", t.name, err)
 			}
-		} else if err := rs.Scan(&g, &o, &r.BeganAt, &r.DecidedAt); err != nil {
+		} else if err := rs.Scan(&g, &o, &r.Participants, &r.BeganAt, &r.DecidedAt); err != nil {
 			return nil, t.explain("list decisions", err)
 		}
 		id, err := xid.Parse(g)
-		if err != nil || len(o) != 1 || (Outcome(o[0]) != Commit && Outcome(o[0]) != Abort) {
+		if err != nil || len(o) != 1 || (Outcome(o[0]) != Committed && Outcome(o[0]) != Aborted) {
 			return nil, fmt.Errorf("decision: list decisions: row (%q, %q) in %s is not a decision: the table was written by something else; inspect it", g, o, t.name)
 		}
 		r.GTRID, r.Outcome = id, Outcome(o[0])

@@ -25,7 +25,7 @@ func TestFailedPipelinedInsertNeverCommits(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := e.beginCP(t, ctx)
-		if o, err := e.tab.resolve(ctx, e.db, e.d, c.g, time.Second); err != nil || o != Abort {
+		if o, err := e.tab.resolve(ctx, e.db, e.d, c.g, e.id, time.Second); err != nil || o != Aborted {
 			t.Fatalf("Resolve: %v %v", o, err)
 		}
 		if _, ok := Refused(c.commit(ctx, time.Hour, []xid.GTRID{old.g})); !ok {
@@ -55,13 +55,14 @@ func TestFailedPipelinedInsertNeverCommits(t *testing.T) {
 		if e.rowVisible(t, c.row) {
 			t.Fatal("the application's write is committed")
 		}
-		if o, _ := e.lookupMust(t, c.g); o != Abort {
+		if o, _ := e.lookupMust(t, c.g); o != Aborted {
 			t.Fatalf("outcome %v, want abort", o)
 		}
 	})
 }
 
-// A successful commit forgets exactly the 'C' rows it is given.
+// A successful commit forgets exactly the 'C' rows it is given that are
+// ForgetMinAge old: a younger one stays.
 func TestCommitForgetsItsList(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *dbEnv) {
 		ctx := testCtx(t)
@@ -74,13 +75,15 @@ func TestCommitForgetsItsList(t *testing.T) {
 			done = append(done, c.g)
 		}
 		aborted := xid.New()
-		if o, err := e.tab.resolve(ctx, e.db, e.d, aborted, time.Second); err != nil || o != Abort {
+		if o, err := e.tab.resolve(ctx, e.db, e.d, aborted, e.id, time.Second); err != nil || o != Aborted {
 			t.Fatal(o, err)
 		}
+		e.age(t, ForgetMinAge+time.Second, done[0], done[1], aborted)
 		c := e.beginCP(t, ctx)
-		if err := c.commit(ctx, time.Hour, []xid.GTRID{done[0], done[1], aborted, xid.New()}); err != nil {
+		if err := c.commit(ctx, time.Hour, []xid.GTRID{done[0], done[1], done[2], aborted, xid.New()}); err != nil {
 			t.Fatalf("commit with a forget list: %v", err)
 		}
+		// done[2] is younger than ForgetMinAge: kept.
 		for g, want := range map[xid.GTRID]int{done[0]: 0, done[1]: 0, done[2]: 1, aborted: 1, c.g: 1} {
 			if n := e.decisionRows(t, g); n != want {
 				t.Errorf("gtrid %s: %d rows, want %d", g, n, want)
@@ -103,8 +106,8 @@ func TestForgetAndSweep(t *testing.T) {
 			}
 			return g
 		}
-		cOld, cNew := ins(Commit, 2*time.Hour), ins(Commit, 0)
-		aOld, aNew := ins(Abort, 2*time.Hour), ins(Abort, 0)
+		cOld, cNew := ins(Committed, 2*time.Hour), ins(Committed, 0)
+		aOld, aNew := ins(Aborted, 2*time.Hour), ins(Aborted, 0)
 		rows, err := e.tab.rows(ctx, e.db, e.d, time.Hour)
 		if err != nil {
 			t.Fatal(err)
@@ -116,12 +119,12 @@ func TestForgetAndSweep(t *testing.T) {
 				t.Errorf("row %s decided %s ago, want about 2h (times are UTC)", r.GTRID, d)
 			}
 		}
-		if len(got) != 2 || got[cOld] != Commit || got[aOld] != Abort {
+		if len(got) != 2 || got[cOld] != Committed || got[aOld] != Aborted {
 			t.Errorf("Rows(older than 1h) = %+v, want the two old rows", rows)
 		}
-		n, err := e.tab.forget(ctx, e.db, []xid.GTRID{cOld, aOld, aNew, xid.New()})
+		n, err := e.tab.forget(ctx, e.db, e.d, []xid.GTRID{cOld, cNew, aOld, aNew, xid.New()})
 		if err != nil || n != 1 {
-			t.Fatalf("Forget = %d %v, want 1 (only the 'C' row)", n, err)
+			t.Fatalf("Forget = %d %v, want 1 (only the old 'C' row: the other is younger than ForgetMinAge)", n, err)
 		}
 		n, err = e.tab.sweepAborts(ctx, e.db, e.d, time.Hour)
 		if err != nil || n != 1 {
@@ -137,8 +140,9 @@ func TestForgetAndSweep(t *testing.T) {
 		for i := range many {
 			many[i] = xid.New()
 		}
+		e.age(t, ForgetMinAge+time.Second, cNew)
 		many[ForgetBatch+2] = cNew
-		if n, err := e.tab.forget(ctx, e.db, many); err != nil || n != 1 {
+		if n, err := e.tab.forget(ctx, e.db, e.d, many); err != nil || n != 1 {
 			t.Fatalf("Forget of %d gtrids = %d %v, want 1", len(many), n, err)
 		}
 	})
@@ -170,7 +174,7 @@ func TestSweepDoesNotWaitForAnOpenCommitPoint(t *testing.T) {
 		if _, err := c.conn.ExecContext(ctx, "COMMIT"); err != nil {
 			t.Fatal(err)
 		}
-		if o, ok := e.lookupMust(t, c.g); !ok || o != Commit {
+		if o, ok := e.lookupMust(t, c.g); !ok || o != Committed {
 			t.Errorf("the commit point's row: %v %v, want 'C'", o, ok)
 		}
 	})

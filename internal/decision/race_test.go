@@ -23,7 +23,7 @@ func TestCommitPointCommits(t *testing.T) {
 		if err := c.commit(ctx, time.Hour, nil); err != nil {
 			t.Fatalf("commit: %v", err)
 		}
-		if o, found := e.lookupMust(t, c.g); !found || o != Commit {
+		if o, found := e.lookupMust(t, c.g); !found || o != Committed {
 			t.Fatalf("Lookup = %v %v, want commit", o, found)
 		}
 		if !e.rowVisible(t, c.row) {
@@ -33,12 +33,12 @@ func TestCommitPointCommits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rows) != 1 || rows[0].GTRID != c.g || rows[0].Outcome != Commit || rows[0].DecidedAt.Before(rows[0].BeganAt) ||
+		if len(rows) != 1 || rows[0].GTRID != c.g || rows[0].Outcome != Committed || rows[0].DecidedAt.Before(rows[0].BeganAt) ||
 			time.Since(rows[0].BeganAt).Abs() > time.Minute {
 			t.Fatalf("Rows = %+v, want one commit of %s begun about now and decided after it began", rows, c.g)
 		}
 		// Resolve after the fact reads the commit.
-		if o, err := e.tab.resolve(ctx, e.db, e.d, c.g, time.Second); err != nil || o != Commit {
+		if o, err := e.tab.resolve(ctx, e.db, e.d, c.g, e.id, time.Second); err != nil || o != Committed {
 			t.Fatalf("Resolve after the commit: %v %v, want commit", o, err)
 		}
 		if n := e.decisionRows(t, c.g); n != 1 {
@@ -62,9 +62,9 @@ func TestResolveWaitsForTheOpenCommitPoint(t *testing.T) {
 				res := e.resolveAsync(ctx, c.g, 30*time.Second)
 				e.waitForLockWait(t, ctx)
 				notYet(t, res, "Resolve")
-				want := Abort
+				want := Aborted
 				if commits {
-					want = Commit
+					want = Committed
 					c.exec(t, ctx, "COMMIT")
 				} else {
 					c.exec(t, ctx, "ROLLBACK")
@@ -92,7 +92,7 @@ func TestResolveFirstRefusesTheCommitPoint(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *dbEnv) {
 		ctx := testCtx(t)
 		c := e.beginCP(t, ctx)
-		if o, err := e.tab.resolve(ctx, e.db, e.d, c.g, time.Second); err != nil || o != Abort {
+		if o, err := e.tab.resolve(ctx, e.db, e.d, c.g, e.id, time.Second); err != nil || o != Aborted {
 			t.Fatalf("Resolve = %v %v, want abort", o, err)
 		}
 		err := c.commit(ctx, time.Hour, nil)
@@ -107,7 +107,7 @@ func TestResolveFirstRefusesTheCommitPoint(t *testing.T) {
 		if e.rowVisible(t, c.row) {
 			t.Fatal("the refused commit point's write is committed")
 		}
-		if o, found := e.lookupMust(t, c.g); !found || o != Abort {
+		if o, found := e.lookupMust(t, c.g); !found || o != Aborted {
 			t.Fatalf("Lookup = %v %v, want abort", o, found)
 		}
 	})
@@ -156,7 +156,7 @@ func TestCommitPointWaitsForTheOpenRecoverer(t *testing.T) {
 					if err != nil {
 						t.Fatalf("commit after the recoverer rolled back: %v", err)
 					}
-					if o, _ := e.lookupMust(t, c.g); o != Commit || !e.rowVisible(t, c.row) {
+					if o, _ := e.lookupMust(t, c.g); o != Committed || !e.rowVisible(t, c.row) {
 						t.Fatalf("outcome %v, write visible %v: want commit", o, e.rowVisible(t, c.row))
 					}
 					return
@@ -168,7 +168,7 @@ func TestCommitPointWaitsForTheOpenRecoverer(t *testing.T) {
 				if e.rowVisible(t, c.row) {
 					t.Fatal("the refused commit point's write is committed")
 				}
-				if o, _ := e.lookupMust(t, c.g); o != Abort {
+				if o, _ := e.lookupMust(t, c.g); o != Aborted {
 					t.Fatalf("outcome %v, want abort", o)
 				}
 			})
@@ -198,15 +198,15 @@ func TestTwoRecoverersAgree(t *testing.T) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						o, err := e.tab.resolve(ctx, e.db, e.d, g, 30*time.Second)
+						o, err := e.tab.resolve(ctx, e.db, e.d, g, e.id, 30*time.Second)
 						results[i] = result{o: o, err: err}
 					}()
 				}
-				want := Abort
+				want := Aborted
 				if c != nil {
 					e.waitForLockWait(t, ctx)
 					if cpState == "commit point commits" {
-						want = Commit
+						want = Committed
 						c.exec(t, ctx, "COMMIT")
 					} else {
 						c.exec(t, ctx, "ROLLBACK")
@@ -235,13 +235,13 @@ func TestResolvePendingWhileTheCommitPointIsOpen(t *testing.T) {
 		c := e.beginCP(t, ctx)
 		c.insertC(t, ctx)
 		start := time.Now()
-		o, err := e.tab.resolve(ctx, e.db, e.d, c.g, 200*time.Millisecond)
+		o, err := e.tab.resolve(ctx, e.db, e.d, c.g, e.id, 200*time.Millisecond)
 		if !errors.Is(err, ErrPending) {
 			t.Fatalf("Resolve = %v %v, want ErrPending", o, err)
 		}
 		t.Logf("%s: ErrPending after %s (lock wait 200ms asked): %v", e.name, fmtDur(time.Since(start)), err)
 		c.exec(t, ctx, "COMMIT")
-		if o, err := e.tab.resolve(ctx, e.db, e.d, c.g, 200*time.Millisecond); err != nil || o != Commit {
+		if o, err := e.tab.resolve(ctx, e.db, e.d, c.g, e.id, 200*time.Millisecond); err != nil || o != Committed {
 			t.Fatalf("Resolve after the commit = %v %v, want commit", o, err)
 		}
 		if n := e.decisionRows(t, c.g); n != 1 {
@@ -307,7 +307,7 @@ func TestAgeCheckIgnoresAFrozenSessionClock(t *testing.T) {
 		c.row = "frozen-" + c.g.String()
 		c.exec(t, ctx, "SET timestamp = UNIX_TIMESTAMP()")
 		defer func() { _, _ = conn.ExecContext(ctx, "SET timestamp = DEFAULT") }()
-		c.exec(t, ctx, strings.Join(BeginStatements(e.d), "; "))
+		c.exec(t, ctx, strings.Join(BeginStatements(e.d, ""), "; "))
 		c.exec(t, ctx, "INSERT INTO "+e.scratch+" (id) VALUES ('"+c.row+"')")
 		time.Sleep(1200 * time.Millisecond)
 		err = c.commit(ctx, time.Second, nil)

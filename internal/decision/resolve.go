@@ -18,8 +18,14 @@ import (
 // is not decided yet. Try again later.
 var ErrPending = errors.New("decision: the commit point's transaction is still open (its decision row is not committed yet); try again later")
 
-// resolveAttempts bounds Resolve's retries after a deadlock or a row that
-// vanished between the duplicate key and the read.
+// ErrVanished means the gtrid's key was taken (the insert met a row) but
+// the row was gone when read back: deleted in between, a forgotten 'C'
+// (every branch committed) or a swept 'A'. The outcome is NOT known, and it
+// is never taken for an abort: inserting 'A' now could record abort for a
+// transaction committed everywhere. Look at the branches' databases.
+var ErrVanished = errors.New("decision: the gtrid's decision row was deleted while it was read (forgotten or swept): the outcome is unknown here, and is NOT abort; a transaction whose 'C' row was forgotten was committed everywhere: look at its databases")
+
+// resolveAttempts bounds Resolve's retries after a deadlock.
 const resolveAttempts = 5
 
 // Resolve takes the key for g: it inserts (g, 'A') and commits, durably, in a
@@ -28,27 +34,35 @@ const resolveAttempts = 5
 // seconds, at least 1). Then:
 //   - the insert succeeded: Abort. No 'C' can be committed for g any more;
 //     roll back g's prepared branches.
-//   - a row exists (duplicate key): the recorded outcome, read back.
+//   - a row exists (duplicate key): the recorded outcome, read back; if the
+//     row is gone by then, ErrVanished (unknown: never retried into an 'A').
 //   - the lock wait timed out: ErrPending.
+//   - the database's decision table has another id than table: ErrWrongTable
+//     (nothing inserted; checked by the database in the insert itself). The
+//     zero table checks nothing (legacy callers).
 //
 // Concurrent Resolves of one gtrid, from any processes, return the same
 // outcome. The database must pass CheckDurable: a lost 'A' would let a late
 // commit point commit after the prepared branches were rolled back.
 // Any other error says nothing about the outcome.
-func Resolve(ctx context.Context, db *sql.DB, d rm.Driver, g xid.GTRID, lockTimeout time.Duration) (Outcome, error) {
-	return defaultTable.resolve(ctx, db, d, g, lockTimeout)
+//
+// Take a key only while some branch of g is known to be prepared, or within
+// a bounded time of a broken decision: never ForgetMinAge or more after
+// either (see ForgetMinAge).
+func Resolve(ctx context.Context, db *sql.DB, d rm.Driver, g xid.GTRID, table xid.Owner, lockTimeout time.Duration) (Outcome, error) {
+	return defaultTable.resolve(ctx, db, d, g, table, lockTimeout)
 }
 
-func (t table) resolve(ctx context.Context, db *sql.DB, d rm.Driver, g xid.GTRID, lockTimeout time.Duration) (Outcome, error) {
+func (t table) resolve(ctx context.Context, db *sql.DB, d rm.Driver, g xid.GTRID, want xid.Owner, lockTimeout time.Duration) (Outcome, error) {
 	if err := checkGTRID(g); err != nil {
 		return 0, err
 	}
 	var err error
 	for range resolveAttempts {
-		err = t.insertAbort(ctx, db, d, g, lockTimeout)
+		err = t.insertAbort(ctx, db, d, g, want, lockTimeout)
 		switch {
 		case err == nil:
-			return Abort, nil
+			return Aborted, nil
 		case isLockTimeout(err):
 			return 0, fmt.Errorf("%w (gtrid %s, lock wait %s): %w", ErrPending, g, lockTimeout, err)
 		case isDeadlock(err):
@@ -56,31 +70,39 @@ func (t table) resolve(ctx context.Context, db *sql.DB, d rm.Driver, g xid.GTRID
 			// rolled back may deadlock as each turns its shared lock into
 			// an insert; the victim's transaction is rolled back whole.
 			continue
+		case isBadNull(err, "participants"):
+			got, rerr := t.readID(ctx, db, d)
+			if rerr != nil {
+				return 0, fmt.Errorf("%w: record abort for gtrid %s: expected decision table %s, and this database's id cannot be read (%v)", ErrWrongTable, g, want, rerr)
+			}
+			return 0, wrongTable("record abort for gtrid "+g.String(), want, got)
 		case !isDuplicate(err):
 			return 0, t.explain("record abort for gtrid "+g.String(), err)
 		}
-		o, found, lerr := t.lookup(ctx, db, g)
+		if t.betweenKeyAndRead != nil {
+			t.betweenKeyAndRead()
+		}
+		o, found, lerr := t.lookup(ctx, db, g, want)
 		if lerr != nil {
 			return 0, lerr
 		}
 		if found {
 			return o, nil
 		}
-		// Deleted between the key and the read: a forgotten 'C' (every
-		// branch committed) or a swept 'A'. Take the key again.
+		return 0, fmt.Errorf("%w (gtrid %s)", ErrVanished, g)
 	}
-	return 0, fmt.Errorf("decision: record abort for gtrid %s: no outcome after %d attempts; try again: %w", g, resolveAttempts, err)
+	return 0, fmt.Errorf("decision: record abort for gtrid %s: no outcome after %d attempts (deadlocks); try again: %w", g, resolveAttempts, err)
 }
 
 // insertAbort runs the insert of (g, 'A') and its commit on one connection.
-func (t table) insertAbort(ctx context.Context, db *sql.DB, d rm.Driver, g xid.GTRID, lockTimeout time.Duration) (err error) {
+func (t table) insertAbort(ctx context.Context, db *sql.DB, d rm.Driver, g xid.GTRID, want xid.Owner, lockTimeout time.Duration) (err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	var pre []string
-	ins := "INSERT INTO " + t.name + " (gtrid, outcome, began_at) VALUES (" + literal(g) + ", 'A', "
+	ins := "INSERT INTO " + t.name + " (gtrid, outcome, participants, began_at) VALUES (" + literal(g) + ", 'A', " + t.checkedValue(d, "''", want) + ", "
 	if d == rm.MySQL {
 		// The session's own value is restored afterwards; a connection
 		// whose restore fails is discarded, not returned to the pool.
@@ -117,21 +139,41 @@ func (t table) insertAbort(ctx context.Context, db *sql.DB, d rm.Driver, g xid.G
 // Lookup reads the recorded outcome of g. found is false when there is no
 // row: g is undecided (or its row was forgotten). It decides nothing: only
 // Resolve may act on an absence.
-func Lookup(ctx context.Context, q rm.Querier, g xid.GTRID) (o Outcome, found bool, err error) {
-	return defaultTable.lookup(ctx, q, g)
+//
+// With a non-zero table, the id of the decision table is read in the same
+// statement as the row, and a table with another id is ErrWrongTable: an
+// absent row there says nothing about g. The zero table checks nothing.
+func Lookup(ctx context.Context, q rm.Querier, g xid.GTRID, table xid.Owner) (o Outcome, found bool, err error) {
+	return defaultTable.lookup(ctx, q, g, table)
 }
 
-func (t table) lookup(ctx context.Context, q rm.Querier, g xid.GTRID) (Outcome, bool, error) {
-	var s string
-	err := queryRow(ctx, q, "SELECT outcome FROM "+t.name+" WHERE gtrid = "+literal(g), &s)
-	if errors.Is(err, sql.ErrNoRows) {
+func (t table) lookup(ctx context.Context, q rm.Querier, g xid.GTRID, want xid.Owner) (Outcome, bool, error) {
+	var s sql.NullString
+	var err error
+	if want.IsZero() {
+		err = queryRow(ctx, q, "SELECT outcome FROM "+t.name+" WHERE gtrid = "+literal(g), &s)
+	} else {
+		var id string
+		err = queryRow(ctx, q, "SELECT i.id, d.outcome FROM "+t.id+" i LEFT JOIN "+t.name+" d ON d.gtrid = "+literal(g), &id, &s)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return 0, false, fmt.Errorf("%w (%s has no row)", ErrNoID, t.id)
+		case err == nil && id != want.String():
+			got, perr := xid.ParseOwner(id)
+			if perr != nil {
+				return 0, false, fmt.Errorf("%w: read the decision of gtrid %s: the id in %s is %q, not an id: inspect the table", ErrWrongTable, g, t.id, id)
+			}
+			return 0, false, wrongTable("read the decision of gtrid "+g.String(), want, got)
+		}
+	}
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !s.Valid {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, t.explain("read the decision of gtrid "+g.String(), err)
 	}
-	if len(s) == 1 && (Outcome(s[0]) == Commit || Outcome(s[0]) == Abort) {
-		return Outcome(s[0]), true, nil
+	if len(s.String) == 1 && (Outcome(s.String[0]) == Committed || Outcome(s.String[0]) == Aborted) {
+		return Outcome(s.String[0]), true, nil
 	}
-	return 0, false, fmt.Errorf("decision: gtrid %s has outcome %q in %s, want C or A: the table was written by something else; inspect it", g, s, t.name)
+	return 0, false, fmt.Errorf("decision: gtrid %s has outcome %q in %s, want C or A: the table was written by something else; inspect it", g, s.String, t.name)
 }

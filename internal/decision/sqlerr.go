@@ -16,12 +16,14 @@ import (
 //	lock wait timeout    55P03 lock_not_available 1205 ER_LOCK_WAIT_TIMEOUT
 //	deadlock victim      40P01 deadlock_detected  1213 ER_LOCK_DEADLOCK
 //	no such table        42P01 undefined_table    1146 ER_NO_SUCH_TABLE
+//	column exists        42701 duplicate_column   1060 ER_DUP_FIELDNAME
 const (
 	myDupEntry    = 1062
 	myBadNull     = 1048
 	myLockWait    = 1205
 	myDeadlock    = 1213
 	myNoSuchTable = 1146
+	myDupColumn   = 1060
 )
 
 func pgCode(err error) string {
@@ -42,14 +44,16 @@ func myCode(err error) uint16 {
 
 func isDuplicate(err error) bool { return pgCode(err) == "23505" || myCode(err) == myDupEntry }
 
-// isBadNull is the age check's refusal: began_at received NULL.
-func isBadNull(err error) bool {
+// isBadNull reports whether err is NULL refused by the NOT NULL column col
+// of the decision table: began_at (the age check) or participants (the
+// table's id check).
+func isBadNull(err error, col string) bool {
 	var e *pgconn.PgError
 	if errors.As(err, &e) {
-		return e.Code == "23502" && e.ColumnName == "began_at"
+		return e.Code == "23502" && e.ColumnName == col
 	}
 	var m *mysql.MySQLError
-	return errors.As(err, &m) && m.Number == myBadNull && strings.Contains(m.Message, "'began_at'")
+	return errors.As(err, &m) && m.Number == myBadNull && strings.Contains(m.Message, "'"+col+"'")
 }
 
 func isLockTimeout(err error) bool { return pgCode(err) == "55P03" || myCode(err) == myLockWait }

@@ -206,6 +206,20 @@ const (
 	MetricForeignBranches = "tandem_foreign_branches"
 )
 
+// The commit points' gauges (coord cprecover.go, cpgc.go), labelled by reason.
+const (
+	MetricCPBranchesHeld   = "tandem_commit_point_branches_held"
+	MetricDecisionRowsKept = "tandem_decision_rows_kept"
+)
+
+type cpHeldReporter interface {
+	CommitPointHeldByReason() map[string]int
+}
+
+type decisionRowsKeptReporter interface {
+	DecisionRowsKept() map[string]int
+}
+
 type phase2Backlogger interface {
 	// Phase2Backlog is the number of decided transactions whose phase 2 has
 	// not finished on every branch. It must not block on I/O.
@@ -251,6 +265,20 @@ func (s *Server) registerGauges(c *coord.Coordinator) func() {
 	undo = append(undo, metrics.Gauge(MetricForeignBranches,
 		"Prepared branches owned by another coordinator cluster, seen by the in-doubt scan: never touched here (docs/ownership.md).",
 		func() float64 { return float64(c.InDoubtByReason()[coord.ReasonForeign]) }))
+	if h, ok := any(c).(cpHeldReporter); ok {
+		for _, r := range coord.CPHoldReasons {
+			undo = append(undo, metrics.Gauge(MetricCPBranchesHeld,
+				"Prepared commit-point branches this coordinator will not settle, by reason: a commit point not configured here, a decision table with another id than the branch names (an alarm: the DSN reaches another table), a legacy name without --adopt-unowned.",
+				func() float64 { return float64(h.CommitPointHeldByReason()[r]) }, "reason", r))
+		}
+	}
+	if k, ok := any(c).(decisionRowsKeptReporter); ok {
+		for _, r := range coord.KeptReasons {
+			undo = append(undo, metrics.Gauge(MetricDecisionRowsKept,
+				"Committed decision rows older than decision.ForgetMinAge the last sweep kept, by reason; participant-rm-not-configured, participant-table-differs and participants-unreadable are alarms (the row may be kept for ever).",
+				func() float64 { return float64(k.DecisionRowsKept()[r]) }, "reason", r))
+		}
+	}
 	start := time.Now()
 	undo = append(undo, metrics.Gauge("tandem_uptime_seconds", "Seconds since this coordinator started.",
 		func() float64 { return time.Since(start).Seconds() }))

@@ -232,6 +232,7 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 		s.logError("this coordinator was promoted with --accept-data-loss while not synchronized: prepared branches of gtrids from before the promotion with no decision here are listed as in doubt (tandem status --in-doubt), never presumed aborted; settle them with tandem resolve",
 			"promoted_at", at.UTC().Format(time.RFC3339Nano))
 	}
+	copts.CommitPointSettleAfter = cfg.CommitPointSettleAfter
 	var sh *standby.Shipper
 	if so.Listen != "" {
 		tr, prot, err := standby.ParseMode(so.Transport, so.Protection)

@@ -12,7 +12,15 @@
 // Run: scripts/chaos   (or: go test -tags chaos -run Chaos -v ./test/chaos/)
 // Knobs: CHAOS_ROUNDS (default 3), CHAOS_ROUND (default 8s), CHAOS_CLIENTS (3),
 // and events per round: CHAOS_COORD_KILLS (2), CHAOS_CLIENT_KILLS (1),
-// CHAOS_DB_RESTARTS (1), CHAOS_CUTS (1).
+// CHAOS_DB_RESTARTS (1), CHAOS_CUTS (1), CHAOS_ROGUES (1): an independent
+// coordinator with an empty data directory (a second deployment, a pod on an
+// ephemeral volume) started over the same databases with a short orphan
+// timeout and SIGKILLed a few seconds later, CHAOS_CP_KILLS (1): the commit
+// point's database (MariaDB) SIGKILLed while clients decide there.
+// CHAOS_HOSTILE (default 0.02, 0 for none): the fraction of transfers that
+// send a statement ending the transaction on MariaDB (transfer --hostile),
+// ignore its error and commit anyway; a client that had one acknowledged
+// reports a VIOLATION, counted with the checker's.
 package chaos
 
 import (
@@ -59,7 +67,7 @@ var (
 
 type counters struct {
 	coordFailpoint, coordSigkill, clientKills, clientFailpoint, pgRestarts, myRestarts, proxyCuts atomic.Int64
-	commitPointClients                                                                            atomic.Int64
+	commitPointClients, rogueCoords, cpKills, hostileViolations                                   atomic.Int64
 }
 
 type harness struct {
@@ -115,7 +123,7 @@ func TestChaos(t *testing.T) {
 		settle, left, viol, out := h.settleAndCheck()
 		longestSettle = max(longestSettle, settle)
 		dangling += left
-		violations += viol
+		violations += viol + int(h.kills.hostileViolations.Swap(0))
 		acked := countLines(h.acks)
 		t.Logf("round %d/%d: settled in %s, acknowledged so far %d, dangling %d, violations %d", r, rounds, settle.Round(time.Millisecond), acked, left, viol)
 		if viol > 0 || left > 0 {
@@ -131,13 +139,15 @@ func TestChaos(t *testing.T) {
   client processes killed mid-run: %d by SIGKILL, %d at client failpoints (before/after prepare, before/after the Commit RPC or the commit point)
   database restarts (SIGKILL + start): postgres %d, mariadb %d
   network cuts coordinator<->database: %d
+  independent coordinators with an empty data directory started and killed over the same databases: %d
+  commit point's database (MariaDB) SIGKILLed while clients decide there: %d
   transfers acknowledged as committed: %d
   violations: %d
   dangling prepared branches: %d
   longest time to settle: %s`,
 		time.Since(start).Round(time.Second), rounds, roundDur, clients,
 		k.coordFailpoint.Load(), k.coordSigkill.Load(), h.restarts.Load(), k.commitPointClients.Load(), k.clientKills.Load(), k.clientFailpoint.Load(),
-		k.pgRestarts.Load(), k.myRestarts.Load(), k.proxyCuts.Load(), countLines(h.acks), violations, dangling, longestSettle.Round(time.Millisecond))
+		k.pgRestarts.Load(), k.myRestarts.Load(), k.proxyCuts.Load(), k.rogueCoords.Load(), k.cpKills.Load(), countLines(h.acks), violations, dangling, longestSettle.Round(time.Millisecond))
 	fmt.Println(summary)
 	if violations != 0 || dangling != 0 {
 		t.Fatalf("invariants broken:\n%s", summary)
@@ -163,10 +173,10 @@ func setup(t *testing.T) *harness {
 		}
 	}
 	var err error
-	if h.pgProxy, err = testproxy.New("127.0.0.1:55432"); err != nil {
+	if h.pgProxy, err = testproxy.New(dbAddr("TANDEM_PG_PORT", "55432")); err != nil {
 		t.Fatal(err)
 	}
-	if h.myProxy, err = testproxy.New("127.0.0.1:53306"); err != nil {
+	if h.myProxy, err = testproxy.New(dbAddr("TANDEM_MY_PORT", "53306")); err != nil {
 		t.Fatal(err)
 	}
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -185,8 +195,8 @@ func setup(t *testing.T) *harness {
 func (h *harness) startCoordinator() {
 	args := []string{"serve", "--listen", h.coordAddr, "--data-dir", filepath.Join(h.dir, "coord"),
 		"--orphan-timeout", "2s", "--scan-interval", "500ms", "--log-level", "warn",
-		"--rm", "chaos_pg=postgres:" + strings.Replace(h.pgDSN, "127.0.0.1:55432", h.pgProxy.Addr(), 1),
-		"--rm", "chaos_maria=mysql:" + strings.Replace(h.myDSN, "127.0.0.1:53306", h.myProxy.Addr(), 1)}
+		"--rm", "chaos_pg=postgres:" + strings.Replace(h.pgDSN, dbAddr("TANDEM_PG_PORT", "55432"), h.pgProxy.Addr(), 1),
+		"--rm", "chaos_maria=mysql:" + strings.Replace(h.myDSN, dbAddr("TANDEM_MY_PORT", "53306"), h.myProxy.Addr(), 1)}
 	cmd := exec.Command(h.bin, args...)
 	cmd.Env = os.Environ()
 	if !h.calm.Load() && h.intn(2) == 0 {
@@ -285,7 +295,7 @@ func (h *harness) round(n, clients int, d time.Duration) {
 		}
 		cmd := exec.Command(h.trans, "--pg", h.pgDSN, "--mysql", h.myDSN, "--coordinator", h.coordAddr, "--reset=false", "--no-check",
 			"--accounts", "200", "--prefix", "chaos_", "--rm-pg", "chaos_pg", "--rm-maria", "chaos_maria", "--workers", "4", "--duration", d.String(), "--acked", h.acks,
-			"--decide-at", decideAt)
+			"--decide-at", decideAt, "--hostile", hostileFraction())
 		cmd.Env = os.Environ()
 		withFailpoint := h.intn(3) == 0
 		fp := fps[h.intn(len(fps))]
@@ -293,7 +303,7 @@ func (h *harness) round(n, clients int, d time.Duration) {
 			cmd.Env = append(cmd.Env, "TANDEM_FAILPOINTS="+fp+"=kill")
 		}
 		var out bytes.Buffer
-		cmd.Stderr = &out
+		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			h.t.Fatal(err)
 		}
@@ -307,6 +317,12 @@ func (h *harness) round(n, clients int, d time.Duration) {
 			cmu.Lock()
 			delete(running, cmd)
 			cmu.Unlock()
+			if n := strings.Count(out.String(), "VIOLATION"); n > 0 {
+				h.kills.hostileViolations.Add(int64(n))
+				h.mu.Lock()
+				h.log.WriteString("client: " + out.String())
+				h.mu.Unlock()
+			}
 			if strings.Contains(out.String(), "failpoint ") {
 				h.kills.clientFailpoint.Add(1)
 				if ctx.Err() == nil {
@@ -352,8 +368,19 @@ func (h *harness) round(n, clients int, d time.Duration) {
 		time.Sleep(time.Duration(500+h.intn(2500)) * time.Millisecond)
 		p.Restore()
 	}
+	rogue := func() { // a second deployment over the same databases, for a while
+		h.kills.rogueCoords.Add(1)
+		h.runRogueCoordinator(time.Duration(2000+h.intn(3000)) * time.Millisecond)
+	}
+	cpKill := func() { // the commit point's database dies while clients decide there
+		h.kills.cpKills.Add(1)
+		h.db("kill", "mysql")
+		time.Sleep(time.Duration(200+h.intn(800)) * time.Millisecond)
+		h.db("up", "mysql")
+	}
 	var events []func()
-	for kind, e := range map[string]func(){"CHAOS_COORD_KILLS": coordKill, "CHAOS_CLIENT_KILLS": clientKill, "CHAOS_DB_RESTARTS": dbRestart, "CHAOS_CUTS": cut} {
+	for kind, e := range map[string]func(){"CHAOS_COORD_KILLS": coordKill, "CHAOS_CLIENT_KILLS": clientKill, "CHAOS_DB_RESTARTS": dbRestart, "CHAOS_CUTS": cut,
+		"CHAOS_ROGUES": rogue, "CHAOS_CP_KILLS": cpKill} {
 		def := 1
 		if kind == "CHAOS_COORD_KILLS" {
 			def = 2
@@ -378,6 +405,39 @@ func (h *harness) round(n, clients int, d time.Duration) {
 	ev.Wait()
 	<-ctx.Done()
 	wg.Wait() // clients end at their --duration (+ in-flight transfers)
+}
+
+// runRogueCoordinator runs, for d, an independent coordinator with an empty
+// data directory of its own over the same databases (straight, not through
+// the proxies), with a short orphan timeout and a fast scan, then SIGKILLs it.
+// It knows none of the other coordinator's decisions: it must settle none of
+// its branches (nor any commit point's whose table it cannot verify).
+func (h *harness) runRogueCoordinator(d time.Duration) {
+	dir, err := os.MkdirTemp(h.dir, "rogue-")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(h.bin, "serve", "--listen", addr, "--data-dir", dir,
+		"--orphan-timeout", "1s", "--scan-interval", "200ms", "--log-level", "warn",
+		"--rm", "chaos_pg=postgres:"+h.pgDSN, "--rm", "chaos_maria=mysql:"+h.myDSN)
+	cmd.Env = os.Environ()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	time.Sleep(d)
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	h.mu.Lock()
+	h.log.WriteString("rogue coordinator " + dir + ":\n" + out.String())
+	h.mu.Unlock()
 }
 
 // settleAndCheck calms the coordinator, waits until no prepared branch is
@@ -423,9 +483,23 @@ func preparedCount(pgDSN, myDSN string) (int, error) {
 	}
 	defer my.Close()
 	var n int
-	// Only this run's branches: their RM is the chaos RM's name, named
-	// with a commit point (tandemcp:G:chaos_pg:CP, format TANC) or not.
-	if err := pg.QueryRow("SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'tandem:%:chaos_pg' OR gid LIKE 'tandemcp:%:chaos_pg:%'").Scan(&n); err != nil {
+	// Only this run's branches: their RM is the chaos RM's name, whatever
+	// the name's kind (owned or legacy, with a commit point or not).
+	gids, err := pg.Query("SELECT gid FROM pg_prepared_xacts")
+	if err != nil {
+		return 0, err
+	}
+	defer gids.Close()
+	for gids.Next() {
+		var gid string
+		if err := gids.Scan(&gid); err != nil {
+			return 0, err
+		}
+		if b, ok := xid.ParsePostgresGID(gid); ok && b.RM == "chaos_pg" {
+			n++
+		}
+	}
+	if err := gids.Err(); err != nil {
 		return 0, err
 	}
 	rows, err := my.Query("XA RECOVER")
@@ -445,6 +519,24 @@ func preparedCount(pgDSN, myDSN string) (int, error) {
 		}
 	}
 	return n, rows.Err()
+}
+
+// dbAddr is the address of a database started by scripts/db: its port from
+// the same variable scripts/db reads (a chaos run on a pair of servers of its
+// own, TANDEM_DB_STATE_DIR and the ports, beside the usual ones), or def.
+func dbAddr(portVar, def string) string {
+	if p := os.Getenv(portVar); p != "" {
+		return "127.0.0.1:" + p
+	}
+	return "127.0.0.1:" + def
+}
+
+// hostileFraction is CHAOS_HOSTILE, or 0.02.
+func hostileFraction() string {
+	if v := os.Getenv("CHAOS_HOSTILE"); v != "" {
+		return v
+	}
+	return "0.02"
 }
 
 func countLines(path string) int {

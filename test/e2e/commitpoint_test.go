@@ -16,6 +16,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/internal/testproxy"
+	"github.com/tandem-tx/tandem/xid"
 )
 
 // cpClient makes the decision table on both databases (as a coordinator
@@ -131,8 +132,8 @@ func TestCommitPointAfterAbortRecordedRollsBack(t *testing.T) {
 	pgConn, myConn := conns(t, d)
 	tx := cli.Begin()
 	writeBoth(t, ctx, tx, "e2e_cp_late", 1, pgConn, myConn)
-	o, err := decision.Resolve(ctx, d.my, rm.MySQL, tx.GTRID(), time.Second)
-	if err != nil || o != decision.Abort {
+	o, err := decision.Resolve(ctx, d.my, rm.MySQL, tx.GTRID(), xid.Owner{}, time.Second)
+	if err != nil || o != decision.Aborted {
 		t.Fatalf("Resolve before the commit = %v, %v; want Abort recorded", o, err)
 	}
 	_, err = tx.Commit(ctx)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +17,19 @@ import (
 
 // Recovery of commit-point transactions by real coordinators on the real
 // databases: the PostgreSQL branch is prepared by hand as
-// tandemcp:<gtrid>:pg:maria, the MariaDB commit point's transaction is run by
-// hand (decision.BeginStatements, the write, decision.CommitStatements).
+// tandemcp2:<gtrid>:pg:maria:<maria's table id>, the MariaDB commit point's
+// transaction is run by hand (decision.BeginStatements, the write,
+// decision.CommitStatements naming maria's table id and pg as participant).
+
+// tableID reads the decision-table id of db.
+func tableID(t *testing.T, db *sql.DB, d rm.Driver) xid.Owner {
+	t.Helper()
+	id, err := decision.ReadID(context.Background(), db, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
 
 // cpPrepare writes id on PostgreSQL in a transaction prepared as the
 // branch of g whose commit point is maria.
@@ -29,7 +41,7 @@ func cpPrepare(t *testing.T, d dbs, table string, g xid.GTRID, id int) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	gid := xid.Branch{GTRID: g, RM: "pg", CommitPoint: "maria"}.PostgresGID()
+	gid := xid.Branch{GTRID: g, RM: "pg", CommitPoint: "maria", Owner: tableID(t, d.my, rm.MySQL)}.PostgresGID()
 	for _, s := range []string{"BEGIN", fmt.Sprintf("INSERT INTO %s (id, v) VALUES (%d, 'x')", table, id), "PREPARE TRANSACTION '" + gid + "'"} {
 		if _, err := c.ExecContext(ctx, s); err != nil {
 			t.Fatalf("%s: %v", s, err)
@@ -47,7 +59,7 @@ func cpBegin(t *testing.T, d dbs, table string, id int) *sql.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	for _, s := range append(decision.BeginStatements(rm.MySQL), fmt.Sprintf("INSERT INTO %s (id, v) VALUES (%d, 'x')", table, id)) {
+	for _, s := range append(decision.BeginStatements(rm.MySQL, ""), fmt.Sprintf("INSERT INTO %s (id, v) VALUES (%d, 'x')", table, id)) {
 		if _, err := c.ExecContext(ctx, s); err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
@@ -56,9 +68,16 @@ func cpBegin(t *testing.T, d dbs, table string, id int) *sql.Conn {
 }
 
 // cpCommit sends the commit point's decision and COMMIT in one round trip.
-func cpCommit(c *sql.Conn, g xid.GTRID) error {
-	_, err := c.ExecContext(context.Background(), strings.Join(decision.CommitStatements(rm.MySQL, g, time.Hour, nil), "; "))
+func cpCommit(t *testing.T, d dbs, c *sql.Conn, g xid.GTRID) error {
+	_, err := c.ExecContext(context.Background(), strings.Join(decision.CommitStatements(rm.MySQL, cpDecision(t, d, g)), "; "))
 	return err
+}
+
+// cpDecision is the commit point's decision for g: maria's table, pg the
+// participant.
+func cpDecision(t *testing.T, d dbs, g xid.GTRID) decision.Commit {
+	return decision.Commit{GTRID: g, Table: tableID(t, d.my, rm.MySQL), MaxAge: time.Hour,
+		Participants: []decision.Participant{{RM: "pg", Table: tableID(t, d.pg, rm.Postgres)}}}
 }
 
 // cpSetup makes a fresh table and the decision tables, with nothing left
@@ -94,7 +113,7 @@ func TestTwoCoordinatorsRecoverCommitPointBranches(t *testing.T) {
 		gs[i] = xid.New()
 		cpPrepare(t, d, table, gs[i], i)
 		if i%2 == 0 {
-			if err := cpCommit(cpBegin(t, d, table, i), gs[i]); err != nil {
+			if err := cpCommit(t, d, cpBegin(t, d, table, i), gs[i]); err != nil {
 				t.Fatalf("commit point of gtrid %d: %v", i, err)
 			}
 		}
@@ -149,7 +168,7 @@ func TestLateCommitPointCannotCommit(t *testing.T) {
 	ctx := context.Background()
 	// slow: the 'C' inserted, the COMMIT held back. A smaller lock wait
 	// keeps the recoverer's Resolve from waiting long on it.
-	stmts := decision.CommitStatements(rm.MySQL, slow, time.Hour, nil)
+	stmts := decision.CommitStatements(rm.MySQL, cpDecision(t, d, slow))
 	if stmts[len(stmts)-1] != "COMMIT" {
 		t.Fatalf("CommitStatements ends with %q, want COMMIT", stmts[len(stmts)-1])
 	}
@@ -180,7 +199,7 @@ func TestLateCommitPointCannotCommit(t *testing.T) {
 	}
 
 	// The late commit point resumes: refused, and rolled back.
-	err := cpCommit(lateConn, late)
+	err := cpCommit(t, d, lateConn, late)
 	why, refused := decision.Refused(err)
 	if !refused || why != decision.RefusedDuplicate {
 		t.Fatalf("the late commit point's decision: %v (refused %v %q), want refused as a duplicate", err, refused, why)
@@ -217,7 +236,7 @@ func TestStatusOfCommitPointTransaction(t *testing.T) {
 	cpPrepare(t, d, table, undecided, 1)
 	cpPrepare(t, d, table, committed, 2)
 	mc := cpBegin(t, d, table, 2)
-	c := startCoordinator(t, coordOpts{extra: []string{"--orphan-timeout", "1h", "--scan-interval", "1h"}})
+	c := startCoordinator(t, coordOpts{extra: []string{"--orphan-timeout", "1h", "--scan-interval", "1h", "--commit-point-settle-after", "1h"}})
 	status := func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command(tandemBin, append([]string{"status", "--coordinator", c.addr}, args...)...).CombinedOutput()
@@ -243,7 +262,7 @@ func TestStatusOfCommitPointTransaction(t *testing.T) {
 	if got := d.preparedFor(t, undecided.String()); len(got) != 0 {
 		t.Errorf("after status --resolve still prepared: %v", got)
 	}
-	if err := cpCommit(mc, committed); err != nil {
+	if err := cpCommit(t, d, mc, committed); err != nil {
 		t.Fatal(err)
 	}
 	out = status(committed.String())
@@ -254,6 +273,73 @@ func TestStatusOfCommitPointTransaction(t *testing.T) {
 	if !strings.Contains(out, "COMMITTED") || len(d.preparedFor(t, committed.String())) != 0 || d.count(t, d.pg, table, 2) != 1 {
 		t.Errorf("status --resolve of a committed gtrid: want COMMITTED and the branch committed:\n%s", out)
 	}
+}
+
+// A dead client's commit-point branch — prepared, no decision row, its
+// client gone — holds its row locks for seconds, not for the orphan timeout
+// (issue 21 item 8: 61-68 s before): the coordinator takes the commit
+// point's key after --commit-point-settle-after (default 5 s) and rolls the
+// branch back, whatever the orphan timeout and scan interval. A client
+// that decides after that is refused (its 'C' meets the 'A').
+func TestDeadClientsCommitPointBranchGoesInSeconds(t *testing.T) {
+	const table = "cp_dead_client"
+	d := cpSetup(t, table)
+	// One branch left before the start, so that the coordinator's first
+	// scan sees commit points in use (its scan then runs every
+	// --commit-point-settle-after).
+	warm := xid.New()
+	cpPrepare(t, d, table, warm, 1)
+	c := startCoordinator(t, coordOpts{extra: []string{"--orphan-timeout", "1h", "--scan-interval", "30s"}})
+	defer func() {
+		if t.Failed() {
+			t.Logf("coordinator:\n%s", c.out.String())
+		}
+	}()
+	eventually(t, 60*time.Second, "the first dead client's branch rolled back", func() bool { return len(d.preparedFor(t, warm.String())) == 0 })
+	g := xid.New()
+	late := cpBegin(t, d, table, 2)
+	cpPrepare(t, d, table, g, 2)
+	start := time.Now()
+	// Deadline: twice the settle time plus a lock wait and slack, far below
+	// the orphan timeout (1h) and the scan interval (30s).
+	eventually(t, 20*time.Second, "the dead client's branch rolled back", func() bool { return len(d.preparedFor(t, g.String())) == 0 })
+	t.Logf("a prepared commit-point branch with no decision row was rolled back %s after it was prepared (--commit-point-settle-after 5s default, --scan-interval 30s, --orphan-timeout 1h)",
+		time.Since(start).Round(100*time.Millisecond))
+	if row := decisionRow(t, d.my, g.String(), true); row != "A" {
+		t.Fatalf("decision row %q, want 'A' (the coordinator took the key)", row)
+	}
+	if pg := d.count(t, d.pg, table, 2); pg != 0 {
+		t.Fatalf("PostgreSQL has the dead client's row: %d", pg)
+	}
+	err := cpCommit(t, d, late, g)
+	if why, refused := decision.Refused(err); !refused || why != decision.RefusedDuplicate {
+		t.Fatalf("a decision after the key was taken: %v, want refused as a duplicate", err)
+	}
+	if _, err := late.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if my := d.count(t, d.my, table, 2); my != 0 {
+		t.Fatalf("MariaDB has the refused commit point's row")
+	}
+}
+
+// idOf reads the decision-table id through dsn.
+func idOf(t *testing.T, driver, dsn string) string {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	d := rm.Postgres
+	if driver == "mysql" {
+		d = rm.MySQL
+	}
+	id, err := decision.ReadID(context.Background(), db, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.String()
 }
 
 // tandem init-rm creates the decision table where it is missing (a fresh
@@ -304,6 +390,8 @@ func TestInitRM(t *testing.T) {
 			want[r.name] = "commit point: NO"
 		}
 	}
+	ids := map[string]string{}
+	idRE := regexp.MustCompile(`\bid ([0-9a-f]{32})\b`)
 	for i, verb := range []string{"created", "exists"} {
 		out, err := run("--rm", "pg=postgres:${PGFRESH}", "--rm", "maria=mysql:${MYFRESH}")
 		if err != nil {
@@ -319,7 +407,21 @@ func TestInitRM(t *testing.T) {
 			if !strings.Contains(line, "table "+verb) || !strings.Contains(line, want[r]) {
 				t.Errorf("run %d, rm %s: %q, want \"table %s\" and %q\n%s", i, r, line, verb, want[r], out)
 			}
+			m := idRE.FindStringSubmatch(line)
+			if m == nil {
+				t.Errorf("run %d, rm %s: %q prints no table id", i, r, line)
+			} else if ids[r] != "" && ids[r] != m[1] {
+				t.Errorf("rm %s: the id changed between runs: %s, then %s", r, ids[r], m[1])
+			} else {
+				ids[r] = m[1]
+			}
 		}
+	}
+	if got := idOf(t, "pgx", pgFresh); got != ids["pg"] {
+		t.Errorf("pg: init-rm printed id %s, the table holds %s", ids["pg"], got)
+	}
+	if got := idOf(t, "mysql", myFresh); got != ids["maria"] {
+		t.Errorf("maria: init-rm printed id %s, the table holds %s", ids["maria"], got)
 	}
 	var n int
 	if err := d.pg.QueryRowContext(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'tandem_decision'", name).Scan(&n); err != nil || n != 1 {
@@ -338,6 +440,15 @@ func TestInitRM(t *testing.T) {
 	}
 	if got := out0(t, run); !strings.Contains(got, "WARNING: also writable by PUBLIC") {
 		t.Errorf("init-rm after GRANT INSERT TO PUBLIC does not warn:\n%s", got)
+	}
+	if _, err := d.pg.ExecContext(ctx, "REVOKE INSERT ON "+name+".tandem_decision FROM PUBLIC"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.pg.ExecContext(ctx, "GRANT DELETE ON "+name+".tandem_decision_id TO PUBLIC"); err != nil {
+		t.Fatal(err)
+	}
+	if got := out0(t, run); !strings.Contains(got, "WARNING: also writable by PUBLIC") {
+		t.Errorf("init-rm after GRANT DELETE ON the id table TO PUBLIC does not warn:\n%s", got)
 	}
 	out, err := run()
 	if err == nil || !strings.Contains(out, "no resource managers") {

@@ -319,18 +319,12 @@ func (d dbs) prepared(t *testing.T) []string {
 		var a, b int
 		var data []byte
 		_ = rows.Scan(&f, &a, &b, &data)
-		if tandemFormat(f) {
+		if isTandemFormat(f) {
 			out = append(out, "maria "+string(data))
 		}
 	}
 	rows.Close()
 	return out
-}
-
-// tandemFormat reports whether an XA RECOVER row's format ID is one of
-// Tandem's (owned or legacy, with a commit point or not).
-func tandemFormat(f int64) bool {
-	return f == xid.FormatID || f == xid.CommitPointFormatID || f == xid.OwnedFormatID || f == xid.OwnedCommitPointFormatID
 }
 
 // rollbackLeftovers rolls back every Tandem branch still prepared (a
@@ -366,7 +360,7 @@ func (d dbs) rollbackLeftovers(t *testing.T) {
 		var a, b int
 		var data []byte
 		_ = rows.Scan(&f, &a, &b, &data)
-		if tandemFormat(f) && a+b <= len(data) {
+		if isTandemFormat(f) && a+b <= len(data) {
 			xids = append(xids, fmt.Sprintf("'%s','%s',%d", data[:a], data[a:a+b], f))
 		}
 	}
@@ -377,6 +371,16 @@ func (d dbs) rollbackLeftovers(t *testing.T) {
 			t.Logf("XA ROLLBACK %s: %v", x, err)
 		}
 	}
+}
+
+// isTandemFormat reports whether an XA format ID is one of Tandem's, owned
+// or legacy.
+func isTandemFormat(f int64) bool {
+	switch f {
+	case xid.FormatID, xid.CommitPointFormatID, xid.OwnedFormatID, xid.OwnedCommitPointFormatID:
+		return true
+	}
+	return false
 }
 
 // preparedFor lists the branches of one gtrid still prepared.
