@@ -207,7 +207,8 @@ func secondCoordinator(t *testing.T, legacy bool) {
 	eventually(t, 5*time.Second, "A's birth plus the clock skew past", func() bool { return time.Now().After(idA.Born.Add(1100 * time.Millisecond)) })
 	committed := prepareOwnedAndDie(t, "e2e_owner", 1, owner)
 	orphan := prepareOwnedAndDie(t, "e2e_owner", 2, owner)
-	t.Cleanup(func() { rollbackAnyName(t, d, committed); rollbackAnyName(t, d, orphan) })
+	byHand := prepareOwnedAndDie(t, "e2e_owner", 3, owner) // settled on B by an operator
+	t.Cleanup(func() { rollbackAnyName(t, d, committed); rollbackAnyName(t, d, orphan); rollbackAnyName(t, d, byHand) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := a.api().Commit(ctx, &api.CommitRequest{Gtrid: committed.String(), Branches: []*api.Branch{{Rm: "pg"}, {Rm: "maria"}}}); err == nil {
@@ -217,7 +218,7 @@ func secondCoordinator(t *testing.T, legacy bool) {
 	if !strings.Contains(a.out.String(), "failpoint after-commit-record: SIGKILL") {
 		t.Fatalf("A did not die at the failpoint:\n%s", a.out.String())
 	}
-	for _, g := range []xid.GTRID{committed, orphan} {
+	for _, g := range []xid.GTRID{committed, orphan, byHand} {
 		if left := preparedAnyName(t, d, g); len(left) != 2 {
 			t.Fatalf("after A's crash %s has %v prepared, want both branches", g, left)
 		}
@@ -230,8 +231,8 @@ func secondCoordinator(t *testing.T, legacy bool) {
 	}
 	// Until B has listed every branch for well past its orphan timeout
 	// (many scans), no branch of A's may move, and B decides nothing.
-	eventually(t, 30*time.Second, "B listing A's four branches ("+wantReason+"), past its orphan timeout", func() bool {
-		for _, g := range []xid.GTRID{committed, orphan} {
+	eventually(t, 30*time.Second, "B listing A's six branches ("+wantReason+"), past its orphan timeout", func() bool {
+		for _, g := range []xid.GTRID{committed, orphan, byHand} {
 			if left := preparedAnyName(t, d, g); len(left) != 2 {
 				t.Fatalf("B settled A's branches of %s: prepared now %v, want both\n%s", g, left, b.out.String())
 			}
@@ -246,7 +247,7 @@ func secondCoordinator(t *testing.T, legacy bool) {
 				n++
 			}
 		}
-		return n == 4
+		return n == 6
 	})
 	if pg, my := d.count(t, d.pg, "e2e_owner", 1), d.count(t, d.my, "e2e_owner", 1); pg != 0 || my != 0 {
 		t.Fatalf("B committed A's branch: rows pg=%d maria=%d", pg, my)
@@ -255,12 +256,12 @@ func secondCoordinator(t *testing.T, legacy bool) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics on B: %d %s", code, metrics)
 	}
-	for _, want := range []string{`tandem_in_doubt_branches_by_reason{reason="` + wantReason + `"} 4`, "tandem_in_doubt_branches 4"} {
+	for _, want := range []string{`tandem_in_doubt_branches_by_reason{reason="` + wantReason + `"} 6`, "tandem_in_doubt_branches 6"} {
 		if !strings.Contains(metrics, want+"\n") {
 			t.Errorf("B's /metrics lacks %q", want)
 		}
 	}
-	if wantForeign := map[bool]string{false: "tandem_foreign_branches 4\n", true: "tandem_foreign_branches 0\n"}[legacy]; !strings.Contains(metrics, wantForeign) {
+	if wantForeign := map[bool]string{false: "tandem_foreign_branches 6\n", true: "tandem_foreign_branches 0\n"}[legacy]; !strings.Contains(metrics, wantForeign) {
 		t.Errorf("B's /metrics lacks %q", wantForeign)
 	}
 	list, err := tandemCmd(t, "status", "--in-doubt", "--admin", adminB)
@@ -275,6 +276,19 @@ func secondCoordinator(t *testing.T, legacy bool) {
 	if left := preparedAnyName(t, d, committed); len(left) != 2 {
 		t.Fatalf("B's Status --resolve settled A's branches: prepared now %v", left)
 	}
+	// An operator settles one of A's gtrids on B by hand (A gone for good,
+	// say): tandem resolve, with B's admin token.
+	show, err := tandemCmd(t, "resolve", "--admin", adminB, "--data-dir", b.dataDir, "--gtrid", byHand.String())
+	if strings.Count(show, "PREPARED") != 2 {
+		t.Fatalf("tandem resolve --gtrid %s on B: %v\n%s\nwant PREPARED on both databases", byHand, err, show)
+	}
+	if out, err := tandemCmd(t, "resolve", "--admin", adminB, "--data-dir", b.dataDir, "--gtrid", byHand.String(), "--abort"); err != nil {
+		t.Fatalf("tandem resolve --abort %s on B: %v\n%s", byHand, err, out)
+	}
+	eventually(t, 10*time.Second, "B's operator's abort of "+byHand.String()+" rolled back both branches", func() bool { return len(preparedAnyName(t, d, byHand)) == 0 })
+	if left := preparedAnyName(t, d, committed); len(left) != 2 {
+		t.Fatalf("resolving %s by hand touched %s: prepared now %v", byHand, committed, left)
+	}
 	b.stop()
 
 	a.restart() // no failpoint now
@@ -284,8 +298,10 @@ func secondCoordinator(t *testing.T, legacy bool) {
 	if pg, my := d.count(t, d.pg, "e2e_owner", 1), d.count(t, d.my, "e2e_owner", 1); pg != 1 || my != 1 {
 		t.Fatalf("A's COMMIT: rows pg=%d maria=%d, want 1 and 1\n%s", pg, my, a.out.String())
 	}
-	if pg, my := d.count(t, d.pg, "e2e_owner", 2), d.count(t, d.my, "e2e_owner", 2); pg != 0 || my != 0 {
-		t.Fatalf("A's orphan: rows pg=%d maria=%d, want rolled back\n%s", pg, my, a.out.String())
+	for id := 2; id <= 3; id++ {
+		if pg, my := d.count(t, d.pg, "e2e_owner", id), d.count(t, d.my, "e2e_owner", id); pg != 0 || my != 0 {
+			t.Fatalf("row %d (A's orphan, or aborted by hand on B): pg=%d maria=%d, want rolled back\n%s", id, pg, my, a.out.String())
+		}
 	}
 	if _, err := os.Stat(filepath.Join(b.dataDir, standby.IdentityFile)); err != nil {
 		t.Errorf("B's data directory has no identity: %v", err)
