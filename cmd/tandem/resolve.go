@@ -16,13 +16,15 @@ import (
 func init() {
 	register(&command{
 		name:    "resolve",
-		summary: "list and settle in-doubt branches (after a promotion with --accept-data-loss)",
+		summary: "list and settle in-doubt branches (another cluster's, legacy unowned, or from before this log's birth or a promotion with --accept-data-loss)",
 		usage: `--admin ADDR [--gtrid G [--commit | --abort]]
 
-A coordinator promoted with --accept-data-loss may lack decisions the old
-primary made and acted on: it never presumes abort for a prepared branch of
-a gtrid that began before the promotion and has no decision in its log. It
-lists them instead, and you settle each one:
+A coordinator never presumes abort for a prepared branch it does not own
+(another coordinator cluster's; a legacy unowned name, unless it runs with
+--adopt-unowned), nor for one of a gtrid that began before its log was born
+or before a promotion with --accept-data-loss (it may lack decisions the
+old primary made and acted on), with no decision in its log. It lists them
+instead (with owner, age and why), and you settle each one:
   tandem resolve --admin 127.0.0.1:7081                 list the in-doubt branches
   tandem resolve --admin 127.0.0.1:7081 --gtrid G       show what every database holds of G
   tandem resolve --admin 127.0.0.1:7081 --gtrid G --commit   (or --abort)
@@ -36,7 +38,8 @@ Look at the data first: a database that no longer holds G prepared either
 committed or rolled it back, which its tables (not Tandem) can tell. If one
 branch of G was committed, commit the others; if one was rolled back, abort.
 The choice is written to the decision log and phase 2 settles every branch
-still prepared. Settling needs the coordinator's admin token, as role changes do: DIR/admin.token
+still prepared, another cluster's included (by its own name: do this only
+when that cluster's coordinator will not come back to settle it). Settling needs the coordinator's admin token, as role changes do: DIR/admin.token
 of its data directory (--data-dir, --admin-token-file, TANDEM_ADMIN_TOKEN_FILE).`,
 		run: runResolve,
 	})
