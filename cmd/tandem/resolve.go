@@ -11,19 +11,20 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/config"
-	"github.com/tandem-tx/tandem/internal/coord"
 )
 
 func init() {
 	register(&command{
 		name:    "resolve",
-		summary: "list and settle in-doubt branches (after a promotion with --accept-data-loss)",
+		summary: "list and settle in-doubt branches (another cluster's, legacy unowned, or from before this log's birth or a promotion with --accept-data-loss)",
 		usage: `--admin ADDR [--gtrid G [--commit | --abort]]
 
-A coordinator promoted with --accept-data-loss may lack decisions the old
-primary made and acted on: it never presumes abort for a prepared branch of
-a gtrid that began before the promotion and has no decision in its log. It
-lists them instead, and you settle each one:
+A coordinator never presumes abort for a prepared branch it does not own
+(another coordinator cluster's; a legacy unowned name, unless it runs with
+--adopt-unowned), nor for one of a gtrid that began before its log was born
+or before a promotion with --accept-data-loss (it may lack decisions the
+old primary made and acted on), with no decision in its log. It lists them
+instead (with owner, age and why), and you settle each one:
   tandem resolve --admin 127.0.0.1:7081                 list the in-doubt branches
   tandem resolve --admin 127.0.0.1:7081 --gtrid G       show what every database holds of G
   tandem resolve --admin 127.0.0.1:7081 --gtrid G --commit   (or --abort)
@@ -37,7 +38,8 @@ Look at the data first: a database that no longer holds G prepared either
 committed or rolled it back, which its tables (not Tandem) can tell. If one
 branch of G was committed, commit the others; if one was rolled back, abort.
 The choice is written to the decision log and phase 2 settles every branch
-still prepared. Settling needs the coordinator's admin token, as role changes do: DIR/admin.token
+still prepared, another cluster's included (by its own name: do this only
+when that cluster's coordinator will not come back to settle it). Settling needs the coordinator's admin token, as role changes do: DIR/admin.token
 of its data directory (--data-dir, --admin-token-file, TANDEM_ADMIN_TOKEN_FILE).`,
 		run: runResolve,
 	})
@@ -115,25 +117,5 @@ func runResolve(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "decided %s for %s (phase 2 pending: %v)\n", out.Outcome, *gtrid, out.Pending)
-	return nil
-}
-
-// listInDoubt prints the primary's in-doubt branches (also tandem status
-// --in-doubt).
-func listInDoubt(ctx context.Context, ac *adminClient, admin string, stdout io.Writer) error {
-	var out struct {
-		InDoubt []coord.InDoubtBranch `json:"in_doubt"`
-	}
-	if err := ac.call(ctx, http.MethodGet, admin, "/in-doubt", &out); err != nil {
-		return err
-	}
-	if len(out.InDoubt) == 0 {
-		fmt.Fprintln(stdout, "no in-doubt branches")
-		return nil
-	}
-	for _, b := range out.InDoubt {
-		fmt.Fprintf(stdout, "%s  %-12s prepared, no decision here (seen since %s)\n", b.GTRID, b.RM, b.FirstSeen.UTC().Format(time.RFC3339))
-	}
-	fmt.Fprintf(stdout, "%d in-doubt branches: settle each gtrid with tandem resolve --admin %s --gtrid G --commit|--abort\n", len(out.InDoubt), admin)
 	return nil
 }

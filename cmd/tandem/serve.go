@@ -32,6 +32,11 @@ tandem expands ${VAR} itself):
 Flags override the config file. On start the decision log is replayed, every
 decided transaction whose phase 2 is unfinished is driven again, and every
 resource manager is scanned for prepared branches in Tandem's format.
+The data directory's identity (DATA_DIR/cluster, made at the first start)
+owns the branches this coordinator decides: another cluster's branches (a
+second deployment over the same databases) and legacy unowned ones (unless
+--adopt-unowned) are listed by "tandem status --in-doubt", never settled
+here; nor is a gtrid that began before this log was born presumed aborted.
 SIGINT or SIGTERM stops it cleanly; unfinished phase 2 resumes at the next start.
 
 The admin listener (--admin) serves /waits (wait events as JSON, read by

@@ -25,6 +25,7 @@ func init() {
 		name:    "status",
 		summary: "show the coordinator's health, or the outcome of one global transaction",
 		usage: `[--coordinator ADDR] [--resolve] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] [GTRID]
+       tandem status --in-doubt --admin ADDR
 
 A coordinator that requires a token: set TANDEM_AUTH_TOKEN_FILE to its file.
 One that serves TLS: --tls-ca (and a client certificate for mutual TLS).
@@ -35,7 +36,12 @@ cannot reach a database.
 With GTRID: COMMITTED, ABORTED or UNDECIDED, and phase 2 on each branch.
 --resolve settles an UNDECIDED gtrid by writing ABORT (the first decision wins).
 A transaction decided at a commit point (its prepared branches name it) is
-answered from that database's decision table; --resolve takes its key there.`,
+answered from that database's decision table; --resolve takes its key there.
+--resolve never writes ABORT for a branch this coordinator does not own
+(another cluster's, or a legacy unowned name without serve --adopt-unowned)
+nor for a gtrid that began before its log was born: it refuses, and
+--in-doubt lists such branches with their owner, reason and age; settle
+them with tandem resolve.`,
 		run: runStatus,
 	})
 }
@@ -74,7 +80,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("coordinator", "127.0.0.1:7070", "coordinator gRPC address")
 	resolve := fs.Bool("resolve", false, "abort the gtrid if it is undecided")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
-	inDoubt := fs.Bool("in-doubt", false, "list the in-doubt branches (after a promotion with --accept-data-loss); needs --admin")
+	inDoubt := fs.Bool("in-doubt", false, "list the prepared branches the coordinator never settles by itself, with owner, reason and age: another coordinator cluster's (foreign owner), legacy unowned names (unless serve --adopt-unowned), and its own of gtrids that began before its log was born or before a promotion with --accept-data-loss; needs --admin")
 	admin := fs.String("admin", "", "the coordinator's admin address, for --in-doubt")
 	af := addAdminFlags(fs, nil)
 	if err := parse(fs, args); err != nil {

@@ -113,6 +113,13 @@ type Options struct {
 	// MaxClockSkew) with no decision here is listed, never presumed
 	// aborted. Zero: no such boundary (unit tests).
 	Born time.Time
+	// OwnerMadeWithLog: Owner was made together with this log, at Born
+	// (standby.Identity.MadeWithLog), so no client can have named a branch
+	// with it before Born: the boundary for branches named with Owner is
+	// Born itself, without the MaxClockSkew margin (a fresh coordinator
+	// presumes abort for its own orphans from its first second). Adopted
+	// unowned branches keep the margin.
+	OwnerMadeWithLog bool
 
 	// LogHook, when set, sees the decision log's records: those replayed
 	// at Open, those written since (wal.Options.OnWrite: it may block the

@@ -168,9 +168,22 @@ func (c *Coordinator) Status(ctx context.Context, gtrid string, resolve bool) (R
 	// managers and writes ABORT only if a branch is still prepared
 	// somewhere: a COMMIT is forgotten only once every branch acknowledged
 	// it, so a prepared branch proves that no forgotten COMMIT exists.
-	inDoubt, err := c.preparedBranches(ctx, g)
+	held, err := c.branchesOf(ctx, g, time.Now())
 	if err != nil {
 		return Report{}, err
+	}
+	var inDoubt []BranchRef
+	for _, b := range held {
+		if why := c.holdReason(b); why != "" {
+			// Not this coordinator's to presume: nothing is written, for
+			// any branch of g.
+			return Report{}, inputErr("gtrid", "gtrid %s has a branch prepared on %s (owner %s) that this coordinator never presumes aborted: %s; "+
+				"it is listed by tandem status --in-doubt: settle it with tandem resolve after looking at what each database holds; nothing was written",
+				g, b.RM, b.Owner.Short(), why.Describe())
+		}
+		if !hasRM(inDoubt, b.RM) {
+			inDoubt = append(inDoubt, BranchRef{RM: b.RM})
+		}
 	}
 	if len(inDoubt) == 0 {
 		return Report{GTRID: g, Outcome: Undecided, Message: "no decision recorded and no branch prepared on any resource manager: nothing is in doubt " +
@@ -195,24 +208,39 @@ const undecidedAskTimeout = 2 * time.Second
 func (c *Coordinator) undecidedMessage(ctx context.Context, g xid.GTRID) string {
 	ctx, cancel := context.WithTimeout(ctx, undecidedAskTimeout)
 	defer cancel()
-	var held, failed []string
+	var held, failed, kept []string
 	var firstSeen time.Time
 	for _, name := range c.rmList {
-		ok, err := c.isPrepared(ctx, name, g)
-		switch {
-		case err != nil:
+		bs, err := c.preparedOf(ctx, name, g, time.Now())
+		if err != nil {
 			failed = append(failed, fmt.Sprintf("%s (%v)", name, err))
-		case ok:
+			continue
+		}
+		for _, b := range bs {
+			if b.CommitPoint != "" {
+				continue
+			}
+			if why := c.holdReason(b); why != "" {
+				kept = append(kept, fmt.Sprintf("%s (owner %s: %s)", name, b.Owner.Short(), why.Describe()))
+				continue
+			}
 			held = append(held, name)
 			c.mu.Lock()
-			if s, seen := c.seen[xid.Branch{GTRID: g, RM: name}]; seen && (firstSeen.IsZero() || s.Before(firstSeen)) {
+			if s, seen := c.seen[b]; seen && (firstSeen.IsZero() || s.Before(firstSeen)) {
 				firstSeen = s
 			}
 			c.mu.Unlock()
 		}
 	}
 	var msg string
-	if len(held) > 0 {
+	switch {
+	case len(kept) > 0:
+		msg = fmt.Sprintf("no decision recorded here; prepared on %s: never presumed aborted by this coordinator, listed by tandem status --in-doubt; "+
+			"its owner's coordinator settles it, or an operator with tandem resolve", strings.Join(kept, ", "))
+		if len(held) > 0 {
+			msg += "; also prepared under this coordinator's own name on " + strings.Join(held, ", ")
+		}
+	case len(held) > 0:
 		when := fmt.Sprintf("within %s (the orphan timeout, counted from the scan that first sees it)", c.opts.OrphanTimeout+c.opts.ScanInterval)
 		if !firstSeen.IsZero() {
 			when = fmt.Sprintf("in about %s (first seen %s ago; orphan timeout %s)",
@@ -220,7 +248,7 @@ func (c *Coordinator) undecidedMessage(ctx context.Context, g xid.GTRID) string 
 		}
 		msg = fmt.Sprintf("no decision recorded; the transaction is in doubt: prepared on %s. Unless its client's Commit arrives first, "+
 			"the in-doubt scan rolls it back %s; to abort it now: tandem status --resolve %s", strings.Join(held, ", "), when, g)
-	} else {
+	default:
 		msg = "no decision recorded and no branch is prepared on any resource manager: it was never committed (or is still running), " +
 			"or it finished and was forgotten (finished COMMITs are remembered for " + c.opts.EndedRetention.String() + ")"
 	}
@@ -266,43 +294,6 @@ func (c *Coordinator) checkSkew(g xid.GTRID) error {
 			"synchronize it (NTP) and retry the transaction", g, ahead.Round(time.Millisecond), c.opts.MaxClockSkew)
 	}
 	return nil
-}
-
-// preparedBranches asks every resource manager whether it holds a branch of g
-// prepared. An RM that cannot answer makes it fail: resolving needs evidence.
-func (c *Coordinator) preparedBranches(ctx context.Context, g xid.GTRID) ([]BranchRef, error) {
-	return c.preparedBranchesSince(ctx, g, time.Now())
-}
-
-// preparedBranchesSince is preparedBranches from scans that started no
-// earlier than since.
-func (c *Coordinator) preparedBranchesSince(ctx context.Context, g xid.GTRID, since time.Time) ([]BranchRef, error) {
-	var out []BranchRef
-	for _, name := range c.rmList {
-		ok, err := c.isPreparedSince(ctx, name, g, since)
-		if err != nil {
-			return nil, fmt.Errorf("coord: cannot resolve gtrid %s: %w; try again when it is reachable", g, err)
-		}
-		if ok {
-			out = append(out, BranchRef{RM: name})
-		}
-	}
-	return out, nil
-}
-
-// isPrepared asks resource manager name whether it holds g's branch
-// prepared (a fresh scan, shared with concurrent askers).
-func (c *Coordinator) isPrepared(ctx context.Context, name string, g xid.GTRID) (bool, error) {
-	return c.isPreparedSince(ctx, name, g, time.Now())
-}
-
-// isPreparedSince is isPrepared from a scan that started no earlier than since.
-func (c *Coordinator) isPreparedSince(ctx context.Context, name string, g xid.GTRID, since time.Time) (bool, error) {
-	b := xid.Branch{GTRID: g, RM: name}
-	if c.opts.prepared != nil {
-		return c.opts.prepared(ctx, name, b)
-	}
-	return c.rms[name].IsPrepared(ctx, b, since)
 }
 
 // validate checks a request before anything is written.
@@ -478,7 +469,9 @@ func (c *Coordinator) publish(t *txn, rms []BranchRef, pos wal.Position, durable
 		delete(c.txns, t.gtrid)
 	} else {
 		for _, r := range rms {
-			delete(c.seen, xid.Branch{GTRID: t.gtrid, RM: r.RM})
+			for _, b := range c.ownNames(t.gtrid, r.RM) {
+				delete(c.seen, b)
+			}
 		}
 		t.seg = max(t.seg, pos.Segment)
 		c.unfinished.Add(1)

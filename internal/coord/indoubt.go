@@ -2,10 +2,12 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
 
+	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -39,30 +41,61 @@ func (c *Coordinator) checkKnowable(g xid.GTRID) error {
 }
 
 // InDoubtBranch is a prepared branch the coordinator will not settle by
-// itself (see Options.InDoubtBefore).
+// itself, and why.
 type InDoubtBranch struct {
-	GTRID     string    `json:"gtrid"`
-	RM        string    `json:"rm"`
+	GTRID string `json:"gtrid"`
+	RM    string `json:"rm"`
+	// Owner is the branch's owner, 32 hex digits ("" for a legacy,
+	// unowned name); OwnerShort its first 8 digits ("unowned").
+	Owner      string `json:"owner"`
+	OwnerShort string `json:"owner_short"`
+	// Reason is one of InDoubtReasons; Why says it in words.
+	Reason InDoubtReason `json:"reason"`
+	Why    string        `json:"why"`
+	// Began is the gtrid's start (its time stamp, the client's clock);
+	// AgeSeconds how long ago that was when listed.
+	Began      time.Time `json:"began"`
+	AgeSeconds float64   `json:"age_seconds"`
+	// FirstSeen is when this coordinator's scan first saw it prepared.
 	FirstSeen time.Time `json:"first_seen"`
 }
 
-// InDoubt lists the prepared branches, seen by the in-doubt scan, of gtrids
-// that began before an unsynchronized promotion and have no decision here.
-// It does no I/O.
+// InDoubt lists the prepared branches, seen by the in-doubt scan, that
+// this coordinator never settles by itself (owner.go): another cluster's
+// (even with a decision for the gtrid here), unowned legacy names unless
+// adopted, and its own of gtrids with no decision here that began before
+// its log was born or before an unsynchronized promotion. It does no I/O.
 func (c *Coordinator) InDoubt() []InDoubtBranch {
+	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []InDoubtBranch
 	for b, at := range c.seen {
-		if c.txns[b.GTRID] == nil && c.unknowable(b.GTRID) {
-			out = append(out, InDoubtBranch{GTRID: b.GTRID.String(), RM: b.RM, FirstSeen: at})
+		why := c.owned(b)
+		if why != ReasonForeign {
+			if c.txns[b.GTRID] != nil {
+				continue // decided here: phase 2 settles it
+			}
+			why = c.holdReason(b)
 		}
+		if why == "" {
+			continue // presumed aborted once past the orphan timeout
+		}
+		ib := InDoubtBranch{GTRID: b.GTRID.String(), RM: b.RM, OwnerShort: b.Owner.Short(), Reason: why, Why: why.Describe(),
+			Began: b.GTRID.Time().UTC(), AgeSeconds: now.Sub(b.GTRID.Time()).Seconds(), FirstSeen: at}
+		if b.Owned() {
+			ib.Owner = b.Owner.String()
+		}
+		out = append(out, ib)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].GTRID != out[j].GTRID {
 			return out[i].GTRID < out[j].GTRID
 		}
-		return out[i].RM < out[j].RM
+		if out[i].RM != out[j].RM {
+			return out[i].RM < out[j].RM
+		}
+		return out[i].Owner < out[j].Owner
 	})
 	return out
 }
@@ -71,18 +104,31 @@ func (c *Coordinator) InDoubt() []InDoubtBranch {
 // tandem_in_doubt_branches).
 func (c *Coordinator) InDoubtBranches() int { return len(c.InDoubt()) }
 
+// InDoubtByReason counts the InDoubt branches by reason (every reason
+// present, zero or not): the gauge tandem_in_doubt_branches_by_reason.
+func (c *Coordinator) InDoubtByReason() map[InDoubtReason]int {
+	out := map[InDoubtReason]int{}
+	for _, r := range InDoubtReasons {
+		out[r] = 0
+	}
+	for _, b := range c.InDoubt() {
+		out[b.Reason]++
+	}
+	return out
+}
+
 // Holdings asks every resource manager whether it holds a branch of gtrid
-// prepared (what an operator looks at before ResolveInDoubt, which asks
-// again). It answers from a recover scan that started at most
-// HoldingsMaxAge ago (scans are shared): asked in a loop, by anyone who may
-// read the admin listener, it makes each database scan at most about once
-// per HoldingsMaxAge.
+// prepared, under any owner's name (what an operator looks at before
+// ResolveInDoubt, which asks again). It answers from a recover scan that
+// started at most HoldingsMaxAge ago (scans are shared): asked in a loop,
+// by anyone who may read the admin listener, it makes each database scan
+// at most about once per HoldingsMaxAge.
 func (c *Coordinator) Holdings(ctx context.Context, gtrid string) (map[string]bool, error) {
 	g, err := xid.Parse(gtrid)
 	if err != nil {
 		return nil, &InputError{Field: "gtrid", Reason: err.Error()}
 	}
-	prepared, err := c.preparedBranchesSince(ctx, g, time.Now().Add(-HoldingsMaxAge))
+	held, err := c.branchesOf(ctx, g, time.Now().Add(-HoldingsMaxAge))
 	if err != nil {
 		return nil, err
 	}
@@ -90,8 +136,28 @@ func (c *Coordinator) Holdings(ctx context.Context, gtrid string) (map[string]bo
 	for _, name := range c.rmList {
 		out[name] = false
 	}
-	for _, b := range prepared {
+	for _, b := range held {
 		out[b.RM] = true
+	}
+	return out, nil
+}
+
+// branchesOf asks every resource manager which branches of g decided by a
+// coordinator (CommitPoint "", any owner) it holds prepared, from scans
+// that started no earlier than since. An RM that cannot answer makes it
+// fail: settling needs evidence.
+func (c *Coordinator) branchesOf(ctx context.Context, g xid.GTRID, since time.Time) ([]xid.Branch, error) {
+	var out []xid.Branch
+	for _, name := range c.rmList {
+		bs, err := c.preparedOf(ctx, name, g, since)
+		if err != nil {
+			return nil, fmt.Errorf("coord: cannot resolve gtrid %s: cannot tell what resource manager %q holds of it: %w; try again when it is reachable", g, name, err)
+		}
+		for _, b := range bs {
+			if b.CommitPoint == "" {
+				out = append(out, b)
+			}
+		}
 	}
 	return out, nil
 }
@@ -102,6 +168,11 @@ func (c *Coordinator) Holdings(ctx context.Context, gtrid string) (map[string]bo
 // decided here keeps its decision (returned, with an error if it differs
 // from the choice); one with no prepared branch is refused (nothing to
 // settle, nothing written).
+//
+// Branches of another owner (foreign) are settled too, by their own names,
+// once the decision is in this log: this is how an operator settles
+// another cluster's branches whose coordinator is gone for good. A foreign
+// branch that fails stays prepared and listed: resolving again retries it.
 func (c *Coordinator) ResolveInDoubt(ctx context.Context, gtrid string, commit bool) (Report, error) {
 	g, err := xid.Parse(gtrid)
 	if err != nil {
@@ -111,14 +182,23 @@ func (c *Coordinator) ResolveInDoubt(ctx context.Context, gtrid string, commit b
 	if commit {
 		want = Committed
 	}
-	prepared, err := c.preparedBranches(ctx, g)
+	held, err := c.branchesOf(ctx, g, time.Now())
 	if err != nil {
 		return Report{}, err
+	}
+	var prepared []BranchRef
+	var foreign []xid.Branch
+	for _, b := range held {
+		if c.owned(b) == ReasonForeign {
+			foreign = append(foreign, b)
+		} else if !hasRM(prepared, b.RM) {
+			prepared = append(prepared, BranchRef{RM: b.RM})
+		}
 	}
 	c.mu.Lock()
 	t := c.txns[g]
 	c.mu.Unlock()
-	if t == nil && len(prepared) == 0 {
+	if t == nil && len(held) == 0 {
 		return Report{}, inputErr("gtrid", "no resource manager holds a branch of %s prepared: nothing to settle, nothing written", g)
 	}
 	reason := AbortResolved
@@ -129,11 +209,52 @@ func (c *Coordinator) ResolveInDoubt(ctx context.Context, gtrid string, commit b
 	if err != nil {
 		return Report{}, err
 	}
+	if t.outcome != want {
+		r, _ := c.finish(ctx, t, true, "")
+		return r, fmt.Errorf("%w: gtrid %s was already decided %s here; that decision stands (nothing settled by hand)", ErrAlreadyCommitted, g, t.outcome)
+	}
+	var byHand []BranchReport
+	for _, b := range foreign {
+		br := BranchReport{RM: b.RM, State: BranchDone, Attempts: 1}
+		if err := c.settleNamed(ctx, b, commit); err != nil && !errors.Is(err, rm.ErrBranchNotFound) {
+			br.State, br.LastError = BranchPending, fmt.Sprintf("owner %s: %v (still prepared and listed: resolve again)", b.Owner.Short(), err)
+		}
+		c.logger.Warn("settled another cluster's prepared branch by hand (tandem resolve)", "gtrid", g.String(), "rm", b.RM, "owner", b.Owner.String(),
+			"outcome", want.String(), "error", br.LastError)
+		byHand = append(byHand, br)
+	}
 	r, err := c.finish(ctx, t, true, "")
-	if err == nil && r.Outcome != want {
-		err = fmt.Errorf("%w: gtrid %s was already decided %s here; that decision stands", ErrAlreadyCommitted, g, r.Outcome)
+	r.Branches = append(r.Branches, byHand...)
+	for _, br := range byHand {
+		if br.State == BranchPending {
+			r.Phase2Pending = true
+		}
 	}
 	return r, err
+}
+
+// settleNamed commits or rolls back the prepared branch named b exactly
+// (an operator's choice for another owner's branch).
+func (c *Coordinator) settleNamed(ctx context.Context, b xid.Branch, commit bool) error {
+	ctx, cancel := context.WithTimeout(ctx, phase2CallTimeout)
+	defer cancel()
+	conn := c.rms[b.RM]
+	switch {
+	case c.opts.settle != nil:
+		return c.opts.settle(ctx, b.RM, b, commit)
+	case commit:
+		return conn.CommitPrepared(ctx, b)
+	}
+	return conn.RollbackPrepared(ctx, b)
+}
+
+func hasRM(bs []BranchRef, name string) bool {
+	for _, b := range bs {
+		if b.RM == name {
+			return true
+		}
+	}
+	return false
 }
 
 // HoldingsMaxAge is how old a recover scan Holdings may answer from (see

@@ -8,7 +8,6 @@ import (
 
 	"github.com/tandem-tx/tandem/internal/failpoint"
 	"github.com/tandem-tx/tandem/internal/rm"
-	"github.com/tandem-tx/tandem/xid"
 )
 
 // Phase-2 retry backoff bounds, and the limit on one attempt.
@@ -209,7 +208,6 @@ const (
 func (c *Coordinator) attempt(p *parked, call bool) attemptResult {
 	t, b := p.t, p.b
 	conn := c.rms[b.rm]
-	id := xid.Branch{GTRID: t.gtrid, RM: b.rm}
 	bound := conn.Dialect().SessionBound()
 	ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
 	defer cancel()
@@ -219,12 +217,10 @@ func (c *Coordinator) attempt(p *parked, call bool) attemptResult {
 	}
 	switch {
 	case err != nil:
-	case call && c.opts.settle != nil:
-		err = c.opts.settle(ctx, b.rm, id, t.outcome == Committed)
-	case call && t.outcome == Committed:
-		err = conn.CommitPrepared(ctx, id)
 	case call:
-		err = conn.RollbackPrepared(ctx, id)
+		// Under this coordinator's names only (owned, then legacy): never
+		// another owner's branch of the same gtrid.
+		err = c.settleOwn(ctx, t.gtrid, b.rm, t.outcome == Committed)
 	default:
 		err = rm.ErrBranchNotFound
 	}
@@ -240,7 +236,7 @@ func (c *Coordinator) attempt(p *parked, call bool) attemptResult {
 		// gone never comes back (its XID is never prepared again), so
 		// "absent" is final; "present" is retried with a later scan. This
 		// lets every branch decided before a scan share it.
-		prepared, perr := conn.IsPrepared(ctx, id, p.scanSince)
+		prepared, perr := c.ownPreparedSince(ctx, b.rm, t.gtrid, p.scanSince)
 		switch {
 		case perr != nil:
 			err = perr

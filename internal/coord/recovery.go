@@ -159,6 +159,21 @@ func (c *Coordinator) settleInDoubt(d rm.InDoubt, now time.Time) {
 		c.settleCommitPoint(b, first, now)
 		return
 	}
+	if c.owned(b) == ReasonForeign {
+		// Another cluster's: its coordinator decides it, whatever this
+		// log holds for the gtrid. Listed (InDoubt), never touched.
+		c.mu.Lock()
+		_, known := c.seen[b]
+		if !known {
+			c.seen[b] = now
+		}
+		c.mu.Unlock()
+		if !known {
+			c.logger.Warn("IN DOUBT: a prepared branch owned by another coordinator cluster; it is never settled here (listed by tandem status --in-doubt); its own coordinator settles it, or an operator with tandem resolve",
+				"gtrid", b.GTRID.String(), "rm", b.RM, "owner", b.Owner.String(), "age", now.Sub(b.GTRID.Time()).Round(time.Second))
+		}
+		return
+	}
 	c.mu.Lock()
 	t := c.txns[b.GTRID]
 	switch {
@@ -183,14 +198,14 @@ func (c *Coordinator) settleInDoubt(d rm.InDoubt, now time.Time) {
 	if !ok {
 		c.seen[b] = now
 		c.mu.Unlock()
-		if c.unknowable(b.GTRID) {
-			c.logger.Warn("IN DOUBT: a prepared branch of a gtrid from before an unsynchronized promotion, with no decision here; it is not presumed aborted: settle it with tandem resolve",
-				"gtrid", b.GTRID.String(), "rm", b.RM)
+		if why := c.holdReason(b); why != "" {
+			c.logger.Warn("IN DOUBT: a prepared branch with no decision here that is never presumed aborted ("+why.Describe()+"); listed by tandem status --in-doubt: settle it with tandem resolve",
+				"gtrid", b.GTRID.String(), "rm", b.RM, "owner", b.Owner.Short(), "reason", string(why))
 		}
 		return
 	}
 	c.mu.Unlock()
-	if c.unknowable(b.GTRID) {
+	if c.holdReason(b) != "" {
 		return // listed by InDoubt; an operator settles it
 	}
 	if now.Sub(first) < c.opts.OrphanTimeout {

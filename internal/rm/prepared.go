@@ -2,6 +2,7 @@ package rm
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"time"
 
@@ -32,12 +33,38 @@ type scanCall struct {
 // scan cut short because the caller that started it left (its context
 // ended) fails only that caller: the others scan again.
 func (c *Conn) IsPrepared(ctx context.Context, b xid.Branch, since time.Time) (bool, error) {
+	set, err := c.preparedSet(ctx, since)
+	return set[b], err
+}
+
+// PreparedOf lists the branches of g, under any name (any owner, legacy or
+// owned, with a commit point or not), that the database holds prepared
+// according to a recover scan that started no earlier than since (shared
+// as IsPrepared's).
+func (c *Conn) PreparedOf(ctx context.Context, g xid.GTRID, since time.Time) ([]xid.Branch, error) {
+	set, err := c.preparedSet(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	var out []xid.Branch
+	for b := range set {
+		if b.GTRID == g {
+			out = append(out, b)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PostgresGID() < out[j].PostgresGID() })
+	return out, nil
+}
+
+// preparedSet is the set of prepared branches of a recover scan that
+// started no earlier than since; it must not be modified.
+func (c *Conn) preparedSet(ctx context.Context, since time.Time) (map[xid.Branch]bool, error) {
 	for {
 		c.scans.mu.Lock()
 		if c.scans.last != nil && !c.scans.lastAt.Before(since) {
-			ok := c.scans.last[b]
+			set := c.scans.last
 			c.scans.mu.Unlock()
-			return ok, nil
+			return set, nil
 		}
 		call := c.scans.inflight
 		if call == nil {
@@ -65,16 +92,16 @@ func (c *Conn) IsPrepared(ctx context.Context, b xid.Branch, since time.Time) (b
 		select {
 		case <-call.done:
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return nil, ctx.Err()
 		}
 		if call.err != nil {
 			if call.left && ctx.Err() == nil {
 				continue // not this caller's failure: scan again
 			}
-			return false, call.err
+			return nil, call.err
 		}
 		if !call.start.Before(since) {
-			return call.set[b], nil
+			return call.set, nil
 		}
 		// That scan started too early for this caller: go round for a fresh one.
 	}

@@ -199,6 +199,11 @@ const (
 	MetricLogSpaceLimit = "tandem_log_space_limit_bytes"
 	// MetricInDoubtBranches: see coord.Coordinator.InDoubt.
 	MetricInDoubtBranches = "tandem_in_doubt_branches"
+	// MetricInDoubtByReason: the same, labelled by reason
+	// (coord.InDoubtReasons).
+	MetricInDoubtByReason = "tandem_in_doubt_branches_by_reason"
+	// MetricForeignBranches: the in-doubt branches of another cluster.
+	MetricForeignBranches = "tandem_foreign_branches"
 )
 
 // The commit points' gauges (coord cprecover.go, cpgc.go), labelled by reason.
@@ -250,8 +255,16 @@ func (s *Server) registerGauges(c *coord.Coordinator) func() {
 	undo = append(undo, metrics.Gauge(MetricLogSpaceLimit,
 		"Configured size of the decision log, bytes; 0 is unbounded (NaN: not reported by this coordinator).", limit))
 	undo = append(undo, metrics.Gauge(MetricInDoubtBranches,
-		"Prepared branches of gtrids from before a promotion with --accept-data-loss that have no decision here: never presumed aborted, an operator settles them (tandem resolve).",
+		"Prepared branches this coordinator never settles by itself (tandem status --in-doubt): another cluster's, legacy unowned names, and its own of gtrids from before its log was born or before a promotion with --accept-data-loss; their owner or an operator settles them (tandem resolve).",
 		func() float64 { return float64(c.InDoubtBranches()) }))
+	for _, r := range coord.InDoubtReasons {
+		undo = append(undo, metrics.Gauge(MetricInDoubtByReason,
+			"In-doubt branches (tandem_in_doubt_branches) by reason: foreign-owner, unowned-legacy-name, began-before-log-born, began-before-unsynchronized-promotion.",
+			func() float64 { return float64(c.InDoubtByReason()[r]) }, "reason", string(r)))
+	}
+	undo = append(undo, metrics.Gauge(MetricForeignBranches,
+		"Prepared branches owned by another coordinator cluster, seen by the in-doubt scan: never touched here (docs/ownership.md).",
+		func() float64 { return float64(c.InDoubtByReason()[coord.ReasonForeign]) }))
 	if h, ok := any(c).(cpHeldReporter); ok {
 		for _, r := range coord.CPHoldReasons {
 			undo = append(undo, metrics.Gauge(MetricCPBranchesHeld,

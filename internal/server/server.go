@@ -219,7 +219,7 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 			return nil, nil, fmt.Errorf("the data directory's identity (%s): %w", filepath.Join(cfg.DataDir, standby.IdentityFile), err)
 		}
 	}
-	copts.Owner, copts.Born, copts.AdoptUnowned = xid.Owner(id.Cluster), id.Born, cfg.AdoptUnowned
+	copts.Owner, copts.Born, copts.OwnerMadeWithLog, copts.AdoptUnowned = xid.Owner(id.Cluster), id.Born, id.MadeWithLog(), cfg.AdoptUnowned
 	if bornNow && hadLog {
 		s.logError("this data directory's decision log had no recorded birth (written by an older Tandem): born is set to now; "+
 			"prepared branches of gtrids that began before now with no decision in the log are listed as in doubt (tandem status --in-doubt), never presumed aborted; settle them with tandem resolve",

@@ -102,6 +102,9 @@ func (s *Shipper) welcome(sess *archSession) welcome {
 	}
 	if !s.cfg.Identity.Born.IsZero() {
 		w.born = s.cfg.Identity.Born.UnixNano()
+		if !s.cfg.Identity.Made.IsZero() {
+			w.made = s.cfg.Identity.Made.UnixNano()
+		}
 	}
 	if s.cfg.Transport == Arch {
 		w.transport, w.conns = wireArch, byte(s.cfg.MaxConnections)

@@ -30,7 +30,16 @@ type Identity struct {
 	Cluster ClusterID
 	Epoch   uint64
 	Born    time.Time
+	// Made is when the cluster id was made, if it was made together with
+	// the log (then Made equals Born): no client can have named a branch
+	// with it before Born. Zero: not known (an identity from before births
+	// were recorded). A standby takes its primary's Born and Made.
+	Made time.Time
 }
+
+// MadeWithLog reports whether the cluster id was made together with the
+// log (Made equals Born): a branch named with it cannot predate Born.
+func (id Identity) MadeWithLog() bool { return !id.Made.IsZero() && id.Made.Equal(id.Born) }
 
 // LoadIdentity reads dir's identity; ok is false when it has none yet.
 func LoadIdentity(dir string) (id Identity, ok bool, err error) {
@@ -61,12 +70,16 @@ func LoadIdentity(dir string) (id Identity, ok bool, err error) {
 				return id, false, bad("epoch is not a positive number")
 			}
 			id.Epoch, haveEpoch = n, true
-		case "born":
+		case "born", "made":
 			t, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil || t.IsZero() {
-				return id, false, bad("born is not a time in RFC 3339 form (e.g. 2026-11-26T11:18:34.123456789Z)")
+				return id, false, bad(k + " is not a time in RFC 3339 form (e.g. 2026-11-26T11:18:34.123456789Z)")
 			}
-			id.Born = t
+			if k == "born" {
+				id.Born = t
+			} else {
+				id.Made = t
+			}
 		}
 	}
 	if !haveID || !haveEpoch {
@@ -84,6 +97,9 @@ func SaveIdentity(dir string, id Identity) error {
 	body := fmt.Sprintf("cluster %s\nepoch %d\n", id.Cluster, id.Epoch)
 	if !id.Born.IsZero() {
 		body += "born " + id.Born.UTC().Format(time.RFC3339Nano) + "\n"
+	}
+	if !id.Made.IsZero() {
+		body += "made " + id.Made.UTC().Format(time.RFC3339Nano) + "\n"
 	}
 	return writeFileDurably(dir, IdentityFile, body)
 }
@@ -109,7 +125,8 @@ func PrimaryIdentity(dir string) (id Identity, bornNow bool, err error) {
 	if _, err := rand.Read(id.Cluster[:]); err != nil {
 		return id, false, err
 	}
-	id.Epoch, id.Born = 1, time.Now()
+	now := time.Now()
+	id.Epoch, id.Born, id.Made = 1, now, now
 	return id, true, SaveIdentity(dir, id)
 }
 

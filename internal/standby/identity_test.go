@@ -17,11 +17,11 @@ func TestPrimaryIdentityIsBornOnceAndKeepsIt(t *testing.T) {
 	if err != nil || !bornNow {
 		t.Fatalf("first PrimaryIdentity: %+v bornNow=%v err=%v, want a new identity born now", id, bornNow, err)
 	}
-	if id.Cluster.IsZero() || id.Epoch != 1 || id.Born.Before(before) || id.Born.After(time.Now()) {
+	if id.Cluster.IsZero() || id.Epoch != 1 || id.Born.Before(before) || id.Born.After(time.Now()) || !id.MadeWithLog() {
 		t.Fatalf("new identity %+v: want a random cluster, epoch 1, born between %s and now", id, before)
 	}
 	again, bornNow, err := PrimaryIdentity(dir)
-	if err != nil || bornNow || again.Cluster != id.Cluster || !again.Born.Equal(id.Born) {
+	if err != nil || bornNow || again.Cluster != id.Cluster || !again.Born.Equal(id.Born) || !again.MadeWithLog() {
 		t.Fatalf("second PrimaryIdentity = %+v bornNow=%v err=%v, want %+v kept", again, bornNow, err, id)
 	}
 
@@ -35,11 +35,11 @@ func TestPrimaryIdentityIsBornOnceAndKeepsIt(t *testing.T) {
 		t.Fatalf("LoadIdentity of an identity without born = %+v %v %v", got, ok, err)
 	}
 	got, bornNow, err = PrimaryIdentity(old)
-	if err != nil || !bornNow || got.Born.IsZero() || got.Epoch != 4 || got.Cluster.String() != "0102030405060708090a0b0c0d0e0f10" {
+	if err != nil || !bornNow || got.Born.IsZero() || got.MadeWithLog() || got.Epoch != 4 || got.Cluster.String() != "0102030405060708090a0b0c0d0e0f10" {
 		t.Fatalf("PrimaryIdentity of an identity without born = %+v bornNow=%v err=%v, want the same cluster and epoch, born now", got, bornNow, err)
 	}
 	reread, _, err := LoadIdentity(old)
-	if err != nil || !reread.Born.Equal(got.Born) {
+	if err != nil || !reread.Born.Equal(got.Born) || reread.MadeWithLog() {
 		t.Fatalf("the added birth was not saved: %+v %v", reread, err)
 	}
 
@@ -55,9 +55,9 @@ func TestPrimaryIdentityIsBornOnceAndKeepsIt(t *testing.T) {
 // from before births were recorded) still decodes, with no birth.
 func TestWelcomeCarriesBirthCompatibly(t *testing.T) {
 	born := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-	w := welcome{cluster: ClusterID{9}, epoch: 2, born: born.UnixNano()}
+	w := welcome{cluster: ClusterID{9}, epoch: 2, born: born.UnixNano(), made: born.UnixNano()}
 	got, err := decodeWelcome(w.encode())
-	if err != nil || got.born != born.UnixNano() || got.cluster != w.cluster {
+	if err != nil || got.born != born.UnixNano() || got.made != born.UnixNano() || got.cluster != w.cluster {
 		t.Fatalf("decodeWelcome(encode) = %+v, %v; want born %d", got, err, born.UnixNano())
 	}
 	old := welcome{cluster: ClusterID{9}, epoch: 2}.encode()

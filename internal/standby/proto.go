@@ -144,9 +144,10 @@ import (
 // handshake (CHALLENGE, PROOF, RESPONSE); frame lengths are bounded per
 // kind; STATE frames (syncstate.go). 5: WELCOME carries the primary's
 // in-doubt boundary (UnsynchronizedPromotionFile), which the standby keeps;
-// since then, a WELCOME may end with the cluster's birth (8 more bytes,
-// Identity.Born): a standby reads both lengths, so a standby upgraded first
-// follows a primary of either kind.
+// since then, a WELCOME may end with the cluster's birth and when its id
+// was made (16 more bytes, Identity.Born and Identity.Made): a standby
+// reads both lengths, so a standby upgraded first follows a primary of
+// either kind.
 const Version = 5
 
 // DefaultNetTimeout is the standby link's default net timeout
@@ -333,12 +334,15 @@ type welcome struct {
 	// sent, by a primary from before births were recorded). The standby
 	// keeps it in its identity.
 	born int64
+	// made: when the cluster id was made (Identity.Made, Unix ns; 0: not
+	// known); sent with born.
+	made int64
 }
 
 // welcomeLen is a WELCOME's length without born; welcomeBornLen with it.
 const (
 	welcomeLen     = 1 + 16 + 8 + 2 + 8 + 8
-	welcomeBornLen = welcomeLen + 8
+	welcomeBornLen = welcomeLen + 16
 )
 
 func (w welcome) encode() []byte {
@@ -350,6 +354,7 @@ func (w welcome) encode() []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(w.inDoubtBefore))
 	if w.born != 0 {
 		b = binary.LittleEndian.AppendUint64(b, uint64(w.born))
+		b = binary.LittleEndian.AppendUint64(b, uint64(w.made))
 	}
 	return b
 }
@@ -364,6 +369,7 @@ func decodeWelcome(b []byte) (welcome, error) {
 	}
 	if len(b) == welcomeBornLen {
 		w.born = int64(binary.LittleEndian.Uint64(b[welcomeLen:]))
+		w.made = int64(binary.LittleEndian.Uint64(b[welcomeLen+8:]))
 	}
 	copy(w.cluster[:], b[1:17])
 	w.epoch = binary.LittleEndian.Uint64(b[17:])

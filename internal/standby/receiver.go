@@ -572,9 +572,13 @@ func (r *Receiver) accept(w welcome) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	empty := r.records == 0 && r.pos == (wal.Position{})
-	born := r.id.Born
+	born, made := r.id.Born, r.id.Made
 	if w.born != 0 {
-		born = time.Unix(0, w.born) // the primary's log's birth: this copy knows no more than it
+		born = time.Unix(0, w.born).UTC() // the primary's log's birth: this copy knows no more than it
+		made = time.Time{}
+		if w.made != 0 {
+			made = time.Unix(0, w.made).UTC()
+		}
 	}
 	if r.haveID {
 		if w.cluster != r.id.Cluster {
@@ -586,9 +590,9 @@ func (r *Receiver) accept(w welcome) error {
 				errRejected, r.cfg.Primary, w.epoch, r.id.Epoch)
 		}
 		if w.epoch == r.id.Epoch {
-			if !born.Equal(r.id.Born) && !born.IsZero() {
+			if (!born.Equal(r.id.Born) || !made.Equal(r.id.Made)) && !born.IsZero() {
 				id := r.id
-				id.Born = born
+				id.Born, id.Made = born, made
 				if err := SaveIdentity(r.cfg.Dir, id); err != nil {
 					return err
 				}
@@ -607,9 +611,9 @@ func (r *Receiver) accept(w welcome) error {
 	}
 	if born.IsZero() {
 		// A primary from before births were recorded: this log begins now.
-		born = time.Now()
+		born, made = time.Now(), time.Time{}
 	}
-	id := Identity{Cluster: w.cluster, Epoch: w.epoch, Born: born}
+	id := Identity{Cluster: w.cluster, Epoch: w.epoch, Born: born, Made: made}
 	if err := SaveIdentity(r.cfg.Dir, id); err != nil {
 		return err
 	}

@@ -24,7 +24,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // testID is a primary's identity; its birth is shipped to its standbys,
 // which keep it (the tests compare whole identities).
 func testID() Identity {
-	return Identity{Cluster: ClusterID{1, 2, 3}, Epoch: 3, Born: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)}
+	born := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	return Identity{Cluster: ClusterID{1, 2, 3}, Epoch: 3, Born: born, Made: born}
 }
 
 // primary is a decision log whose writes go through a Shipper.

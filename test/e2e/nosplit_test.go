@@ -111,7 +111,7 @@ func TestAsyncFailoverAfterAFirstBranchCommitNeverSplits(t *testing.T) {
 	sb := startIn(t, sdir, "--standby-of", sbListen)
 	eventually(t, 10*time.Second, "standby connected", func() bool { return strings.Contains(healthMessage(prim), "standby=127.0.0.1") })
 
-	g := prepareAndDie(t, "e2e_ns", 1)
+	g := prepareOwnedAndDie(t, "e2e_ns", 1, clusterOf(t, prim))
 	px.Cut() // the coordinator cannot settle the MariaDB branch
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -151,7 +151,7 @@ func TestInDoubtBoundaryFollowsTheNextPromotion(t *testing.T) {
 	a := startIn(t, dirA, "--standby-listen", listenA, "--transport", "async")
 	b := startIn(t, dirB, "--standby-of", listenA)
 	eventually(t, 10*time.Second, "B follows A", func() bool { return strings.Contains(healthMessage(a), "standby=127.0.0.1") })
-	g := prepareAndDie(t, "e2e_ib", 1) // A never hears of it: undecided everywhere
+	g := prepareOwnedAndDie(t, "e2e_ib", 1, clusterOf(t, a)) // A never hears of it: undecided everywhere
 	a.kill()
 	b.stop()
 	if out, err := tandemCmd(t, "promote", "--data-dir", dirB, "--accept-data-loss", "--old-primary-stopped"); err != nil {

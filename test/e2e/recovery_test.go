@@ -103,7 +103,7 @@ func TestClientDiesAfterPrepare(t *testing.T) {
 	c := startCoordinator(t, coordOpts{})
 	d := openDBs(t)
 	d.table(t, "e2e_orphan")
-	g := prepareAndDie(t, "e2e_orphan", 1)
+	g := prepareOwnedAndDie(t, "e2e_orphan", 1, clusterOf(t, c))
 	if n := len(d.preparedFor(t, g.String())); n != 2 {
 		t.Fatalf("%d branches prepared, want 2", n)
 	}

@@ -245,7 +245,7 @@ func TestRunningPrimaryIsFencedByAPromotion(t *testing.T) {
 	// before its phase 2, which waits for the standby): the operator aborts.
 	resolveInDoubt(t, p.adminB, p.dirB)
 	time.Sleep(1500 * time.Millisecond) // past the 1 s clock-skew margin of the promotion
-	orphan := prepareAndDie(t, "e2e_fence_live", 1)
+	orphan := prepareOwnedAndDie(t, "e2e_fence_live", 1, clusterOf(t, p.b))
 	eventually(t, 20*time.Second, "the new primary settles the orphan", func() bool { return len(d.preparedFor(t, orphan.String())) == 0 })
 	eventually(t, 30*time.Second, "nothing left prepared", func() bool { return len(d.prepared(t)) == 0 })
 	pj, mj := b.journal(t, d.pg), b.journal(t, d.my)

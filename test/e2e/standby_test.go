@@ -508,7 +508,7 @@ func TestOldPrimaryIsFenced(t *testing.T) {
 	if st, err := nb.api().Status(ctx, &api.StatusRequest{Gtrid: g}); err != nil || st.Outcome != api.Outcome_COMMITTED {
 		t.Fatalf("the acknowledged transfer on the new primary: %v, %v", st, err)
 	}
-	orphan := prepareAndDie(t, "e2e_fence", 1)
+	orphan := prepareOwnedAndDie(t, "e2e_fence", 1, clusterOf(t, nb))
 	// The old primary comes back: it must not start.
 	args := append(append([]string(nil), a.args...), "--peer", listenB)
 	cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)

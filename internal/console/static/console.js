@@ -362,12 +362,17 @@
     clear(ib);
     $("indoubt-count").textContent = "(" + d.in_doubt_total + " branches)";
     var now = Date.now();
-    if (!d.in_doubt.length) { var tr0 = el("tr"); var td0 = el("td", "none", "muted"); td0.colSpan = 4; tr0.appendChild(td0); ib.appendChild(tr0); }
+    if (!d.in_doubt.length) { var tr0 = el("tr"); var td0 = el("td", "none", "muted"); td0.colSpan = 7; tr0.appendChild(td0); ib.appendChild(tr0); }
     var seen = {};
     d.in_doubt.forEach(function (b) {
       var tr = el("tr");
       tr.appendChild(el("td", b.gtrid));
       tr.appendChild(el("td", b.rm));
+      var ow = el("td", b.owner_short || "-");
+      if (b.owner) ow.title = b.owner;
+      tr.appendChild(ow);
+      tr.appendChild(el("td", b.why || "began before an unsynchronized promotion"));
+      tr.appendChild(el("td", b.age_seconds === undefined ? "" : fmtSecs(b.age_seconds), "num"));
       tr.appendChild(el("td", fmtSecs((now - Date.parse(b.first_seen)) / 1000), "num"));
       var td = el("td");
       if (!seen[b.gtrid]) {
