@@ -188,6 +188,10 @@ func TestOwnBranchesAreSettled(t *testing.T) {
 	if tr := decided(c, orphan); tr == nil || tr.outcome != Aborted || tr.reason != AbortOrphan {
 		t.Fatalf("own orphan: %v, want presumed ABORTED by the scan", tr)
 	}
+	// Phase 2 runs apart from the scan: wait until each decision ended.
+	for _, g := range []xid.GTRID{orphan, committed, legacyCommitted} {
+		waitFor(t, c, "phase 2 of "+g.String()+" ended", func() bool { return c.txns[g] != nil && c.txns[g].ended })
+	}
 	if got := dbs.outcome(own(orphan)); len(got) != 1 || got[0] {
 		t.Errorf("own orphan's branch: calls %v, want one rollback under its owned name", got)
 	}
