@@ -23,16 +23,16 @@ func TestTwoPhaseLogFullRollsBack(t *testing.T) {
 	f := &fakeCoordinator{commit: func(*api.CommitRequest) (*api.CommitResponse, error) {
 		return nil, status.Error(codes.ResourceExhausted, full)
 	}}
-	c := newClient(t, Config{Coordinator: startCoordinator(t, f)})
-	tx, pg, maria := twoBranches(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	c := newClient(t, Config{Coordinator: startCoordinator(t, f), DialOptions: endAfterAnswers(3, cancel)})
+	tx, pg, maria := twoBranches(t, c)
 	res, err := tx.Commit(ctx)
 	if !errors.Is(err, ErrAborted) || errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), full) {
 		t.Fatalf("Commit: %v, want ErrAborted with the coordinator's message", err)
 	}
-	if commits, _ := f.counts(); commits < 2 || res.CoordinatorCalls != commits {
-		t.Errorf("Commit RPCs: %d sent, %d reported; want retries until the deadline", commits, res.CoordinatorCalls)
+	if commits, _ := f.counts(); commits != 3 || res.CoordinatorCalls != commits {
+		t.Errorf("Commit RPCs: %d sent, %d reported; want 3 (retries until the context ended)", commits, res.CoordinatorCalls)
 	}
 	g := tx.GTRID()
 	x := xaOwned(g)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -79,12 +80,20 @@ func startCoordinatorAuth(t *testing.T, tokFile string) *coordinator {
 		"--rm", "pg=postgres:" + pgDSN, "--rm", "maria=mysql:" + myDSN}
 	c.launch()
 	t.Cleanup(c.stop)
-	time.Sleep(500 * time.Millisecond) // Health needs the token: wait for the listener instead
-	select {
-	case <-c.exited:
-		t.Fatalf("coordinator exited:\n%s", c.out.String())
-	default:
-	}
+	// Health needs the token: wait for the listener instead.
+	eventually(t, 30*time.Second, "the coordinator listening on "+c.addr, func() bool {
+		select {
+		case <-c.exited:
+			t.Fatalf("coordinator exited:\n%s", c.out.String())
+		default:
+		}
+		conn, err := net.DialTimeout("tcp", c.addr, time.Second)
+		if err != nil {
+			return false
+		}
+		conn.Close()
+		return true
+	})
 	return c
 }
 
