@@ -55,7 +55,9 @@ var hostileBase = []string{
 // hostileWrappers turn one form into another an application might send.
 var hostileWrappers = []func(string) string{
 	func(s string) string { return s },
-	strings.ToLower,
+	// Lower case, but for MariaDB's "/*M!" marker: "/*m!" is a plain
+	// comment, and the statement in it would not run at all.
+	func(s string) string { return strings.ReplaceAll(strings.ToLower(s), "/*m!", "/*M!") },
 	func(s string) string { return "/* app */ " + s },
 	func(s string) string { return "SELECT 1; " + s },
 	func(s string) string { return s + " -- trailing" },

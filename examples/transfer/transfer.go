@@ -112,13 +112,16 @@ type Report struct {
 	// HostileSent counts transfers that sent a hostile statement;
 	// HostileCommitted those of them acknowledged as committed (must be 0).
 	HostileSent, HostileCommitted int64
-	Elapsed                       time.Duration
-	Total, Want                   int64
-	JournalPG                     int
-	JournalMySQL                  int
-	Dangling                      int
-	Violations                    []string
-	CoordinatorAt                 string
+	// HostileAcked are up to 5 of the statements those transfers sent.
+	HostileAcked  []string
+	hostileMu     sync.Mutex
+	Elapsed       time.Duration
+	Total, Want   int64
+	JournalPG     int
+	JournalMySQL  int
+	Dangling      int
+	Violations    []string
+	CoordinatorAt string
 }
 
 // TPS is committed transfers per second.
@@ -282,7 +285,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		return rep, err
 	}
 	if rep.HostileCommitted > 0 {
-		rep.Violations = append(rep.Violations, fmt.Sprintf("%d transfers that sent a statement ending the transaction on MariaDB were acknowledged as committed", rep.HostileCommitted))
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d transfers that sent a statement ending the transaction on MariaDB were acknowledged as committed, e.g. %q", rep.HostileCommitted, rep.HostileAcked))
 	}
 	if cfg.NoCheck {
 		rep.Want = 0
@@ -360,6 +363,11 @@ func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config,
 		cancel()
 		if err == nil && bad != "" {
 			atomic.AddInt64(&rep.HostileCommitted, 1)
+			rep.hostileMu.Lock()
+			if len(rep.HostileAcked) < 5 {
+				rep.HostileAcked = append(rep.HostileAcked, bad)
+			}
+			rep.hostileMu.Unlock()
 		}
 		switch {
 		case err == nil:
