@@ -32,4 +32,13 @@ const (
 	// this attempt. The refusal's code is FAILED_PRECONDITION, except
 	// UNAVAILABLE from a primary handing over in a switchover.
 	MetadataNotPrimary = "tandem-not-primary"
+	// MetadataOwner, sent by the client on a Commit or an Abort, is the
+	// owner its branches are named after (32 lowercase hex digits: the
+	// cluster id Health named, package xid). A coordinator of another
+	// cluster refuses the call with FAILED_PRECONDITION before anything is
+	// written: its decision could never reach those branches (their names
+	// are another cluster's), and the other cluster, finding them without a
+	// decision, would roll them back — a COMMIT acknowledged and lost. A
+	// call without it is a client from before owners existed.
+	MetadataOwner = "tandem-owner"
 )

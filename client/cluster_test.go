@@ -60,4 +60,13 @@ func TestCoordinatorBranchesAreOwnedByTheCluster(t *testing.T) {
 	if s := c.Stats(); s.CoordinatorCalls != 3 {
 		t.Errorf("%d coordinator calls, want 3 (one Health, two Commits)", s.CoordinatorCalls)
 	}
+	// Each Commit names the owner, so that a coordinator of another cluster
+	// at the same address refuses it before deciding (api.MetadataOwner).
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, o := range f.owners {
+		if o != fakeCluster.String() {
+			t.Errorf("Commit %d named owner %q, want %s", i, o, fakeCluster)
+		}
+	}
 }

@@ -66,6 +66,9 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	_ = failpoint.Inject("before-commit-rpc") // kill: the client dies with every branch prepared
 	rpcCtx, cancel := t.c.decisionContext(ctx)
 	defer cancel()
+	// The owner the branches are named after: a coordinator of another
+	// cluster refuses the Commit before writing anything (api.MetadataOwner).
+	rpcCtx = withOwner(rpcCtx, writers)
 	rpcStart := time.Now()
 	resp, calls, err := t.c.commitRPC(rpcCtx, req, t.trace, t.traceCoord, onCommitted)
 	_ = failpoint.Inject("after-commit-rpc") // kill: the decision is made; session-bound branches wait for the coordinator
@@ -137,6 +140,17 @@ func (t *Tx) ownByCluster(ctx context.Context, writers []*Branch) error {
 		b.id.Owner = id
 	}
 	return nil
+}
+
+// withOwner adds to ctx's outgoing metadata the owner the coordinator-decided
+// branches among bs are named after (api.MetadataOwner), if any is owned.
+func withOwner(ctx context.Context, bs []*Branch) context.Context {
+	for _, b := range bs {
+		if b.id.CommitPoint == "" && b.id.Owned() {
+			return metadata.AppendToOutgoingContext(ctx, api.MetadataOwner, b.id.Owner.String())
+		}
+	}
+	return ctx
 }
 
 // decisionContext bounds the wait for the coordinator's decision by

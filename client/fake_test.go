@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
@@ -368,11 +369,16 @@ type fakeCoordinator struct {
 	commits []*api.CommitRequest
 	aborts  []*api.AbortRequest
 	commit  func(*api.CommitRequest) (*api.CommitResponse, error)
+	// owners are the api.MetadataOwner values of the Commits, in order
+	// ("" for none).
+	owners []string
 }
 
-func (f *fakeCoordinator) Commit(_ context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
+func (f *fakeCoordinator) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
 	f.mu.Lock()
 	f.commits = append(f.commits, req)
+	f.owners = append(f.owners, strings.Join(md.Get(api.MetadataOwner), ","))
 	f.mu.Unlock()
 	return f.commit(req)
 }

@@ -337,7 +337,7 @@ func (t *Tx) rollbackAll(ctx context.Context, branches []*Branch) error {
 		return err // only active branches: the database rolls them back when their connection ends
 	}
 	start := time.Now()
-	aerr := t.c.call(ctx, func(ctx context.Context, ep *endpoint, opts ...grpc.CallOption) error {
+	aerr := t.c.call(withOwner(ctx, stuck), func(ctx context.Context, ep *endpoint, opts ...grpc.CallOption) error {
 		_, err := ep.api.Abort(ctx, req, opts...)
 		return err
 	})

@@ -200,3 +200,7 @@ func (c *Coordinator) preparedOf(ctx context.Context, rmName string, g xid.GTRID
 	}
 	return c.rms[rmName].PreparedOf(ctx, g, since)
 }
+
+// Owner is this coordinator's cluster identity (Options.Owner): the owner of
+// the branches it decides. Zero without an identity.
+func (c *Coordinator) Owner() xid.Owner { return c.opts.Owner }

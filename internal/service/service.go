@@ -95,6 +95,10 @@ func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.Comm
 	var tr *waits.Trace
 	var g xid.GTRID
 	md, _ := metadata.FromIncomingContext(ctx)
+	if err := s.checkOwner(md, req.GetGtrid()); err != nil {
+		commitsRefused.Inc()
+		return nil, err
+	}
 	if len(md.Get(api.MetadataTrace)) > 0 {
 		if parsed, err := xid.Parse(req.GetGtrid()); err == nil {
 			g = parsed
@@ -137,11 +141,39 @@ func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.Comm
 // Abort serves the Abort RPC: the client hands over branches it could not
 // roll back (coord.Coordinator.Abort).
 func (s *Service) Abort(ctx context.Context, req *api.AbortRequest) (*api.AbortResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if err := s.checkOwner(md, req.GetGtrid()); err != nil {
+		return nil, err
+	}
 	r, err := s.c.Abort(ctx, req.GetGtrid(), branchRefs(req.GetBranches()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return &api.AbortResponse{Outcome: outcome(r.Outcome), Phase2Pending: r.Phase2Pending, Branches: branches(r), Message: r.Message}, nil
+}
+
+// checkOwner refuses, before anything is written, a Commit or Abort whose
+// branches are named after another owner than this coordinator's cluster
+// (api.MetadataOwner): FAILED_PRECONDITION, which a client takes as "no
+// decision was written". A call that names no owner (a client from before
+// owners existed) and a coordinator without an identity pass.
+func (s *Service) checkOwner(md metadata.MD, gtrid string) error {
+	v := md.Get(api.MetadataOwner)
+	ours := s.c.Owner()
+	if len(v) == 0 || ours.IsZero() {
+		return nil
+	}
+	named, err := xid.ParseOwner(v[0])
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "metadata %s: %v", api.MetadataOwner, err)
+	}
+	if named == ours {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition,
+		"gtrid %s: its branches are named after cluster %s, and this coordinator is cluster %s: it decides nothing for them (nothing was written). "+
+			"The address now reaches another cluster's coordinator (a new deployment, an emptied data directory?): the branches are cluster %s's to settle; "+
+			"a client learns the new cluster only for its next transactions", gtrid, named, ours, named.Short())
 }
 
 // Status serves the Status RPC: the outcome of a gtrid, or with resolve an
