@@ -77,6 +77,13 @@ final class CoordinatorClient implements AutoCloseable {
     static final Metadata.Key<String> EARLY_DECISION = Metadata.Key.of("tandem-early-decision", Metadata.ASCII_STRING_MARSHALLER);
     static final Metadata.Key<String> DECISION = Metadata.Key.of("tandem-decision", Metadata.ASCII_STRING_MARSHALLER);
     /** The trailer of a call refused, before anything was written, by a coordinator that is not the primary now (api/metadata.go). */
+    /**
+     * The owner (cluster id) the branches of a Commit or Abort are named
+     * after: a coordinator of another cluster refuses the call with
+     * FAILED_PRECONDITION before writing anything (api/metadata.go,
+     * MetadataOwner).
+     */
+    static final Metadata.Key<String> OWNER_HEADER = Metadata.Key.of("tandem-owner", Metadata.ASCII_STRING_MARSHALLER);
     static final Metadata.Key<String> NOT_PRIMARY = Metadata.Key.of("tandem-not-primary", Metadata.ASCII_STRING_MARSHALLER);
 
     /** Bounds one probe of the coordinators' Health. */
@@ -441,6 +448,16 @@ final class CoordinatorClient implements AutoCloseable {
      * only once the decision is durable): from then on the outcome is known.
      */
     CommitResult commit(CommitRequest req, Duration timeout, Runnable onCommitted) {
+        return commit(req, timeout, onCommitted, null);
+    }
+
+    /**
+     * As {@link #commit(CommitRequest, Duration, Runnable)}, naming owner
+     * (the cluster id the branches are named after; null for none) in the
+     * call's headers, so that a coordinator of another cluster refuses it
+     * before deciding.
+     */
+    CommitResult commit(CommitRequest req, Duration timeout, Runnable onCommitted, String owner) {
         CommitResult r = new CommitResult();
         AtomicBoolean committed = new AtomicBoolean();
         ClientInterceptor early = onCommitted == null ? null : earlyDecision(() -> {
@@ -491,6 +508,9 @@ final class CoordinatorClient implements AutoCloseable {
             if (!askStatus) {
                 try {
                     CoordinatorGrpc.CoordinatorBlockingStub s = early == null ? ep.stub : ep.stub.withInterceptors(early);
+                    if (owner != null) {
+                        s = s.withInterceptors(headers(OWNER_HEADER, owner));
+                    }
                     r.response = s.withDeadlineAfter(Math.max(left, 1), TimeUnit.NANOSECONDS).commit(req);
                     return r;
                 } catch (StatusRuntimeException e) {
@@ -648,7 +668,12 @@ final class CoordinatorClient implements AutoCloseable {
 
     /** Abort decides ABORT for gtrid and rolls back the listed prepared branches from the coordinator (the primary). */
     void abort(AbortRequest req, Duration timeout) {
-        call(timeout, s -> s.abort(req));
+        abort(req, timeout, null);
+    }
+
+    /** As {@link #abort(AbortRequest, Duration)}, naming the branches' owner (null for none) in the call's headers. */
+    void abort(AbortRequest req, Duration timeout, String owner) {
+        call(timeout, s -> (owner == null ? s : s.withInterceptors(headers(OWNER_HEADER, owner))).abort(req));
     }
 
     /** Status of gtrid from the primary; never resolves unless asked. */

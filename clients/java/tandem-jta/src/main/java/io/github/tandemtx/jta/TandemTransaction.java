@@ -476,7 +476,7 @@ public final class TandemTransaction implements Transaction {
                 ? () -> settled.set(CompletableFuture.supplyAsync(() -> settleOwn(prepared, true), tm.executor()))
                 : null;
         setStatus(Status.STATUS_COMMITTING);
-        CoordinatorClient.CommitResult r = tm.coordinator().commit(req.build(), tm.config().decisionTimeout(), onCommitted);
+        CoordinatorClient.CommitResult r = tm.coordinator().commit(req.build(), tm.config().decisionTimeout(), onCommitted, ownerOf(prepared));
         if (settled.get() != null) {
             // The durable decision was COMMIT: the outcome is known whatever the rest of the call did.
             settled.get().join();
@@ -781,7 +781,7 @@ public final class TandemTransaction implements Transaction {
             return; // only active branches: their sessions' end rolled them back
         }
         try {
-            tm.coordinator().abort(req.build(), java.time.Duration.ofSeconds(10));
+            tm.coordinator().abort(req.build(), java.time.Duration.ofSeconds(10), ownerOf(stuck));
         } catch (RuntimeException ae) {
             throw systemException("rollback failed and handing the prepared branches to the coordinator failed too"
                     + " (its orphan scan will roll them back): " + ae.getMessage(), err);
@@ -829,5 +829,15 @@ public final class TandemTransaction implements Transaction {
     @Override
     public String toString() {
         return "TandemTransaction{" + gtrid + ", " + statusName(getStatus()) + "}";
+    }
+
+    /** The owner the coordinator-decided branches among ws are named after, or null. */
+    private static String ownerOf(java.util.Collection<Enlisted> ws) {
+        for (Enlisted w : ws) {
+            if (w.xid != null && w.xid.commitPoint() == null && w.xid.owner() != null) {
+                return w.xid.owner();
+            }
+        }
+        return null;
     }
 }

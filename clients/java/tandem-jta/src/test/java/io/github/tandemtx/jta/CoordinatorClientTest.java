@@ -37,6 +37,7 @@ class CoordinatorClientTest {
         final List<Status> answers;
         final AtomicInteger calls = new AtomicInteger();
         final List<String> auth = new ArrayList<>();
+        final List<String> owners = new ArrayList<>();
         boolean headerThenFail;
 
         Fake(Status... answers) {
@@ -62,6 +63,7 @@ class CoordinatorClientTest {
             public <Q, R> ServerCall.Listener<Q> interceptCall(ServerCall<Q, R> call, Metadata h, ServerCallHandler<Q, R> next) {
                 synchronized (f.auth) {
                     f.auth.add(h.get(CoordinatorClient.AUTHORIZATION));
+                    f.owners.add(h.get(CoordinatorClient.OWNER_HEADER));
                 }
                 if (f.headerThenFail) {
                     Metadata hd = new Metadata();
@@ -168,6 +170,27 @@ class CoordinatorClientTest {
             assertTrue(r.response.getPhase2Pending());
             assertEquals(1, ran.get(), "onCommitted ran once");
             assertEquals(1, f.calls.get(), "no retry once the decision is known");
+        } finally {
+            s.shutdownNow();
+        }
+    }
+
+    /**
+     * A Commit names the owner its branches are named after (tandem-owner),
+     * so that a coordinator of another cluster at the same address refuses
+     * it before deciding; without an owner, no header.
+     */
+    @Test
+    void commitNamesTheOwner() throws Exception {
+        Fake f = new Fake(Status.OK);
+        Server s = serve(f);
+        try (CoordinatorClient c = new CoordinatorClient("127.0.0.1:" + s.getPort(), null)) {
+            String owner = "c1057e00000000000000000000000000";
+            c.commit(CommitRequest.newBuilder().setGtrid(TandemXid.newGtrid()).build(), Duration.ofSeconds(3), null, owner);
+            c.commit(CommitRequest.newBuilder().setGtrid(TandemXid.newGtrid()).build(), Duration.ofSeconds(3), null, null);
+            synchronized (f.auth) {
+                assertEquals(java.util.Arrays.asList(owner, null), f.owners);
+            }
         } finally {
             s.shutdownNow();
         }
