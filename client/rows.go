@@ -99,6 +99,6 @@ func (b *Branch) noteReadErr(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.lastErr == nil {
-		b.fail(fmt.Errorf("rm %q: reading a query's rows: %w", b.rm.name, err))
+		_ = b.fail(fmt.Errorf("rm %q: reading a query's rows: %w", b.rm.name, err))
 	}
 }

@@ -206,7 +206,7 @@ func (t *Tx) begun() []*Branch {
 func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, error) {
 	for _, b := range t.branches { // enlisted, begun or not: a failed begin leaves one idle
 		if err := b.pgStatus(""); err != nil {
-			b.fail(err)
+			_ = b.fail(err)
 		}
 		if b.lastErr != nil {
 			t.abortAll(ctx, branches)

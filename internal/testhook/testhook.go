@@ -5,7 +5,7 @@ package testhook
 
 import "sync/atomic"
 
-// SkipStatementChecks, when true, makes the Go SDK send an application's
+// SkipStatementChecks makes the Go SDK, when true, send an application's
 // statement without its early text checks (the MariaDB implicit-commit
 // classifier, PostgreSQL's transaction-control refusal). What the
 // databases and the SDK's checks after each statement enforce still holds.

@@ -408,11 +408,12 @@ func TestInitRM(t *testing.T) {
 				t.Errorf("run %d, rm %s: %q, want \"table %s\" and %q\n%s", i, r, line, verb, want[r], out)
 			}
 			m := idRE.FindStringSubmatch(line)
-			if m == nil {
+			switch {
+			case m == nil:
 				t.Errorf("run %d, rm %s: %q prints no table id", i, r, line)
-			} else if ids[r] != "" && ids[r] != m[1] {
+			case ids[r] != "" && ids[r] != m[1]:
 				t.Errorf("rm %s: the id changed between runs: %s, then %s", r, ids[r], m[1])
-			} else {
+			default:
 				ids[r] = m[1]
 			}
 		}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/client"
-	"github.com/tandem-tx/tandem/xid"
 )
 
 // insertBoth starts a transaction with one insert per database (not committed).
@@ -59,41 +58,6 @@ func TestCoordinatorKilledAfterCommitRecord(t *testing.T) {
 	if err != nil || st.Outcome != api.Outcome_COMMITTED {
 		t.Fatalf("Status after restart = %v, %v; want COMMITTED", st, err)
 	}
-}
-
-// prepareAndDie prepares both branches the way the SDK does, then the
-// "client" disappears: its connections close without a Commit.
-func prepareAndDie(t *testing.T, table string, id int) xid.GTRID {
-	t.Helper()
-	ctx := context.Background()
-	g := xid.New()
-	pg, _ := sql.Open("pgx", pgDSN)
-	my, _ := sql.Open("mysql", myDSN)
-	defer pg.Close()
-	defer my.Close()
-	pc, err := pg.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc, err := my.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgb, myb := xid.Branch{GTRID: g, RM: "pg"}, xid.Branch{GTRID: g, RM: "maria"}
-	for _, s := range []string{"BEGIN", "INSERT INTO " + table + " VALUES (" + itoa(id) + ", 'x')", "PREPARE TRANSACTION '" + pgb.PostgresGID() + "'"} {
-		if _, err := pc.ExecContext(ctx, s); err != nil {
-			t.Fatal(s, err)
-		}
-	}
-	for _, s := range []string{"XA START " + myb.MySQLXID(), "INSERT INTO " + table + " VALUES (" + itoa(id) + ", 'x')",
-		"XA END " + myb.MySQLXID(), "XA PREPARE " + myb.MySQLXID()} {
-		if _, err := mc.ExecContext(ctx, s); err != nil {
-			t.Fatal(s, err)
-		}
-	}
-	_ = pc.Raw(func(any) error { return errBadConn })
-	_ = mc.Raw(func(any) error { return errBadConn })
-	return g
 }
 
 // The client dies after preparing both branches and before Commit: after the
