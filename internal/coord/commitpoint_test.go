@@ -805,3 +805,45 @@ func TestOpenEnsuresTheDecisionTable(t *testing.T) {
 		t.Errorf("Ensure on pg called %d more times over two sweeps after it succeeded, want exactly 1 (then remembered)", pg2-pg)
 	}
 }
+
+// The commit point's own MariaDB branch (its RM is its commit point:
+// xid.CommitPointSelf) is never prepared by a client: it is decided by
+// INSERT 'C'; XA END; XA COMMIT … ONE PHASE. Seen in the chaos run, MariaDB
+// 10.11 killed while that ran came back with it PREPARED (its XA completion
+// is not binlog-coordinated in crash recovery): the 'C' row inside it
+// invisible, the key locked by it (so taking the key only ever answered
+// ErrPending), the other branch already committed by its client — stranded,
+// and the acknowledged transfer missing from MariaDB. Such a branch can only
+// be the decision COMMIT caught by a crash (its INSERT succeeded and nothing
+// can record 'A' while it holds the key): it is committed, and no key is
+// taken.
+func TestCommitPointOwnBranchLeftPreparedByACrashIsCommitted(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	opts, logs := cpOptions(t, f, s, nil)
+	opts.CommitPointSettleAfter = time.Second
+	c := openCP(t, opts)
+	g := xid.New()
+	self := xid.CommitPointSelf(g, "maria", f.id("maria"))
+	f.pending[g] = true // the prepared branch holds the key: a key-taker only ever waits
+	s.held[self] = true
+	now := time.Now()
+	c.settleInDoubt(rm.InDoubt{Branch: self}, now)
+	c.settleInDoubt(rm.InDoubt{Branch: self}, now.Add(2*time.Second))
+	if got := s.got(self); len(got) != 1 || !got[0] {
+		t.Fatalf("the commit point's own branch left prepared by a crash: settle calls %v, want one commit\n%s", got, logs)
+	}
+	f.mu.Lock()
+	resolves := f.resolves
+	f.mu.Unlock()
+	if resolves != 0 {
+		t.Errorf("%d keys taken for the commit point's own branch, want none: it holds the key itself", resolves)
+	}
+	// Another table's id: held, never committed here.
+	other := xid.CommitPointSelf(xid.New(), "maria", xid.NewOwner())
+	s.held[other] = true
+	c.settleInDoubt(rm.InDoubt{Branch: other}, now)
+	c.settleInDoubt(rm.InDoubt{Branch: other}, now.Add(2*time.Second))
+	if got := s.got(other); len(got) != 0 {
+		t.Errorf("a commit point's own branch naming another table: settle calls %v, want none", got)
+	}
+}

@@ -386,6 +386,9 @@ func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outc
 	if now.Sub(c.cpBase(b, first)) < c.settleAfter() {
 		return Undecided // its client is settling it
 	}
+	if b.RM == cp && b.Owned() {
+		return c.commitCrashedDecision(ctx, b)
+	}
 	o, found, err := tables.Lookup(ctx, cp, g, want)
 	read := time.Now()
 	if err != nil {
@@ -435,6 +438,35 @@ func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outc
 		c.logger.Info("settled a commit-point branch per its commit point's decision table", "commit_point", cp, "gtrid", g.String(), "rm", b.RM, "outcome", out.String())
 	}
 	return out
+}
+
+// commitCrashedDecision commits b, the commit point's own branch (its RM is
+// its commit point, xid.CommitPointSelf), found prepared. No client prepares
+// it: it is decided by INSERT 'C'; XA END; XA COMMIT … ONE PHASE. It is
+// prepared only when the database crashed while that XA COMMIT ran and its
+// recovery kept the transaction prepared (MariaDB 10.11 does: the completion
+// of a user XA transaction is not binlog-coordinated in crash recovery), so
+// its INSERT of 'C' had succeeded, and nothing can have recorded 'A' for the
+// gtrid since: this branch holds the key. Its outcome is COMMIT; committing
+// it makes the 'C' row visible, and the other branches are then settled by
+// it. Its owner was checked against cp's table by the caller.
+func (c *Coordinator) commitCrashedDecision(ctx context.Context, b xid.Branch) Outcome {
+	c.unhold(b)
+	done, err := c.settleCPBranch(ctx, b, true)
+	switch {
+	case err != nil:
+		if c.ctx.Err() == nil {
+			c.logger.Warn("could not commit a commit point's own branch left prepared by a crash; tried again at the next scan",
+				"commit_point", b.CommitPoint, "gtrid", b.GTRID.String(), "error", err)
+		}
+		return Undecided
+	case !done:
+		return Undecided
+	}
+	c.logger.Warn("committed a commit point's own branch that the database's crash recovery had left prepared: its XA COMMIT … ONE PHASE was running, "+
+		"so its decision was COMMIT (the INSERT of 'C' had succeeded, and nothing can record 'A' while it holds the key); the other branches follow its 'C' row",
+		"commit_point", b.CommitPoint, "gtrid", b.GTRID.String())
+	return Committed
 }
 
 // cpBase is when b's wait for its client is counted from: the first scan
