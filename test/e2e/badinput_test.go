@@ -100,7 +100,9 @@ func TestBadRequestsAreRefusedClearly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pgConn.Close()
-	for _, q := range []string{"BEGIN", "PREPARE TRANSACTION '" + xid.Branch{GTRID: res, RM: "pg"}.PostgresGID() + "'"} {
+	// Named after this coordinator's cluster, as its clients name the
+	// branches it decides: a legacy (unowned) name is only listed.
+	for _, q := range []string{"BEGIN", "PREPARE TRANSACTION '" + xid.Branch{GTRID: res, RM: "pg", Owner: clusterOf(t, c)}.PostgresGID() + "'"} {
 		if _, err := pgConn.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
