@@ -130,13 +130,18 @@ func (t table) commitStatements(d rm.Driver, c Commit) []string {
 	return append(out, "COMMIT")
 }
 
-// checkedValue is the SQL for value if the id table holds the id want, else
-// NULL (a scalar subquery with no row): written into a NOT NULL column, it
-// makes the database itself refuse a statement that reached another table.
-// The zero want checks nothing.
-func (t table) checkedValue(_ rm.Driver, value string, want xid.Owner) string {
+// checkedValue is the SQL for value if the id table holds the id want (on
+// PostgreSQL: and is in the schema where the decision table's name
+// resolves, schema.go), else NULL (a scalar subquery with no row): written
+// into a NOT NULL column, it makes the database itself refuse a statement
+// that reached another table. The zero want checks nothing.
+func (t table) checkedValue(d rm.Driver, value string, want xid.Owner) string {
 	if want.IsZero() {
 		return value
+	}
+	if d == rm.Postgres {
+		// and the id row is beside the decision table (schema.go).
+		return "(SELECT " + value + " FROM " + t.id + " i WHERE i.id = " + ownerLiteral(want) + " AND " + t.pgSameSchema("i") + ")"
 	}
 	return "(SELECT " + value + " FROM " + t.id + " WHERE id = " + ownerLiteral(want) + ")"
 }
