@@ -67,7 +67,10 @@ type Commit struct {
 	// its table id: who must be seen to hold no branch before the row may be
 	// forgotten by a sweep.
 	Participants []Participant
-	// MaxAge is the longest the transaction may have run (0 refuses all).
+	// MaxAge is the longest the transaction may have run (0 refuses all);
+	// at most MaxCommitPointAge, whatever is passed: 'A' rows are swept
+	// once older than that plus a margin, and from then on this check is
+	// what refuses a late commit point.
 	MaxAge time.Duration
 	// Forget lists 'C' rows of earlier gtrids whose branches are all
 	// committed; rows younger than ForgetMinAge are left for later.
@@ -103,7 +106,9 @@ func CommitStatements(d rm.Driver, c Commit) []string {
 }
 
 func (t table) commitStatements(d rm.Driver, c Commit) []string {
-	us := strconv.FormatInt(c.MaxAge.Microseconds(), 10)
+	// Never more than MaxCommitPointAge: the sweep of 'A' rows relies on it
+	// (SweepAborts), whatever a caller passes.
+	us := strconv.FormatInt(min(c.MaxAge, MaxCommitPointAge).Microseconds(), 10)
 	parts := t.checkedValue(d, stringLiteral(d, FormatParticipants(c.Participants)), c.Table)
 	var out []string
 	if d == rm.MySQL {
