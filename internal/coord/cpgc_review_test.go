@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,5 +55,43 @@ func TestSweepNeedsTheParticipantsIDReadThisSweep(t *testing.T) {
 	}
 	if st.Kept[KeptUnanswered] != 1 {
 		t.Errorf("sweep kept %v, want the row kept as %s", st.Kept, KeptUnanswered)
+	}
+}
+
+// A decision row that vanished while the key was taken is an unknown
+// outcome, and stays one: the next scan must not find "no row", take the key
+// and roll the branch back. (A 'C' row is never forgotten while a branch is
+// prepared, and one committed after the read is 30 s from being forgettable:
+// a row gone between the key and the read was deleted by something outside
+// the rules — a 'C' there means the transaction committed.) The branch is
+// held, with its reason, for an operator.
+func TestVanishedDecisionIsNotTakenAgainIntoAnAbort(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	opts, logs := cpOptions(t, f, s, nil)
+	opts.CommitPointSettleAfter = time.Second
+	c := openCP(t, opts)
+	now := time.Now()
+	g := xid.New()
+	b := xid.Branch{GTRID: g, RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
+	s.held[b] = true
+	f.vanish[g] = true
+	c.settleInDoubt(rm.InDoubt{Branch: b}, now)
+	c.settleInDoubt(rm.InDoubt{Branch: b}, now.Add(2*time.Second)) // the key: the row vanishes under it
+	f.mu.Lock()
+	f.vanish[g] = false // the row is gone for good
+	f.mu.Unlock()
+	c.settleInDoubt(rm.InDoubt{Branch: b}, now.Add(4*time.Second))
+	if got := s.got(b); len(got) != 0 {
+		t.Fatalf("after its decision row vanished under the key, the next scan settled the branch: settle calls %v (commit?), row now %v; want none: the outcome is unknown", got, f.rows["maria"][g])
+	}
+	if _, ok := f.get("maria", g); ok {
+		t.Errorf("an abort was recorded after the decision row vanished")
+	}
+	held := c.CommitPointHeld()
+	if len(held) != 1 || held[0].Reason != ReasonCPVanished {
+		t.Errorf("CommitPointHeld = %+v, want the branch held as %s", held, ReasonCPVanished)
+	}
+	if !strings.Contains(logs.String(), "OUTCOME UNKNOWN") {
+		t.Errorf("no log says the outcome is unknown:\n%s", logs.String())
 	}
 }

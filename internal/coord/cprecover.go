@@ -84,10 +84,15 @@ const (
 	// ReasonCPUnowned: a legacy (unowned) commit-point branch with no 'C'
 	// row, and --adopt-unowned not given.
 	ReasonCPUnowned = "commit-point-unowned-legacy-name"
+	// ReasonCPVanished: the gtrid's decision row was deleted while this
+	// coordinator took its key (decision.ErrVanished): the outcome is
+	// unknown, and the key is not taken again into an abort. A row that
+	// appears again settles the branch.
+	ReasonCPVanished = "decision-row-vanished"
 )
 
 // CPHoldReasons lists the hold reasons, in the order listings show them.
-var CPHoldReasons = []string{ReasonCPNotConfigured, ReasonCPTableDiffers, ReasonCPUnowned}
+var CPHoldReasons = []string{ReasonCPNotConfigured, ReasonCPTableDiffers, ReasonCPUnowned, ReasonCPVanished}
 
 // CommitPointHold is a prepared commit-point branch this coordinator will
 // not settle, and why.
@@ -116,6 +121,9 @@ type cpState struct {
 	preparedAt map[xid.Branch]time.Time
 	// kept: the 'C' rows the last sweep kept, by reason (cpgc.go).
 	kept map[string]int
+	// vanished: gtrids whose decision row vanished under a key taken here
+	// (ReasonCPVanished), while a branch of theirs is listed.
+	vanished map[xid.GTRID]bool
 	// due: the earliest time a waiting commit-point branch becomes due;
 	// lastScan and lastCP: when the scan last ran, and last saw a
 	// commit-point branch (cpDue).
@@ -405,6 +413,10 @@ func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outc
 		return Undecided
 	}
 	took := false
+	if !found && c.keyVanished(g) {
+		c.holdVanished(b, first, now)
+		return Undecided
+	}
 	if !found {
 		if o, err = c.takeKey(ctx, b, want, read); err != nil {
 			return Undecided
@@ -435,6 +447,34 @@ func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outc
 		c.logger.Info("settled a commit-point branch per its commit point's decision table", "commit_point", cp, "gtrid", g.String(), "rm", b.RM, "outcome", out.String())
 	}
 	return out
+}
+
+// keyVanished reports whether g's decision row vanished under a key taken
+// here (ReasonCPVanished).
+func (c *Coordinator) keyVanished(g xid.GTRID) bool {
+	c.cpst.mu.Lock()
+	defer c.cpst.mu.Unlock()
+	return c.cpst.vanished[g]
+}
+
+// markVanished notes that g's decision row vanished under a key taken here.
+func (c *Coordinator) markVanished(g xid.GTRID) {
+	c.cpst.mu.Lock()
+	defer c.cpst.mu.Unlock()
+	if c.cpst.vanished == nil {
+		c.cpst.vanished = map[xid.GTRID]bool{}
+	}
+	c.cpst.vanished[g] = true
+}
+
+// holdVanished holds b, whose decision row vanished under a key taken here.
+func (c *Coordinator) holdVanished(b xid.Branch, first, now time.Time) {
+	c.hold(b, ReasonCPVanished, "its decision row was deleted while this coordinator took its key: the outcome is unknown (never taken for an abort); "+
+		"look at what each database holds of the gtrid and settle the branch by hand", xid.Owner{}, first)
+	if c.sayEvery("cp-vanished:"+b.GTRID.String(), now) {
+		c.logger.Error("ALARM: a prepared commit-point branch whose decision row vanished under the key is held: its outcome is unknown here (said again every minute while it lasts)",
+			"commit_point", b.CommitPoint, "gtrid", b.GTRID.String(), "rm", b.RM)
+	}
 }
 
 // cpBase is when b's wait for its client is counted from: the first scan
@@ -494,9 +534,12 @@ func (c *Coordinator) takeKey(ctx context.Context, b xid.Branch, table xid.Owner
 		c.logger.Info("a commit-point branch with no decision: the commit point's transaction is still open; tried again at the next scan",
 			"commit_point", cp, "gtrid", g.String(), "rm", b.RM)
 	case errors.Is(err, dtable.ErrVanished):
-		c.logger.Error("OUTCOME UNKNOWN: a commit point's decision row for a prepared branch was deleted while the key was taken; nothing was settled. "+
+		c.markVanished(g)
+		c.logger.Error("OUTCOME UNKNOWN: a commit point's decision row for a prepared branch was deleted while the key was taken; nothing was settled, and the key is not taken again "+
+			"(the branch is held: a row deleted while a branch is prepared was deleted against the rules, and a 'C' there means the transaction committed). "+
 			"Look at what the other databases hold of the gtrid and settle the branch by hand",
 			"commit_point", cp, "gtrid", g.String(), "rm", b.RM, "error", err)
+		c.holdVanished(b, time.Now(), time.Now())
 	case errors.Is(err, dtable.ErrWrongTable):
 		c.cpReadFailed(b, time.Now(), err)
 	case err != nil:
@@ -563,6 +606,20 @@ func (c *Coordinator) settleCPBranches(ds []rm.InDoubt, now time.Time) {
 	for b := range c.cpst.held {
 		if !seen[b] { // gone at an earlier scan (scanOnce forgot it)
 			delete(c.cpst.held, b)
+		}
+	}
+	if len(c.cpst.vanished) > 0 {
+		live := map[xid.GTRID]bool{}
+		for b := range seen {
+			live[b.GTRID] = true
+		}
+		for _, d := range ds {
+			live[d.Branch.GTRID] = true
+		}
+		for g := range c.cpst.vanished {
+			if !live[g] {
+				delete(c.cpst.vanished, g)
+			}
 		}
 	}
 	if c.cpst.preparedAt == nil {
@@ -740,6 +797,11 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 			"nothing was settled. Look at the databases and settle them by hand, or start the coordinator with --adopt-unowned if no other table can hold their decision"
 		return r, true, nil
 	}
+	if !found && resolve && c.keyVanished(g) {
+		r.Message = where + ": OUTCOME UNKNOWN — its decision row was deleted while this coordinator took the key earlier; the key is not taken again into an abort, and nothing was recorded. " +
+			"Look at what each database holds of the gtrid and settle the branches by hand"
+		return r, true, nil
+	}
 	if !found && resolve {
 		if want.IsZero() && !c.opts.AdoptUnowned {
 			r.Message = where + ": no decision there, and the branches carry legacy (unowned) names: the client may have decided in another table; nothing was recorded. " +
@@ -764,6 +826,7 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 			r.Message = where + ": the commit point's transaction is still open (it holds the decision key); nothing was recorded: try again in a moment"
 			return r, true, nil
 		case errors.Is(err, dtable.ErrVanished):
+			c.markVanished(g)
 			r.Message = where + ": OUTCOME UNKNOWN — the decision row was deleted while the key was taken (forgotten or swept): it is NOT taken for an abort, and nothing was recorded; " +
 				"look at what each database holds of the gtrid and settle the branches by hand"
 			return r, true, nil
