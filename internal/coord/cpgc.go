@@ -133,7 +133,9 @@ func (c *Coordinator) ensureTable(name string) {
 //     this sweep both before and after that RM's scan, never an id
 //     remembered from earlier (the DSN may reach another database now) —
 //     and a recover scan of that RM, begun after the row was read (so
-//     after it was written), lists no branch of the gtrid, under any name. A row
+//     after it was written), lists no branch of the gtrid, under any name
+//     — nor does any other RM's scan (the participants are the client's
+//     word; a branch it left out keeps the row too). A row
 //     naming an RM unknown here, or another table id, is kept, counted
 //     (SweepStats.Kept, DecisionRowsKept) and logged as an error
 //     (rate-limited): another coordinator, or an RM taken out of --rm,
@@ -327,6 +329,13 @@ func (c *Coordinator) keepReason(r dtable.Row, held map[string]map[xid.GTRID]boo
 		}
 		if held[p.RM][r.GTRID] {
 			return KeptPrepared, p.RM
+		}
+	}
+	// The participants column is the client's word; a branch of the gtrid
+	// that any answering RM lists, named there or not, keeps the row.
+	for _, name := range c.rmList {
+		if held[name][r.GTRID] {
+			return KeptPrepared, name + " (not named in the row's participants)"
 		}
 	}
 	return "", ""

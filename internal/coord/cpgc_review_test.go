@@ -95,3 +95,36 @@ func TestVanishedDecisionIsNotTakenAgainIntoAnAbort(t *testing.T) {
 		t.Errorf("no log says the outcome is unknown:\n%s", logs.String())
 	}
 }
+
+// The participants column is the client's word; the scans are the
+// database's. A 'C' row is kept while any RM that answered lists a branch of
+// its gtrid, named as a participant or not (an SDK that left one out, a row
+// written by hand): forgetting it then would let that branch be aborted by a
+// key taken later.
+func TestSweepKeepsARowWhileAnyRMHoldsItsGTRID(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	f.ids["pg2"] = xid.NewOwner()
+	g := xid.New()
+	f.set("maria", g, dtable.Committed)
+	f.parts[g] = "pg=" + f.id("pg").String() // pg2's branch of g is not named
+	f.old[g] = true
+	opts, _ := cpOptions(t, f, s, func(name string) ([]rm.InDoubt, error) {
+		if name == "pg2" {
+			return []rm.InDoubt{{Branch: xid.Branch{GTRID: g, RM: "pg2", CommitPoint: "maria", Owner: f.id("maria")}}}, nil
+		}
+		return nil, nil
+	})
+	opts.RMs = append(opts.RMs, rm.Config{Name: "pg2", Driver: rm.Postgres, DSN: "postgres://u:p@127.0.0.1:1/db2"})
+	opts.CommitPointSettleAfter = time.Hour // the scan leaves the branch alone
+	c := open(t, opts)
+	st, err := c.SweepNow(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.get("maria", g); !ok {
+		t.Fatalf("a 'C' row was forgotten while pg2 lists a prepared branch of its gtrid (not named in its participants %q): sweep %+v", f.parts[g], st)
+	}
+	if st.Kept[KeptPrepared] != 1 {
+		t.Errorf("sweep kept %v, want the row kept as %s", st.Kept, KeptPrepared)
+	}
+}
