@@ -34,8 +34,8 @@ Whoever may write these tables can decide transactions: it warns when an
 account other than the one in the DSN and those named by --allow (the
 application's user and the coordinator's; a PostgreSQL role, or a MariaDB
 user at any host "app" or at one host "app@10.0.0.%") may INSERT, UPDATE or
-DELETE them (PostgreSQL also TRUNCATE; PUBLIC, role membership, database
-and global grants count). On MariaDB every account's grants are read from
+DELETE them (PostgreSQL also TRUNCATE; MariaDB also DROP, which TRUNCATE
+TABLE needs; PUBLIC, role membership, database and global grants count). On MariaDB every account's grants are read from
 the mysql schema, which needs an administrator; run as another user, it
 shows that user's own grants and says so.
 
