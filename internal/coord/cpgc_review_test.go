@@ -128,3 +128,30 @@ func TestSweepKeepsARowWhileAnyRMHoldsItsGTRID(t *testing.T) {
 		t.Errorf("sweep kept %v, want the row kept as %s", st.Kept, KeptPrepared)
 	}
 }
+
+// The id a coordinator remembers for a commit point's table is a cache: when
+// a branch names another id, the table is read again before the branch is
+// held as another table's. A table made again (init-rm after a restore, a
+// new id) must not hold its new branches, with an alarm that the DSN reaches
+// another schema, until the next sweep happens to re-read it.
+func TestCommitPointIDIsReadAgainBeforeHolding(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	opts, _ := cpOptions(t, f, s, nil)
+	opts.CommitPointSettleAfter = time.Second
+	c := openCP(t, opts)
+	if _, err := c.tableID(context.Background(), "maria"); err != nil { // remembered
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.ids["maria"] = xid.NewOwner() // maria's tables made again
+	f.mu.Unlock()
+	g := xid.New()
+	f.set("maria", g, dtable.Committed)
+	b := xid.Branch{GTRID: g, RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
+	now := time.Now()
+	c.settleInDoubt(rm.InDoubt{Branch: b}, now)
+	c.settleInDoubt(rm.InDoubt{Branch: b}, now.Add(2*time.Second))
+	if got := s.got(b); len(got) != 1 || !got[0] {
+		t.Errorf("a branch owned by the commit point's table as it is now (the coordinator remembered its old id): settle calls %v, held %+v; want one commit", got, c.CommitPointHeld())
+	}
+}

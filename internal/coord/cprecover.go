@@ -113,8 +113,10 @@ type CommitPointHold struct {
 // cpState is commit-point recovery's own state.
 type cpState struct {
 	mu sync.Mutex
-	// ids: each RM's decision-table id, as read (refreshed by each sweep).
-	ids map[string]xid.Owner
+	// ids: each RM's decision-table id, as read (refreshed by each sweep),
+	// and when it was read.
+	ids    map[string]xid.Owner
+	idRead map[string]time.Time
 	// held: the commit-point branches held at the last scan that saw them.
 	held map[xid.Branch]CommitPointHold
 	// preparedAt: the database's prepare time of a branch, where it says.
@@ -245,10 +247,34 @@ func (c *Coordinator) refreshID(ctx context.Context, name string) (xid.Owner, er
 			"commit-point branches naming the old id are held, not settled", "rm", name, "old_id", old.String(), "id", id.String())
 	}
 	if c.cpst.ids == nil {
-		c.cpst.ids = map[string]xid.Owner{}
+		c.cpst.ids, c.cpst.idRead = map[string]xid.Owner{}, map[string]time.Time{}
 	}
 	c.cpst.ids[name] = id
+	c.cpst.idRead[name] = time.Now()
 	return id, nil
+}
+
+// idRecheckEvery: for status, a branch naming another id than the one
+// remembered for its commit point's table makes the table's id be read
+// again when it was read longer ago than this.
+const idRecheckEvery = 5 * time.Second
+
+// tableIDFor returns the id of RM name's decision table to compare with
+// want, a branch's owner: the remembered one, or, when it differs and was
+// read before since, the id read again (the table may have been made again
+// since; the scan passes its start, so that it reads it at most once).
+func (c *Coordinator) tableIDFor(ctx context.Context, name string, want xid.Owner, since time.Time) (xid.Owner, error) {
+	id, err := c.tableID(ctx, name)
+	if err != nil || id == want {
+		return id, err
+	}
+	c.cpst.mu.Lock()
+	stale := c.cpst.idRead[name].Before(since)
+	c.cpst.mu.Unlock()
+	if !stale {
+		return id, nil
+	}
+	return c.refreshID(ctx, name)
 }
 
 // settleAfter is Options.CommitPointSettleAfter or its default.
@@ -372,7 +398,7 @@ func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outc
 	tables := c.decisions()
 	want := b.Owner
 	if b.Owned() {
-		id, err := c.tableID(ctx, cp)
+		id, err := c.tableIDFor(ctx, cp, want, now)
 		if err != nil {
 			if c.ctx.Err() == nil && c.sayEvery("cp-id:"+cp, now) {
 				c.logger.Warn("cannot read the id of a commit point's decision table; its prepared branches are tried again at the next scan (said again every minute while it lasts)",
@@ -776,7 +802,7 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 		return r, true, nil
 	}
 	if !want.IsZero() {
-		id, err := c.tableID(ctx, cp)
+		id, err := c.tableIDFor(ctx, cp, want, time.Now().Add(-idRecheckEvery))
 		if err != nil {
 			return Report{}, true, fmt.Errorf("coord: gtrid %s is %s, whose id cannot be read: %w; try again", g, where, err)
 		}
