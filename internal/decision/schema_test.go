@@ -132,3 +132,47 @@ func TestTemporaryDecisionTableAndLookupThroughAConn(t *testing.T) {
 		}
 	})
 }
+
+// Ensure, allowed to create tables, puts the id table beside the decision
+// table the search path reaches (CREATE TABLE IF NOT EXISTS looks in the
+// current schema only), so that the two are never apart after it.
+func TestEnsurePutsTheIDTableBesideTheDecisionTable(t *testing.T) {
+	dsn := os.Getenv("TANDEM_PG_DSN")
+	if dsn == "" {
+		t.Skip("skipping: TANDEM_PG_DSN not set")
+	}
+	ctx := testCtx(t)
+	suffix := randHex(t)
+	sa, sb := "tandem_sa_"+suffix, "tandem_sb_"+suffix
+	tab := table{name: "tandem_decision_t" + suffix, id: "tandem_decision_id_t" + suffix}
+	open := func(searchPath string) *sql.DB {
+		db, err := sql.Open("pgx", dsn+map[bool]string{true: "&", false: "?"}[strings.Contains(dsn, "?")]+"search_path="+searchPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	admin := open("public")
+	for _, s := range []string{sa, sb} {
+		if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+s); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = admin.Exec("DROP SCHEMA " + s + " CASCADE") })
+	}
+	if _, err := open(sa).ExecContext(ctx, tab.ddl(rm.Postgres)[0]); err != nil { // the decision table only
+		t.Fatal(err)
+	}
+	if _, err := open(sb).ExecContext(ctx, tab.ddl(rm.Postgres)[1]); err != nil { // the id table only
+		t.Fatal(err)
+	}
+	// With "a, b", CREATE TABLE IF NOT EXISTS finds the decision table in a
+	// and makes the id table in a too: the two end up side by side.
+	err := tab.ensure(ctx, open(sa+","+sb), rm.Postgres)
+	if err != nil {
+		t.Fatalf("Ensure through %s,%s: %v (it makes the id table beside the decision table)", sa, sb, err)
+	}
+	if _, err := tab.readID(ctx, open(sa+","+sb), rm.Postgres); err != nil {
+		t.Errorf("ReadID after Ensure: %v", err)
+	}
+}
