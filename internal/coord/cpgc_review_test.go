@@ -155,3 +155,33 @@ func TestCommitPointIDIsReadAgainBeforeHolding(t *testing.T) {
 		t.Errorf("a branch owned by the commit point's table as it is now (the coordinator remembered its old id): settle calls %v, held %+v; want one commit", got, c.CommitPointHeld())
 	}
 }
+
+// Rows returns at most decision.RowsLimit rows, oldest gtrid first. Rows
+// the sweep keeps for ever (a participant no longer configured: an alarm)
+// fill that page once there are RowsLimit of them, and no younger row — a
+// dead client's, whose branches are all committed — is ever looked at again:
+// the table grows while the sweep re-reads the same kept rows every minute.
+func TestSweepIsNotStarvedByKeptRows(t *testing.T) {
+	t.Skip("known, not fixed (h6 review): the sweep reads one page of decision.RowsLimit oldest rows; it needs a cursor (Rows after a gtrid) kept across sweeps")
+	f, s := newFakeTables(), newSettleLog()
+	f.rowsLimit = dtable.RowsLimit
+	gone := "gone=" + xid.NewOwner().String()
+	for i := 0; i < dtable.RowsLimit; i++ {
+		g := xid.NewAt(0, time.Now().Add(-time.Hour))
+		f.set("maria", g, dtable.Committed)
+		f.parts[g] = gone
+		f.old[g] = true
+	}
+	young := xid.New()
+	f.set("maria", young, dtable.Committed)
+	f.parts[young] = "pg=" + f.id("pg").String()
+	f.old[young] = true
+	opts, _ := cpOptions(t, f, s, nil)
+	c := open(t, opts)
+	if _, err := c.SweepNow(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.get("maria", young); ok {
+		t.Errorf("a forgettable 'C' row behind %d kept ones was never looked at", dtable.RowsLimit)
+	}
+}
