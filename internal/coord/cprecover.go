@@ -823,7 +823,7 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 			"nothing was settled. Look at the databases and settle them by hand, or start the coordinator with --adopt-unowned if no other table can hold their decision"
 		return r, true, nil
 	}
-	if !found && resolve && c.keyVanished(g) {
+	if !found && c.keyVanished(g) {
 		r.Message = where + ": OUTCOME UNKNOWN — its decision row was deleted while this coordinator took the key earlier; the key is not taken again into an abort, and nothing was recorded. " +
 			"Look at what each database holds of the gtrid and settle the branches by hand"
 		return r, true, nil
