@@ -554,7 +554,13 @@ func (c *Coordinator) takeKey(ctx context.Context, b xid.Branch, table xid.Owner
 		c.logger.Info("a commit-point branch's check took too long to take its key safely; tried again at the next scan", "commit_point", cp, "gtrid", g.String(), "rm", b.RM)
 		return 0, errors.New("too slow")
 	}
-	o, err := c.decisions().Resolve(ctx, cp, g, table, cpLockWait)
+	// The key's INSERT is done before this deadline, or its transaction is
+	// never committed (COMMIT is sent only after the INSERT answered): the
+	// bound ForgetMinAge relies on holds by itself, not only through the
+	// caller's timeout.
+	kctx, cancel := context.WithDeadline(ctx, read.Add(cpKeyWithin))
+	defer cancel()
+	o, err := c.decisions().Resolve(kctx, cp, g, table, cpLockWait)
 	switch {
 	case errors.Is(err, dtable.ErrPending):
 		c.logger.Info("a commit-point branch with no decision: the commit point's transaction is still open; tried again at the next scan",
@@ -846,7 +852,9 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 			r.Message = where + ": its branches were settled meanwhile (or the check was slow); nothing was recorded: ask again"
 			return r, true, nil
 		}
-		o, err = tables.Resolve(ctx, cp, g, want, cpLockWait)
+		kctx, kcancel := context.WithDeadline(ctx, read.Add(cpKeyWithin)) // as in takeKey
+		o, err = tables.Resolve(kctx, cp, g, want, cpLockWait)
+		kcancel()
 		switch {
 		case errors.Is(err, dtable.ErrPending):
 			r.Message = where + ": the commit point's transaction is still open (it holds the decision key); nothing was recorded: try again in a moment"
