@@ -34,8 +34,8 @@ Whoever may write these tables can decide transactions: it warns when an
 account other than the one in the DSN and those named by --allow (the
 application's user and the coordinator's; a PostgreSQL role, or a MariaDB
 user at any host "app" or at one host "app@10.0.0.%") may INSERT, UPDATE or
-DELETE them (PostgreSQL also TRUNCATE; PUBLIC, role membership, database
-and global grants count). On MariaDB every account's grants are read from
+DELETE them (PostgreSQL also TRUNCATE; MariaDB also DROP, which TRUNCATE
+TABLE needs; PUBLIC, role membership, database and global grants count). On MariaDB every account's grants are read from
 the mysql schema, which needs an administrator; run as another user, it
 shows that user's own grants and says so.
 
@@ -143,10 +143,12 @@ func initRM(rc rm.Config, timeout time.Duration, allow []string) (table, point s
 }
 
 // tableExists reports whether the decision table (tandem_decision) is where
-// CREATE TABLE IF NOT EXISTS would find it: the connection's database (MySQL/MariaDB), the
-// first schema of the search path that has it (PostgreSQL).
+// CREATE TABLE IF NOT EXISTS would find it: the connection's database
+// (MySQL/MariaDB), the current schema — the first schema of the search path
+// that exists, where CREATE TABLE makes it — on PostgreSQL (one further on
+// the path is not it: a new table is made in the current schema).
 func tableExists(ctx context.Context, conn *rm.Conn, d rm.Driver) (bool, error) {
-	q := "SELECT to_regclass('" + decision.TableName + "') IS NOT NULL"
+	q := "SELECT coalesce(to_regclass(quote_ident(current_schema()) || '." + decision.TableName + "') IS NOT NULL, false)"
 	if d == rm.MySQL {
 		q = "SELECT COUNT(*) > 0 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = '" + decision.TableName + "'"
 	}

@@ -129,9 +129,13 @@ func (c *Coordinator) ensureTable(name string) {
 //     gtrid's row check.
 //   - a 'C' row older than decision.ForgetMinAge only when every
 //     participant it names (decision.ParseParticipants) is an RM of this
-//     coordinator whose decision table has the id the row names, and a
-//     recover scan of that RM, begun after the row was read (so after it
-//     was written), lists no branch of the gtrid, under any name. A row
+//     coordinator whose decision table has the id the row names — read by
+//     this sweep both before and after that RM's scan, never an id
+//     remembered from earlier (the DSN may reach another database now) —
+//     and a recover scan of that RM, begun after the row was read (so
+//     after it was written), lists no branch of the gtrid, under any name
+//     — nor does any other RM's scan (the participants are the client's
+//     word; a branch it left out keeps the row too). A row
 //     naming an RM unknown here, or another table id, is kept, counted
 //     (SweepStats.Kept, DecisionRowsKept) and logged as an error
 //     (rate-limited): another coordinator, or an RM taken out of --rm,
@@ -166,6 +170,10 @@ func (c *Coordinator) sweepOnce() SweepStats {
 	}
 	var candidates []candidate
 	legacyOld := map[string]map[xid.GTRID]bool{}
+	// idBefore: each RM's table id read by this sweep before its rows and
+	// scans (never one remembered from earlier: the DSN may reach another
+	// database now).
+	idBefore := map[string]xid.Owner{}
 	for _, name := range c.rmList {
 		c.ensureTable(name)
 		if !c.tableReady[name] {
@@ -175,8 +183,12 @@ func (c *Coordinator) sweepOnce() SweepStats {
 		n, err := tables.SweepAborts(ctx, name, keep)
 		st.AbortsSwept += n
 		if err == nil {
-			if _, ierr := c.refreshID(ctx, name); ierr != nil && c.ctx.Err() == nil {
-				c.logger.Warn("cannot read the id of a decision table; rows naming it are kept", "rm", name, "error", ierr)
+			if id, ierr := c.refreshID(ctx, name); ierr != nil {
+				if c.ctx.Err() == nil {
+					c.logger.Warn("cannot read the id of a decision table; rows naming it are kept", "rm", name, "error", ierr)
+				}
+			} else {
+				idBefore[name] = id
 			}
 			var rows []dtable.Row
 			rows, err = tables.Rows(ctx, name, dtable.ForgetMinAge)
@@ -217,10 +229,30 @@ func (c *Coordinator) sweepOnce() SweepStats {
 			held[name][d.Branch.GTRID] = true
 		}
 	}
+	// Each answering RM's id read again after its scan: the same id before
+	// and after is the evidence that the scan reached the database the id
+	// names.
+	verified := map[string]xid.Owner{}
+	for name, before := range idBefore {
+		if held[name] == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
+		after, err := c.refreshID(ctx, name)
+		cancel()
+		switch {
+		case err != nil:
+			if c.ctx.Err() == nil {
+				c.logger.Warn("cannot read the id of a decision table; rows naming it are kept", "rm", name, "error", err)
+			}
+		case after == before:
+			verified[name] = after
+		}
+	}
 	now := time.Now()
 	forget := map[string][]xid.GTRID{}
 	for _, cand := range candidates {
-		why, detail := c.keepReason(cand.row, held, legacyOld[cand.table])
+		why, detail := c.keepReason(cand.row, held, verified, legacyOld[cand.table])
 		if why == "" {
 			forget[cand.table] = append(forget[cand.table], cand.row.GTRID)
 			continue
@@ -255,9 +287,10 @@ func (c *Coordinator) sweepOnce() SweepStats {
 
 // keepReason says why the 'C' row r must be kept ("" when it may be
 // forgotten; see sweepOnce), and a detail for the log. held is each
-// answering RM's scan; legacyOld the table's rows old enough for the
-// legacy rule.
-func (c *Coordinator) keepReason(r dtable.Row, held map[string]map[xid.GTRID]bool, legacyOld map[xid.GTRID]bool) (why, detail string) {
+// answering RM's scan; ids each RM's table id as read by this sweep both
+// before and after its scan (an RM missing from it is unanswered);
+// legacyOld the table's rows old enough for the legacy rule.
+func (c *Coordinator) keepReason(r dtable.Row, held map[string]map[xid.GTRID]bool, ids map[string]xid.Owner, legacyOld map[xid.GTRID]bool) (why, detail string) {
 	ps, err := dtable.ParseParticipants(r.Participants)
 	if err != nil {
 		return KeptUnreadable, err.Error()
@@ -276,12 +309,6 @@ func (c *Coordinator) keepReason(r dtable.Row, held map[string]map[xid.GTRID]boo
 		}
 		return "", ""
 	}
-	c.cpst.mu.Lock()
-	ids := make(map[string]xid.Owner, len(c.cpst.ids))
-	for k, v := range c.cpst.ids {
-		ids[k] = v
-	}
-	c.cpst.mu.Unlock()
 	for _, p := range ps {
 		if _, ok := c.rms[p.RM]; !ok {
 			return KeptUnknownRM, p.RM
@@ -293,7 +320,7 @@ func (c *Coordinator) keepReason(r dtable.Row, held map[string]map[xid.GTRID]boo
 			return KeptTableDiffers, fmt.Sprintf("%s: row names %s, its table here is %s", p.RM, p.Table, id)
 		}
 		if !ok {
-			return KeptUnanswered, p.RM + " (its table's id is not known here)"
+			return KeptUnanswered, p.RM + " (its table's id was not read, the same, before and after its scan in this sweep)"
 		}
 	}
 	for _, p := range ps {
@@ -302,6 +329,13 @@ func (c *Coordinator) keepReason(r dtable.Row, held map[string]map[xid.GTRID]boo
 		}
 		if held[p.RM][r.GTRID] {
 			return KeptPrepared, p.RM
+		}
+	}
+	// The participants column is the client's word; a branch of the gtrid
+	// that any answering RM lists, named there or not, keeps the row.
+	for _, name := range c.rmList {
+		if held[name][r.GTRID] {
+			return KeptPrepared, name + " (not named in the row's participants)"
 		}
 	}
 	return "", ""

@@ -84,10 +84,15 @@ const (
 	// ReasonCPUnowned: a legacy (unowned) commit-point branch with no 'C'
 	// row, and --adopt-unowned not given.
 	ReasonCPUnowned = "commit-point-unowned-legacy-name"
+	// ReasonCPVanished: the gtrid's decision row was deleted while this
+	// coordinator took its key (decision.ErrVanished): the outcome is
+	// unknown, and the key is not taken again into an abort. A row that
+	// appears again settles the branch.
+	ReasonCPVanished = "decision-row-vanished"
 )
 
 // CPHoldReasons lists the hold reasons, in the order listings show them.
-var CPHoldReasons = []string{ReasonCPNotConfigured, ReasonCPTableDiffers, ReasonCPUnowned}
+var CPHoldReasons = []string{ReasonCPNotConfigured, ReasonCPTableDiffers, ReasonCPUnowned, ReasonCPVanished}
 
 // CommitPointHold is a prepared commit-point branch this coordinator will
 // not settle, and why.
@@ -108,14 +113,19 @@ type CommitPointHold struct {
 // cpState is commit-point recovery's own state.
 type cpState struct {
 	mu sync.Mutex
-	// ids: each RM's decision-table id, as read (refreshed by each sweep).
-	ids map[string]xid.Owner
+	// ids: each RM's decision-table id, as read (refreshed by each sweep),
+	// and when it was read.
+	ids    map[string]xid.Owner
+	idRead map[string]time.Time
 	// held: the commit-point branches held at the last scan that saw them.
 	held map[xid.Branch]CommitPointHold
 	// preparedAt: the database's prepare time of a branch, where it says.
 	preparedAt map[xid.Branch]time.Time
 	// kept: the 'C' rows the last sweep kept, by reason (cpgc.go).
 	kept map[string]int
+	// vanished: gtrids whose decision row vanished under a key taken here
+	// (ReasonCPVanished), while a branch of theirs is listed.
+	vanished map[xid.GTRID]bool
 	// due: the earliest time a waiting commit-point branch becomes due;
 	// lastScan and lastCP: when the scan last ran, and last saw a
 	// commit-point branch (cpDue).
@@ -237,10 +247,34 @@ func (c *Coordinator) refreshID(ctx context.Context, name string) (xid.Owner, er
 			"commit-point branches naming the old id are held, not settled", "rm", name, "old_id", old.String(), "id", id.String())
 	}
 	if c.cpst.ids == nil {
-		c.cpst.ids = map[string]xid.Owner{}
+		c.cpst.ids, c.cpst.idRead = map[string]xid.Owner{}, map[string]time.Time{}
 	}
 	c.cpst.ids[name] = id
+	c.cpst.idRead[name] = time.Now()
 	return id, nil
+}
+
+// idRecheckEvery: for status, a branch naming another id than the one
+// remembered for its commit point's table makes the table's id be read
+// again when it was read longer ago than this.
+const idRecheckEvery = 5 * time.Second
+
+// tableIDFor returns the id of RM name's decision table to compare with
+// want, a branch's owner: the remembered one, or, when it differs and was
+// read before since, the id read again (the table may have been made again
+// since; the scan passes its start, so that it reads it at most once).
+func (c *Coordinator) tableIDFor(ctx context.Context, name string, want xid.Owner, since time.Time) (xid.Owner, error) {
+	id, err := c.tableID(ctx, name)
+	if err != nil || id == want {
+		return id, err
+	}
+	c.cpst.mu.Lock()
+	stale := c.cpst.idRead[name].Before(since)
+	c.cpst.mu.Unlock()
+	if !stale {
+		return id, nil
+	}
+	return c.refreshID(ctx, name)
 }
 
 // settleAfter is Options.CommitPointSettleAfter or its default.
@@ -364,7 +398,7 @@ func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outc
 	tables := c.decisions()
 	want := b.Owner
 	if b.Owned() {
-		id, err := c.tableID(ctx, cp)
+		id, err := c.tableIDFor(ctx, cp, want, now)
 		if err != nil {
 			if c.ctx.Err() == nil && c.sayEvery("cp-id:"+cp, now) {
 				c.logger.Warn("cannot read the id of a commit point's decision table; its prepared branches are tried again at the next scan (said again every minute while it lasts)",
@@ -408,6 +442,10 @@ func (c *Coordinator) settleCommitPoint(b xid.Branch, first, now time.Time) Outc
 		return Undecided
 	}
 	took := false
+	if !found && c.keyVanished(g) {
+		c.holdVanished(b, first, now)
+		return Undecided
+	}
 	if !found {
 		if o, err = c.takeKey(ctx, b, want, read); err != nil {
 			return Undecided
@@ -469,6 +507,34 @@ func (c *Coordinator) commitCrashedDecision(ctx context.Context, b xid.Branch) O
 	return Committed
 }
 
+// keyVanished reports whether g's decision row vanished under a key taken
+// here (ReasonCPVanished).
+func (c *Coordinator) keyVanished(g xid.GTRID) bool {
+	c.cpst.mu.Lock()
+	defer c.cpst.mu.Unlock()
+	return c.cpst.vanished[g]
+}
+
+// markVanished notes that g's decision row vanished under a key taken here.
+func (c *Coordinator) markVanished(g xid.GTRID) {
+	c.cpst.mu.Lock()
+	defer c.cpst.mu.Unlock()
+	if c.cpst.vanished == nil {
+		c.cpst.vanished = map[xid.GTRID]bool{}
+	}
+	c.cpst.vanished[g] = true
+}
+
+// holdVanished holds b, whose decision row vanished under a key taken here.
+func (c *Coordinator) holdVanished(b xid.Branch, first, now time.Time) {
+	c.hold(b, ReasonCPVanished, "its decision row was deleted while this coordinator took its key: the outcome is unknown (never taken for an abort); "+
+		"look at what each database holds of the gtrid and settle the branch by hand", xid.Owner{}, first)
+	if c.sayEvery("cp-vanished:"+b.GTRID.String(), now) {
+		c.logger.Error("ALARM: a prepared commit-point branch whose decision row vanished under the key is held: its outcome is unknown here (said again every minute while it lasts)",
+			"commit_point", b.CommitPoint, "gtrid", b.GTRID.String(), "rm", b.RM)
+	}
+}
+
 // cpBase is when b's wait for its client is counted from: the first scan
 // that saw it, or the prepare time noted for it by settleCPBranches if
 // earlier.
@@ -520,15 +586,24 @@ func (c *Coordinator) takeKey(ctx context.Context, b xid.Branch, table xid.Owner
 		c.logger.Info("a commit-point branch's check took too long to take its key safely; tried again at the next scan", "commit_point", cp, "gtrid", g.String(), "rm", b.RM)
 		return 0, errors.New("too slow")
 	}
-	o, err := c.decisions().Resolve(ctx, cp, g, table, cpLockWait)
+	// The key's INSERT is done before this deadline, or its transaction is
+	// never committed (COMMIT is sent only after the INSERT answered): the
+	// bound ForgetMinAge relies on holds by itself, not only through the
+	// caller's timeout.
+	kctx, cancel := context.WithDeadline(ctx, read.Add(cpKeyWithin))
+	defer cancel()
+	o, err := c.decisions().Resolve(kctx, cp, g, table, cpLockWait)
 	switch {
 	case errors.Is(err, dtable.ErrPending):
 		c.logger.Info("a commit-point branch with no decision: the commit point's transaction is still open; tried again at the next scan",
 			"commit_point", cp, "gtrid", g.String(), "rm", b.RM)
 	case errors.Is(err, dtable.ErrVanished):
-		c.logger.Error("OUTCOME UNKNOWN: a commit point's decision row for a prepared branch was deleted while the key was taken; nothing was settled. "+
+		c.markVanished(g)
+		c.logger.Error("OUTCOME UNKNOWN: a commit point's decision row for a prepared branch was deleted while the key was taken; nothing was settled, and the key is not taken again "+
+			"(the branch is held: a row deleted while a branch is prepared was deleted against the rules, and a 'C' there means the transaction committed). "+
 			"Look at what the other databases hold of the gtrid and settle the branch by hand",
 			"commit_point", cp, "gtrid", g.String(), "rm", b.RM, "error", err)
+		c.holdVanished(b, time.Now(), time.Now())
 	case errors.Is(err, dtable.ErrWrongTable):
 		c.cpReadFailed(b, time.Now(), err)
 	case err != nil:
@@ -595,6 +670,20 @@ func (c *Coordinator) settleCPBranches(ds []rm.InDoubt, now time.Time) {
 	for b := range c.cpst.held {
 		if !seen[b] { // gone at an earlier scan (scanOnce forgot it)
 			delete(c.cpst.held, b)
+		}
+	}
+	if len(c.cpst.vanished) > 0 {
+		live := map[xid.GTRID]bool{}
+		for b := range seen {
+			live[b.GTRID] = true
+		}
+		for _, d := range ds {
+			live[d.Branch.GTRID] = true
+		}
+		for g := range c.cpst.vanished {
+			if !live[g] {
+				delete(c.cpst.vanished, g)
+			}
 		}
 	}
 	if c.cpst.preparedAt == nil {
@@ -751,7 +840,7 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 		return r, true, nil
 	}
 	if !want.IsZero() {
-		id, err := c.tableID(ctx, cp)
+		id, err := c.tableIDFor(ctx, cp, want, time.Now().Add(-idRecheckEvery))
 		if err != nil {
 			return Report{}, true, fmt.Errorf("coord: gtrid %s is %s, whose id cannot be read: %w; try again", g, where, err)
 		}
@@ -772,6 +861,11 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 			"nothing was settled. Look at the databases and settle them by hand, or start the coordinator with --adopt-unowned if no other table can hold their decision"
 		return r, true, nil
 	}
+	if !found && c.keyVanished(g) {
+		r.Message = where + ": OUTCOME UNKNOWN — its decision row was deleted while this coordinator took the key earlier; the key is not taken again into an abort, and nothing was recorded. " +
+			"Look at what each database holds of the gtrid and settle the branches by hand"
+		return r, true, nil
+	}
 	if !found && resolve {
 		if want.IsZero() && !c.opts.AdoptUnowned {
 			r.Message = where + ": no decision there, and the branches carry legacy (unowned) names: the client may have decided in another table; nothing was recorded. " +
@@ -790,12 +884,15 @@ func (c *Coordinator) cpStatus(ctx context.Context, g xid.GTRID, resolve bool) (
 			r.Message = where + ": its branches were settled meanwhile (or the check was slow); nothing was recorded: ask again"
 			return r, true, nil
 		}
-		o, err = tables.Resolve(ctx, cp, g, want, cpLockWait)
+		kctx, kcancel := context.WithDeadline(ctx, read.Add(cpKeyWithin)) // as in takeKey
+		o, err = tables.Resolve(kctx, cp, g, want, cpLockWait)
+		kcancel()
 		switch {
 		case errors.Is(err, dtable.ErrPending):
 			r.Message = where + ": the commit point's transaction is still open (it holds the decision key); nothing was recorded: try again in a moment"
 			return r, true, nil
 		case errors.Is(err, dtable.ErrVanished):
+			c.markVanished(g)
 			r.Message = where + ": OUTCOME UNKNOWN — the decision row was deleted while the key was taken (forgotten or swept): it is NOT taken for an abort, and nothing was recorded; " +
 				"look at what each database holds of the gtrid and settle the branches by hand"
 			return r, true, nil

@@ -67,7 +67,10 @@ type Commit struct {
 	// its table id: who must be seen to hold no branch before the row may be
 	// forgotten by a sweep.
 	Participants []Participant
-	// MaxAge is the longest the transaction may have run (0 refuses all).
+	// MaxAge is the longest the transaction may have run (0 refuses all);
+	// at most MaxCommitPointAge, whatever is passed: 'A' rows are swept
+	// once older than that plus a margin, and from then on this check is
+	// what refuses a late commit point.
 	MaxAge time.Duration
 	// Forget lists 'C' rows of earlier gtrids whose branches are all
 	// committed; rows younger than ForgetMinAge are left for later.
@@ -103,7 +106,9 @@ func CommitStatements(d rm.Driver, c Commit) []string {
 }
 
 func (t table) commitStatements(d rm.Driver, c Commit) []string {
-	us := strconv.FormatInt(c.MaxAge.Microseconds(), 10)
+	// Never more than MaxCommitPointAge: the sweep of 'A' rows relies on it
+	// (SweepAborts), whatever a caller passes.
+	us := strconv.FormatInt(min(c.MaxAge, MaxCommitPointAge).Microseconds(), 10)
 	parts := t.checkedValue(d, stringLiteral(d, FormatParticipants(c.Participants)), c.Table)
 	var out []string
 	if d == rm.MySQL {
@@ -130,13 +135,18 @@ func (t table) commitStatements(d rm.Driver, c Commit) []string {
 	return append(out, "COMMIT")
 }
 
-// checkedValue is the SQL for value if the id table holds the id want, else
-// NULL (a scalar subquery with no row): written into a NOT NULL column, it
-// makes the database itself refuse a statement that reached another table.
-// The zero want checks nothing.
-func (t table) checkedValue(_ rm.Driver, value string, want xid.Owner) string {
+// checkedValue is the SQL for value if the id table holds the id want (on
+// PostgreSQL: and is in the schema where the decision table's name
+// resolves, schema.go), else NULL (a scalar subquery with no row): written
+// into a NOT NULL column, it makes the database itself refuse a statement
+// that reached another table. The zero want checks nothing.
+func (t table) checkedValue(d rm.Driver, value string, want xid.Owner) string {
 	if want.IsZero() {
 		return value
+	}
+	if d == rm.Postgres {
+		// and the id row is beside the decision table (schema.go).
+		return "(SELECT " + value + " FROM " + t.id + " i WHERE i.id = " + ownerLiteral(want) + " AND " + t.pgSameSchema("i") + ")"
 	}
 	return "(SELECT " + value + " FROM " + t.id + " WHERE id = " + ownerLiteral(want) + ")"
 }

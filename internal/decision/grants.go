@@ -16,7 +16,8 @@ import (
 type Writers struct {
 	// Others are the accounts (PostgreSQL roles, PUBLIC included;
 	// MySQL/MariaDB 'user'@'host' or roles) with INSERT, UPDATE or DELETE
-	// (PostgreSQL also TRUNCATE) on either table, directly or through a
+	// (PostgreSQL also TRUNCATE; MySQL/MariaDB also DROP, which TRUNCATE
+	// TABLE needs) on either table, directly or through a
 	// role, a database-wide or global grant; not the current user, not
 	// superusers (PostgreSQL), not those allowed. Sorted.
 	Others []string
@@ -36,7 +37,8 @@ type Writers struct {
 // table — the tables' owner and members of granted roles included; a grant
 // to PUBLIC is reported as PUBLIC alone. MySQL/MariaDB: the grants in
 // mysql.user (global), mysql.db (this database, patterns matched) and
-// mysql.tables_priv (the two tables) with Insert, Update or Delete; without
+// mysql.tables_priv (the two tables) with Insert, Update, Delete or Drop
+// (which TRUNCATE TABLE needs); without
 // the privilege to read them, the current user's own grants from
 // information_schema, and Partial says so.
 func OtherWriters(ctx context.Context, q rm.Querier, d rm.Driver, allowed []string) (Writers, error) {
@@ -98,13 +100,14 @@ func (t table) pgRolesQuery() string {
 // mysql.db's Db is a LIKE pattern ('\_' a literal underscore).
 func (t table) myGrantsQuery() string {
 	acct := "CONCAT(\"'\", User, \"'@'\", Host, \"'\")"
-	writes := bin("Insert_priv") + " = 'Y' OR " + bin("Update_priv") + " = 'Y' OR " + bin("Delete_priv") + " = 'Y'"
+	// Drop: TRUNCATE TABLE needs it, and DROP TABLE loses every row.
+	writes := bin("Insert_priv") + " = 'Y' OR " + bin("Update_priv") + " = 'Y' OR " + bin("Delete_priv") + " = 'Y' OR " + bin("Drop_priv") + " = 'Y'"
 	me := "CONCAT(\"'\", SUBSTRING_INDEX(CURRENT_USER(), '@', 1), \"'@'\", SUBSTRING_INDEX(CURRENT_USER(), '@', -1), \"'\")"
 	return "SELECT DISTINCT a FROM (" +
 		"SELECT " + acct + " AS a FROM mysql.user WHERE " + writes + " " +
 		"UNION ALL SELECT " + acct + " FROM mysql.db WHERE " + bin("DATABASE()") + " LIKE " + bin("Db") + " AND (" + writes + ") " +
 		"UNION ALL SELECT " + acct + " FROM mysql.tables_priv WHERE " + bin("Db") + " = " + bin("DATABASE()") + " AND " + bin("Table_name") + " IN ('" + t.name + "', '" + t.id + "') " +
-		"AND (FIND_IN_SET('Insert', Table_priv) OR FIND_IN_SET('Update', Table_priv) OR FIND_IN_SET('Delete', Table_priv))" +
+		"AND (FIND_IN_SET('Insert', Table_priv) OR FIND_IN_SET('Update', Table_priv) OR FIND_IN_SET('Delete', Table_priv) OR FIND_IN_SET('Drop', Table_priv))" +
 		") g WHERE " + bin("a") + " <> " + bin(me) + " ORDER BY 1"
 }
 
@@ -116,7 +119,7 @@ func (t table) mySelfQuery() string {
 		"SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES WHERE DATABASE() LIKE TABLE_SCHEMA " +
 		"UNION ALL SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.TABLE_PRIVILEGES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('" + t.name + "', '" + t.id + "') " +
 		"UNION ALL SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES) g " +
-		"WHERE PRIVILEGE_TYPE IN ('INSERT', 'UPDATE', 'DELETE') AND " + bin("GRANTEE") + " <> " + bin(me) + " ORDER BY 1"
+		"WHERE PRIVILEGE_TYPE IN ('INSERT', 'UPDATE', 'DELETE', 'DROP') AND " + bin("GRANTEE") + " <> " + bin(me) + " ORDER BY 1"
 }
 
 // bin is expr compared byte by byte: the mysql schema, information_schema

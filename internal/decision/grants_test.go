@@ -107,3 +107,32 @@ func TestOtherWritersSeesOtherAccounts(t *testing.T) {
 		}
 	})
 }
+
+// On MariaDB TRUNCATE TABLE needs the DROP privilege, and DROP TABLE loses
+// every row as surely as a DELETE: an account with DROP on either table (or
+// the database) may wipe the decisions, and is listed. (PostgreSQL's
+// TRUNCATE is its own privilege, listed already.)
+func TestOtherWritersSeesMariaDBDrop(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *dbEnv) {
+		if e.d != rm.MySQL {
+			t.Skip("MariaDB: its TRUNCATE is the DROP privilege")
+		}
+		ctx := testCtx(t)
+		admin := adminDB(t, e)
+		user := "tandem_d" + randHex(t)
+		for _, s := range []string{"CREATE USER '" + user + "'@'%'", "GRANT SELECT, DROP ON " + e.tab.name + " TO '" + user + "'@'%'"} {
+			if _, err := admin.ExecContext(ctx, s); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+		}
+		t.Cleanup(func() {
+			if _, err := admin.Exec("DROP USER '" + user + "'@'%'"); err != nil {
+				t.Errorf("drop user: %v", err)
+			}
+		})
+		w, err := e.tab.otherWriters(ctx, admin, e.d, nil)
+		if err != nil || !slices.Contains(w.Others, "'"+user+"'@'%'") {
+			t.Fatalf("OtherWriters after GRANT SELECT, DROP ON %s (TRUNCATE TABLE deletes every decision): %+v %v, want '%s'@'%%' listed", e.tab.name, w, err, user)
+		}
+	})
+}

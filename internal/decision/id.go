@@ -29,14 +29,33 @@ type RowQuerier interface {
 
 // ReadID returns the id of the decision table q reaches: the one row of
 // tandem_decision_id. A missing table or row is ErrNoID (wrapped, naming
-// `tandem init-rm`).
+// `tandem init-rm`). On PostgreSQL the two tables must resolve to one
+// schema on q's search path: otherwise ErrWrongTable (wrapped, naming both
+// schemas), or ErrNoID when tandem_decision is not on the path at all.
 func ReadID(ctx context.Context, q RowQuerier, d rm.Driver) (xid.Owner, error) {
 	return defaultTable.readID(ctx, q, d)
 }
 
-func (t table) readID(ctx context.Context, q RowQuerier, _ rm.Driver) (xid.Owner, error) {
+func (t table) readID(ctx context.Context, q RowQuerier, d rm.Driver) (xid.Owner, error) {
 	var s string
-	err := q.QueryRowContext(ctx, "SELECT id FROM "+t.id).Scan(&s)
+	var err error
+	if d == rm.Postgres {
+		// and where both tables are (schema.go): an id beside another
+		// decision table than the one statements reach vouches for nothing.
+		var dSchema sql.NullString
+		var idSchema string
+		err = q.QueryRowContext(ctx, "SELECT i.id, "+t.pgSchemas("i")+" FROM "+t.id+" i").Scan(&s, &dSchema, &idSchema)
+		if err == nil && !dSchema.Valid {
+			return xid.Owner{}, fmt.Errorf("%w (%s is not on this connection's search path; %s is in schema %s)", ErrNoID, t.name, t.id, idSchema)
+		}
+		if err == nil {
+			if err := t.schemasDiffer(dSchema, idSchema, xid.Owner{}); err != nil {
+				return xid.Owner{}, fmt.Errorf("decision: read the decision-table id: %w", err)
+			}
+		}
+	} else {
+		err = q.QueryRowContext(ctx, "SELECT id FROM "+t.id).Scan(&s)
+	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return xid.Owner{}, fmt.Errorf("%w (%s has no row)", ErrNoID, t.id)

@@ -82,7 +82,7 @@ func (t table) resolve(ctx context.Context, db *sql.DB, d rm.Driver, g xid.GTRID
 		if t.betweenKeyAndRead != nil {
 			t.betweenKeyAndRead()
 		}
-		o, found, lerr := t.lookup(ctx, db, g, want)
+		o, found, lerr := t.lookupD(ctx, db, d, true, g, want)
 		if lerr != nil {
 			return 0, lerr
 		}
@@ -142,19 +142,45 @@ func (t table) insertAbort(ctx context.Context, db *sql.DB, d rm.Driver, g xid.G
 //
 // With a non-zero table, the id of the decision table is read in the same
 // statement as the row, and a table with another id is ErrWrongTable: an
-// absent row there says nothing about g. The zero table checks nothing.
+// absent row there says nothing about g. On PostgreSQL the same statement
+// reads where both tables are, and an id table in another schema than the
+// decision table is ErrWrongTable too (schema.go). The zero table checks
+// nothing.
 func Lookup(ctx context.Context, q rm.Querier, g xid.GTRID, table xid.Owner) (o Outcome, found bool, err error) {
 	return defaultTable.lookup(ctx, q, g, table)
 }
 
 func (t table) lookup(ctx context.Context, q rm.Querier, g xid.GTRID, want xid.Owner) (Outcome, bool, error) {
+	d, known := driverOf(q)
+	return t.lookupD(ctx, q, d, known, g, want)
+}
+
+// lookupD is lookup on a database of driver d, when known; when not, the
+// PostgreSQL form is tried first, and the MySQL form if MySQL/MariaDB
+// answers it (so PostgreSQL never skips the schema check).
+func (t table) lookupD(ctx context.Context, q rm.Querier, d rm.Driver, known bool, g xid.GTRID, want xid.Owner) (Outcome, bool, error) {
 	var s sql.NullString
 	var err error
 	if want.IsZero() {
 		err = queryRow(ctx, q, "SELECT outcome FROM "+t.name+" WHERE gtrid = "+literal(g), &s)
 	} else {
 		var id string
-		err = queryRow(ctx, q, "SELECT i.id, d.outcome FROM "+t.id+" i LEFT JOIN "+t.name+" d ON d.gtrid = "+literal(g), &id, &s)
+		if !known || d == rm.Postgres {
+			// and the schemas of both tables (schema.go), in the same statement.
+			var dSchema sql.NullString
+			var idSchema string
+			err = queryRow(ctx, q, "SELECT i.id, d.outcome, "+t.pgSchemas("i")+" FROM "+t.id+" i LEFT JOIN "+t.name+" d ON d.gtrid = "+literal(g), &id, &s, &dSchema, &idSchema)
+			if !known && myCode(err) != 0 {
+				known, d = true, rm.MySQL
+			} else if err == nil {
+				if serr := t.schemasDiffer(dSchema, idSchema, want); serr != nil {
+					return 0, false, fmt.Errorf("decision: read the decision of gtrid %s: %w", g, serr)
+				}
+			}
+		}
+		if known && d == rm.MySQL {
+			err = queryRow(ctx, q, "SELECT i.id, d.outcome FROM "+t.id+" i LEFT JOIN "+t.name+" d ON d.gtrid = "+literal(g), &id, &s)
+		}
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return 0, false, fmt.Errorf("%w (%s has no row)", ErrNoID, t.id)

@@ -130,6 +130,8 @@ func (t table) ensure(ctx context.Context, db *sql.DB, d rm.Driver) error {
 	// shared lock at most). Of concurrent inserts the constant key admits one.
 	if _, err := t.readID(ctx, db, d); err == nil {
 		return nil
+	} else if errors.Is(err, ErrWrongTable) {
+		return err // the two tables in different schemas (schema.go): no row to add
 	}
 	ins := "INSERT INTO " + t.id + " (id) VALUES ('" + xid.NewOwner().String() + "') ON CONFLICT DO NOTHING"
 	if d == rm.MySQL {

@@ -39,8 +39,12 @@ func ParseDriver(s string) (Driver, error) {
 // InDoubt is a prepared branch in Tandem's format found by a recovery scan.
 type InDoubt struct {
 	Branch xid.Branch
-	// PreparedAt is when the database says the branch was prepared; zero when
-	// the database does not say (MySQL/MariaDB).
+	// PreparedAt is when the branch was prepared, on this process's clock:
+	// the database's own measure of the branch's age (its clock at the scan
+	// minus its prepare time) counted back from when the row was read, so
+	// a database clock far ahead or behind does not move it, and it is
+	// later than the truth by at most the scan's latency, never earlier.
+	// Zero when the database does not say (MySQL/MariaDB).
 	PreparedAt time.Time
 }
 

@@ -49,8 +49,12 @@ func (postgresDialect) IsNotFound(err error) bool {
 func (postgresDialect) SessionBound() bool { return false }
 
 func (postgresDialect) Recover(ctx context.Context, q Querier) ([]InDoubt, error) {
+	// The age is the database's own clock minus its own prepare time, so
+	// that a database clock far from this process's cannot move PreparedAt
+	// (see InDoubt).
 	rows, err := q.QueryContext(ctx,
-		"SELECT gid, prepared FROM pg_prepared_xacts WHERE database = current_database() AND "+xid.PostgresScanPredicate+" ORDER BY prepared")
+		"SELECT gid, (extract(epoch FROM clock_timestamp() - prepared) * 1000000)::bigint FROM pg_prepared_xacts WHERE database = current_database() AND "+
+			xid.PostgresScanPredicate+" ORDER BY prepared")
 	if err != nil {
 		return nil, fmt.Errorf("scan pg_prepared_xacts: %w", err)
 	}
@@ -58,10 +62,13 @@ func (postgresDialect) Recover(ctx context.Context, q Querier) ([]InDoubt, error
 	var out []InDoubt
 	for rows.Next() {
 		var gid string
-		var at time.Time
-		if err := rows.Scan(&gid, &at); err != nil {
+		var us int64
+		if err := rows.Scan(&gid, &us); err != nil {
 			return nil, fmt.Errorf("scan pg_prepared_xacts: %w", err)
 		}
+		// Read after the database measured the age: a little later than
+		// the truth, never earlier.
+		at := time.Now().Add(-time.Duration(max(us, 0)) * time.Microsecond)
 		if b, ok := xid.ParsePostgresGID(gid); ok {
 			out = append(out, InDoubt{Branch: b, PreparedAt: at})
 		}

@@ -1,0 +1,187 @@
+package coord
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	dtable "github.com/tandem-tx/tandem/internal/decision"
+	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/xid"
+)
+
+// A participant's table id is the sweep's only evidence that the recover
+// scan of that RM reached the participant's database. An id remembered from
+// an earlier sweep is not that evidence: when pg's DSN reaches another
+// database now (failover to a server without the branch, a restored copy
+// whose id row is missing), the id read fails and the scan lists nothing —
+// the row naming pg must be kept, not forgotten on the old id.
+func TestSweepNeedsTheParticipantsIDReadThisSweep(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	g := xid.New()
+	f.set("maria", g, dtable.Committed)
+	f.parts[g] = "pg=" + f.id("pg").String()
+	f.old[g] = true
+	var moved atomic.Bool // pg's DSN reaches another database, where g has no branch
+	opts, _ := cpOptions(t, f, s, func(name string) ([]rm.InDoubt, error) {
+		if name == "pg" && !moved.Load() {
+			return []rm.InDoubt{{Branch: xid.Branch{GTRID: g, RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}}}, nil
+		}
+		return nil, nil
+	})
+	opts.CommitPointSettleAfter = time.Hour // the scan leaves the branch alone
+	c := open(t, opts)
+	st, err := c.SweepNow(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Kept[KeptPrepared] != 1 {
+		t.Fatalf("first sweep: kept %v, want the row kept as %s", st.Kept, KeptPrepared)
+	}
+	// pg's DSN now reaches a database with no decision-table id, where no
+	// branch of g is prepared.
+	moved.Store(true)
+	f.mu.Lock()
+	delete(f.ids, "pg")
+	f.mu.Unlock()
+	st, err = c.SweepNow(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.get("maria", g); !ok {
+		t.Fatalf("a 'C' row naming %s was forgotten though pg's table id could not be read this sweep (its scan may have reached another database): sweep %+v", f.parts[g], st)
+	}
+	if st.Kept[KeptUnanswered] != 1 {
+		t.Errorf("sweep kept %v, want the row kept as %s", st.Kept, KeptUnanswered)
+	}
+}
+
+// A decision row that vanished while the key was taken is an unknown
+// outcome, and stays one: the next scan must not find "no row", take the key
+// and roll the branch back. (A 'C' row is never forgotten while a branch is
+// prepared, and one committed after the read is 30 s from being forgettable:
+// a row gone between the key and the read was deleted by something outside
+// the rules — a 'C' there means the transaction committed.) The branch is
+// held, with its reason, for an operator.
+func TestVanishedDecisionIsNotTakenAgainIntoAnAbort(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	opts, logs := cpOptions(t, f, s, nil)
+	opts.CommitPointSettleAfter = time.Second
+	c := openCP(t, opts)
+	now := time.Now()
+	g := xid.New()
+	b := xid.Branch{GTRID: g, RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
+	s.held[b] = true
+	f.vanish[g] = true
+	c.settleInDoubt(rm.InDoubt{Branch: b}, now)
+	c.settleInDoubt(rm.InDoubt{Branch: b}, now.Add(2*time.Second)) // the key: the row vanishes under it
+	f.mu.Lock()
+	f.vanish[g] = false // the row is gone for good
+	f.mu.Unlock()
+	c.settleInDoubt(rm.InDoubt{Branch: b}, now.Add(4*time.Second))
+	if got := s.got(b); len(got) != 0 {
+		t.Fatalf("after its decision row vanished under the key, the next scan settled the branch: settle calls %v (commit?), row now %v; want none: the outcome is unknown", got, f.rows["maria"][g])
+	}
+	if _, ok := f.get("maria", g); ok {
+		t.Errorf("an abort was recorded after the decision row vanished")
+	}
+	held := c.CommitPointHeld()
+	if len(held) != 1 || held[0].Reason != ReasonCPVanished {
+		t.Errorf("CommitPointHeld = %+v, want the branch held as %s", held, ReasonCPVanished)
+	}
+	if !strings.Contains(logs.String(), "OUTCOME UNKNOWN") {
+		t.Errorf("no log says the outcome is unknown:\n%s", logs.String())
+	}
+}
+
+// The participants column is the client's word; the scans are the
+// database's. A 'C' row is kept while any RM that answered lists a branch of
+// its gtrid, named as a participant or not (an SDK that left one out, a row
+// written by hand): forgetting it then would let that branch be aborted by a
+// key taken later.
+func TestSweepKeepsARowWhileAnyRMHoldsItsGTRID(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	f.ids["pg2"] = xid.NewOwner()
+	g := xid.New()
+	f.set("maria", g, dtable.Committed)
+	f.parts[g] = "pg=" + f.id("pg").String() // pg2's branch of g is not named
+	f.old[g] = true
+	opts, _ := cpOptions(t, f, s, func(name string) ([]rm.InDoubt, error) {
+		if name == "pg2" {
+			return []rm.InDoubt{{Branch: xid.Branch{GTRID: g, RM: "pg2", CommitPoint: "maria", Owner: f.id("maria")}}}, nil
+		}
+		return nil, nil
+	})
+	opts.RMs = append(opts.RMs, rm.Config{Name: "pg2", Driver: rm.Postgres, DSN: "postgres://u:p@127.0.0.1:1/db2"})
+	opts.CommitPointSettleAfter = time.Hour // the scan leaves the branch alone
+	c := open(t, opts)
+	st, err := c.SweepNow(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.get("maria", g); !ok {
+		t.Fatalf("a 'C' row was forgotten while pg2 lists a prepared branch of its gtrid (not named in its participants %q): sweep %+v", f.parts[g], st)
+	}
+	if st.Kept[KeptPrepared] != 1 {
+		t.Errorf("sweep kept %v, want the row kept as %s", st.Kept, KeptPrepared)
+	}
+}
+
+// The id a coordinator remembers for a commit point's table is a cache: when
+// a branch names another id, the table is read again before the branch is
+// held as another table's. A table made again (init-rm after a restore, a
+// new id) must not hold its new branches, with an alarm that the DSN reaches
+// another schema, until the next sweep happens to re-read it.
+func TestCommitPointIDIsReadAgainBeforeHolding(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	opts, _ := cpOptions(t, f, s, nil)
+	opts.CommitPointSettleAfter = time.Second
+	c := openCP(t, opts)
+	if _, err := c.tableID(context.Background(), "maria"); err != nil { // remembered
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.ids["maria"] = xid.NewOwner() // maria's tables made again
+	f.mu.Unlock()
+	g := xid.New()
+	f.set("maria", g, dtable.Committed)
+	b := xid.Branch{GTRID: g, RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
+	now := time.Now()
+	c.settleInDoubt(rm.InDoubt{Branch: b}, now)
+	c.settleInDoubt(rm.InDoubt{Branch: b}, now.Add(2*time.Second))
+	if got := s.got(b); len(got) != 1 || !got[0] {
+		t.Errorf("a branch owned by the commit point's table as it is now (the coordinator remembered its old id): settle calls %v, held %+v; want one commit", got, c.CommitPointHeld())
+	}
+}
+
+// Rows returns at most decision.RowsLimit rows, oldest gtrid first. Rows
+// the sweep keeps for ever (a participant no longer configured: an alarm)
+// fill that page once there are RowsLimit of them, and no younger row — a
+// dead client's, whose branches are all committed — is ever looked at again:
+// the table grows while the sweep re-reads the same kept rows every minute.
+func TestSweepIsNotStarvedByKeptRows(t *testing.T) {
+	t.Skip("known, not fixed (h6 review): the sweep reads one page of decision.RowsLimit oldest rows; it needs a cursor (Rows after a gtrid) kept across sweeps")
+	f, s := newFakeTables(), newSettleLog()
+	f.rowsLimit = dtable.RowsLimit
+	gone := "gone=" + xid.NewOwner().String()
+	for i := 0; i < dtable.RowsLimit; i++ {
+		g := xid.NewAt(0, time.Now().Add(-time.Hour))
+		f.set("maria", g, dtable.Committed)
+		f.parts[g] = gone
+		f.old[g] = true
+	}
+	young := xid.New()
+	f.set("maria", young, dtable.Committed)
+	f.parts[young] = "pg=" + f.id("pg").String()
+	f.old[young] = true
+	opts, _ := cpOptions(t, f, s, nil)
+	c := open(t, opts)
+	if _, err := c.SweepNow(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.get("maria", young); ok {
+		t.Errorf("a forgettable 'C' row behind %d kept ones was never looked at", dtable.RowsLimit)
+	}
+}
