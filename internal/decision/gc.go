@@ -131,8 +131,8 @@ type Row struct {
 	Participants string
 }
 
-// RowsLimit is the most rows one Rows call returns, oldest gtrids first;
-// call again after forgetting them.
+// RowsLimit is the most rows one Rows or RowsAfter call returns, in gtrid
+// order; read the next page with RowsAfter the last gtrid returned.
 const RowsLimit = 10000
 
 // Rows lists the decisions recorded more than olderThan ago by the
@@ -140,16 +140,34 @@ const RowsLimit = 10000
 // client that died before forgetting them left (collect them once their
 // prepared branches are settled) and the 'A' rows SweepAborts will delete.
 func Rows(ctx context.Context, q rm.Querier, d rm.Driver, olderThan time.Duration) ([]Row, error) {
-	return defaultTable.rows(ctx, q, d, olderThan)
+	return defaultTable.rowsAfter(ctx, q, d, olderThan, xid.GTRID{})
+}
+
+// RowsAfter is Rows from the first gtrid greater than after (the zero gtrid:
+// from the start), in the table's key order, which is the order of
+// GTRID.String: the page after a page of RowsLimit rows. A page shorter than
+// RowsLimit is the end of the table.
+func RowsAfter(ctx context.Context, q rm.Querier, d rm.Driver, olderThan time.Duration, after xid.GTRID) ([]Row, error) {
+	return defaultTable.rowsAfter(ctx, q, d, olderThan, after)
 }
 
 func (t table) rows(ctx context.Context, q rm.Querier, d rm.Driver, olderThan time.Duration) ([]Row, error) {
+	return t.rowsAfter(ctx, q, d, olderThan, xid.GTRID{})
+}
+
+func (t table) rowsAfter(ctx context.Context, q rm.Querier, d rm.Driver, olderThan time.Duration, after xid.GTRID) ([]Row, error) {
 	cols := "began_at, decided_at"
 	if d == rm.MySQL {
 		cols = "CAST(began_at AS CHAR), CAST(decided_at AS CHAR)" // text whatever the DSN's parseTime and loc
 	}
+	where := "decided_at < " + t.ago(d, olderThan)
+	if !after.IsZero() {
+		// The key's collation ("C", ascii_bin) compares bytes: the order of
+		// the lowercase hex GTRID.String.
+		where += " AND gtrid > " + literal(after)
+	}
 	rs, err := q.QueryContext(ctx, "SELECT gtrid, outcome, participants, "+cols+" FROM "+t.name+
-		" WHERE decided_at < "+t.ago(d, olderThan)+" ORDER BY gtrid LIMIT "+strconv.Itoa(RowsLimit))
+		" WHERE "+where+" ORDER BY gtrid LIMIT "+strconv.Itoa(RowsLimit))
 	if err != nil {
 		return nil, t.explain("list decisions", err)
 	}
