@@ -53,7 +53,7 @@ type fakeTables struct {
 	vanish    map[xid.GTRID]bool   // Resolve answers ErrVanished
 	resolved  map[xid.GTRID]int    // Resolve calls per gtrid
 	veryOld   map[xid.GTRID]bool   // Rows lists only these when asked for rows older than decision.ForgetMinAge
-	rowsLimit int                  // Rows returns at most this many, oldest gtrid first, as the database does (0: all)
+	rowsLimit int                  // Rows returns at most this many, in gtrid order after its after, as the database does (0: all)
 }
 
 func newFakeTables() *fakeTables {
@@ -154,19 +154,19 @@ func (f *fakeTables) SweepAborts(_ context.Context, rmName string, keep time.Dur
 	return 0, nil
 }
 
-func (f *fakeTables) Rows(_ context.Context, rmName string, olderThan time.Duration) ([]dtable.Row, error) {
+func (f *fakeTables) Rows(_ context.Context, rmName string, olderThan time.Duration, after xid.GTRID) ([]dtable.Row, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.olderThan = olderThan
 	var out []dtable.Row
 	for g, o := range f.rows[rmName] {
-		if !f.old[g] || olderThan > dtable.ForgetMinAge && !f.veryOld[g] {
+		if !f.old[g] || olderThan > dtable.ForgetMinAge && !f.veryOld[g] || !after.IsZero() && g.String() <= after.String() {
 			continue
 		}
 		out = append(out, dtable.Row{GTRID: g, Outcome: o, Participants: f.parts[g]})
 	}
+	slices.SortFunc(out, func(a, b dtable.Row) int { return strings.Compare(a.GTRID.String(), b.GTRID.String()) })
 	if f.rowsLimit > 0 && len(out) > f.rowsLimit {
-		slices.SortFunc(out, func(a, b dtable.Row) int { return strings.Compare(a.GTRID.String(), b.GTRID.String()) })
 		out = out[:f.rowsLimit]
 	}
 	return out, nil

@@ -216,6 +216,9 @@ type Coordinator struct {
 	// tableReady: the RMs whose decision table is known to exist (Open and
 	// the scan goroutine only).
 	tableReady map[string]bool
+	// sweepPass: where each RM's sweep of its decision table is (cpgc.go;
+	// the scan goroutine only).
+	sweepPass map[string]*sweepPass
 	// cpst: commit-point recovery's state (cprecover.go).
 	cpst cpState
 

@@ -57,13 +57,30 @@ type SweepStats struct {
 	CommitsForgotten int64
 	// Complete: every RM answered the scan.
 	Complete bool
-	// Kept: the 'C' rows older than decision.ForgetMinAge kept, by reason
-	// (KeptReasons).
+	// Kept: the 'C' rows older than decision.ForgetMinAge that this sweep
+	// read and kept, by reason (KeptReasons).
 	Kept map[string]int
 }
 
-// DecisionRowsKept is the last sweep's SweepStats.Kept, every reason
-// present (the gauge tandem_decision_rows_kept). It does no I/O.
+// sweepPass is where the sweep of one RM's decision table is. Each sweep
+// reads one page of decision.RowsLimit rows, after the last page's last
+// gtrid; a shorter page ends the pass, and the next sweep starts again from
+// the first gtrid. So rows kept for ever (more than a page of them) do not
+// hide the younger rows behind them, and are read, counted and alarmed
+// again on every pass. A table of fewer rows is one page: every sweep is a
+// whole pass.
+type sweepPass struct {
+	// after: the next page is the rows after this gtrid (zero: the start).
+	after xid.GTRID
+	// kept: the rows kept so far in this pass, by reason; done: the last
+	// whole pass's.
+	kept, done map[string]int
+}
+
+// DecisionRowsKept is the rows the sweep keeps, by reason, every reason
+// present (the gauge tandem_decision_rows_kept): per RM, the last whole pass
+// over its table (sweepPass), or the pass under way where it has already
+// kept more. It does no I/O.
 func (c *Coordinator) DecisionRowsKept() map[string]int {
 	out := map[string]int{}
 	for _, r := range KeptReasons {
@@ -117,7 +134,8 @@ func (c *Coordinator) ensureTable(name string) {
 	c.tableReady[name] = true
 }
 
-// sweepOnce deletes, on every RM:
+// sweepOnce deletes, on every RM (the 'C' rows: of the next page of its pass
+// over the table, sweepPass):
 //   - the 'A' rows older than max(MaxTxnAge, decision.MaxCommitPointAge) +
 //     abortKeepMargin. An 'A' row is what refuses a late commit point's
 //     'C'; once the row is gone, the commit point's own age check
@@ -169,6 +187,13 @@ func (c *Coordinator) sweepOnce() SweepStats {
 		row   dtable.Row
 	}
 	var candidates []candidate
+	if c.sweepPass == nil {
+		c.sweepPass = map[string]*sweepPass{}
+	}
+	// pageEnd: where each RM's pass goes on at the next sweep, for the RMs
+	// whose page was read (the zero gtrid: the page was short, the pass
+	// ends).
+	pageEnd := map[string]xid.GTRID{}
 	legacyOld := map[string]map[xid.GTRID]bool{}
 	// idBefore: each RM's table id read by this sweep before its rows and
 	// scans (never one remembered from earlier: the DSN may reach another
@@ -190,8 +215,19 @@ func (c *Coordinator) sweepOnce() SweepStats {
 			} else {
 				idBefore[name] = id
 			}
+			pass := c.sweepPass[name]
+			if pass == nil {
+				pass = &sweepPass{}
+				c.sweepPass[name] = pass
+			}
 			var rows []dtable.Row
-			rows, err = tables.Rows(ctx, name, dtable.ForgetMinAge)
+			rows, err = tables.Rows(ctx, name, dtable.ForgetMinAge, pass.after)
+			if err == nil {
+				pageEnd[name] = xid.GTRID{}
+				if len(rows) >= dtable.RowsLimit {
+					pageEnd[name] = rows[len(rows)-1].GTRID
+				}
+			}
 			legacy := false
 			for _, r := range rows {
 				if r.Outcome == dtable.Committed {
@@ -200,7 +236,10 @@ func (c *Coordinator) sweepOnce() SweepStats {
 				}
 			}
 			if err == nil && legacy {
-				rows, err = tables.Rows(ctx, name, legacyAge)
+				// From the same gtrid: the rows old enough for the
+				// legacy rule up to the page's last gtrid are among the
+				// page's, so this page holds them all.
+				rows, err = tables.Rows(ctx, name, legacyAge, pass.after)
 				legacyOld[name] = map[xid.GTRID]bool{}
 				for _, r := range rows {
 					legacyOld[name][r.GTRID] = true
@@ -251,6 +290,7 @@ func (c *Coordinator) sweepOnce() SweepStats {
 	}
 	now := time.Now()
 	forget := map[string][]xid.GTRID{}
+	pageKept := map[string]map[string]int{}
 	for _, cand := range candidates {
 		why, detail := c.keepReason(cand.row, held, verified, legacyOld[cand.table])
 		if why == "" {
@@ -258,6 +298,10 @@ func (c *Coordinator) sweepOnce() SweepStats {
 			continue
 		}
 		st.Kept[why]++
+		if pageKept[cand.table] == nil {
+			pageKept[cand.table] = map[string]int{}
+		}
+		pageKept[cand.table][why]++
 		if (why == KeptUnknownRM || why == KeptTableDiffers || why == KeptUnreadable) && c.sayEvery("kept:"+cand.table+":"+why, now) {
 			c.logger.Error("ALARM: a committed decision row is kept: it names a participant this coordinator cannot check, so forgetting it could let a recoverer record abort for a committed transaction "+
 				"(configure every RM that takes part in commit-point transactions here, under the name its branches carry, reaching the same database; said again every minute while it lasts)",
@@ -276,13 +320,42 @@ func (c *Coordinator) sweepOnce() SweepStats {
 			c.logger.Warn("could not forget committed decisions; tried again in a minute", "rm", name, "error", err)
 		}
 	}
+	shown := c.advancePasses(pageEnd, pageKept)
 	c.cpst.mu.Lock()
-	c.cpst.kept = st.Kept
+	c.cpst.kept = shown
 	c.cpst.mu.Unlock()
 	if st.AbortsSwept > 0 || st.CommitsForgotten > 0 {
 		c.logger.Info("decision tables swept", "aborts_deleted", st.AbortsSwept, "commits_forgotten", st.CommitsForgotten)
 	}
 	return st
+}
+
+// advancePasses adds each page's kept rows to its RM's pass and moves the
+// pass to pageEnd (ending it at the zero gtrid), and returns
+// DecisionRowsKept's counts.
+func (c *Coordinator) advancePasses(pageEnd map[string]xid.GTRID, pageKept map[string]map[string]int) map[string]int {
+	for name, end := range pageEnd {
+		p := c.sweepPass[name]
+		if p.kept == nil {
+			p.kept = map[string]int{}
+		}
+		for r, n := range pageKept[name] {
+			p.kept[r] += n
+		}
+		p.after = end
+		if end.IsZero() {
+			p.done, p.kept = p.kept, nil
+		}
+	}
+	shown := map[string]int{}
+	for _, p := range c.sweepPass {
+		for _, r := range KeptReasons {
+			if n := max(p.done[r], p.kept[r]); n > 0 {
+				shown[r] += n
+			}
+		}
+	}
+	return shown
 }
 
 // keepReason says why the 'C' row r must be kept ("" when it may be

@@ -121,7 +121,7 @@ type cpState struct {
 	held map[xid.Branch]CommitPointHold
 	// preparedAt: the database's prepare time of a branch, where it says.
 	preparedAt map[xid.Branch]time.Time
-	// kept: the 'C' rows the last sweep kept, by reason (cpgc.go).
+	// kept: DecisionRowsKept's counts, by reason (cpgc.go).
 	kept map[string]int
 	// vanished: gtrids whose decision row vanished under a key taken here
 	// (ReasonCPVanished), while a branch of theirs is listed.
@@ -141,7 +141,8 @@ type decisionTables interface {
 	Lookup(ctx context.Context, rm string, g xid.GTRID, table xid.Owner) (dtable.Outcome, bool, error)
 	Resolve(ctx context.Context, rm string, g xid.GTRID, table xid.Owner, lockWait time.Duration) (dtable.Outcome, error)
 	SweepAborts(ctx context.Context, rm string, keep time.Duration) (int64, error)
-	Rows(ctx context.Context, rm string, olderThan time.Duration) ([]dtable.Row, error)
+	// Rows is decision.RowsAfter.
+	Rows(ctx context.Context, rm string, olderThan time.Duration, after xid.GTRID) ([]dtable.Row, error)
 	Forget(ctx context.Context, rm string, gs []xid.GTRID) (int64, error)
 }
 
@@ -177,9 +178,9 @@ func (t dbTables) SweepAborts(ctx context.Context, name string, keep time.Durati
 	return n, rmErr(c, err)
 }
 
-func (t dbTables) Rows(ctx context.Context, name string, olderThan time.Duration) ([]dtable.Row, error) {
+func (t dbTables) Rows(ctx context.Context, name string, olderThan time.Duration, after xid.GTRID) ([]dtable.Row, error) {
 	c := t[name]
-	rows, err := dtable.Rows(ctx, c.DB(), c.Dialect().Driver(), olderThan)
+	rows, err := dtable.RowsAfter(ctx, c.DB(), c.Dialect().Driver(), olderThan, after)
 	return rows, rmErr(c, err)
 }
 
