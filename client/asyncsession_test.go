@@ -16,8 +16,14 @@ import (
 
 // asyncCoordinator answers as the service does under visibility async: the
 // durable decision in the response headers, then at once a reply with
-// phase 2 pending (its own branches are committed after the reply).
-type asyncCoordinator struct{ fakeCoordinator }
+// phase 2 pending (its own branches are committed after the reply). With
+// lostReply, the call fails after the headers instead (the reply lost after
+// the early decision, which the client reports as committed, phase 2
+// pending).
+type asyncCoordinator struct {
+	fakeCoordinator
+	lostReply bool
+}
 
 func (f *asyncCoordinator) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -27,6 +33,9 @@ func (f *asyncCoordinator) Commit(ctx context.Context, req *api.CommitRequest) (
 	if err := grpc.SendHeader(ctx, metadata.Pairs(api.MetadataDecision, "COMMITTED")); err != nil {
 		return nil, err
 	}
+	if f.lostReply {
+		return nil, status.Error(codes.Unavailable, "connection reset after the early decision")
+	}
 	return &api.CommitResponse{Outcome: api.Outcome_COMMITTED, Phase2Pending: true}, nil
 }
 
@@ -34,9 +43,15 @@ func (f *asyncCoordinator) Commit(ctx context.Context, req *api.CommitRequest) (
 // application before the SDK's XA COMMIT on it is answered: the session
 // would still hold the prepared branch, and the application's next XA
 // START on it would fail with XAER_RMFAIL. The fake MariaDB answers that
-// XA COMMIT late (it is logged when answered).
+// XA COMMIT late (it is logged when answered). The same holds when the
+// reply is lost after the early decision.
 func TestAsyncReplyWaitsForTheSessionBoundCommit(t *testing.T) {
-	c := newClient(t, Config{Coordinator: startCoordinatorServer(t, &asyncCoordinator{})})
+	t.Run("reply with phase 2 pending", func(t *testing.T) { testReplyWaitsForSessionBoundCommit(t, &asyncCoordinator{}) })
+	t.Run("reply lost after the decision", func(t *testing.T) { testReplyWaitsForSessionBoundCommit(t, &asyncCoordinator{lostReply: true}) })
+}
+
+func testReplyWaitsForSessionBoundCommit(t *testing.T, f *asyncCoordinator) {
+	c := newClient(t, Config{Coordinator: startCoordinatorServer(t, f)})
 	ctx := context.Background()
 	tx := c.Begin()
 	tx.SetOptions(CommitOptions{Visibility: VisibilityAsync, DecideAt: DecideAtCoordinator})
