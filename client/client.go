@@ -120,7 +120,10 @@ const DefaultDecisionTimeout = 30 * time.Second
 type Durability = api.Durability
 
 // Visibility is whether a commit's reply waits for every branch to be
-// committed (see the README's "Commit modes").
+// committed (see the README's "Commit modes"). Under VisibilityAsync,
+// Commit still returns only once the MariaDB/MySQL branches prepared on the
+// application's sessions are committed there: a session is never handed
+// back holding a prepared branch.
 type Visibility = api.Visibility
 
 // Commit modes.

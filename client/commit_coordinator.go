@@ -75,7 +75,13 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	res.CoordinatorCalls = calls
 	if settled != nil {
 		// The durable decision was COMMIT (commitRPC then never fails).
-		res.Phase2Pending = resp.GetPhase2Pending() || !<-settled
+		// Wait for the session-bound commits whatever the reply says: the
+		// sessions go back to the application when Commit returns, and one
+		// still holding its prepared branch would refuse the next XA START
+		// (XAER_RMFAIL). A reply with phase 2 pending (visibility async, or
+		// a database slow) must not skip this wait.
+		own := <-settled
+		res.Phase2Pending = resp.GetPhase2Pending() || !own
 		return res, txCommitted, nil
 	}
 	switch {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"google.golang.org/grpc"
@@ -35,6 +36,9 @@ type fakeDB struct {
 	tableID  xid.Owner        // its decision table's id; zero: fakeTableID
 	readOnly bool             // answer to the read-only query
 	closed   int              // connections closed (a released session)
+	// slow: statement → how long it takes before it is logged and answered
+	// (a database that answers late).
+	slow map[string]time.Duration
 }
 
 func (db *fakeDB) log() []string {
@@ -71,6 +75,12 @@ func (c *fakeConn) Close() error {
 }
 
 func (c *fakeConn) run(q string) error {
+	c.db.mu.Lock()
+	d := c.db.slow[q]
+	c.db.mu.Unlock()
+	if d > 0 {
+		time.Sleep(d)
+	}
 	c.db.mu.Lock()
 	defer c.db.mu.Unlock()
 	c.db.stmts = append(c.db.stmts, q)
