@@ -262,7 +262,25 @@ func openCP(t *testing.T, opts Options) *Coordinator {
 // Nothing is written to the log, and InDoubt never lists them.
 func TestCommitPointBranchRecovery(t *testing.T) {
 	f, s := newFakeTables(), newSettleLog()
-	opts, logs := cpOptions(t, f, s, nil)
+	// The databases list the test's branches: a scan of the coordinator's
+	// own (its first one may run late on a busy machine) then keeps their
+	// first-seen times, as it would with real databases. Listing nothing
+	// made such a scan forget them, and a branch settled at "later" was
+	// taken for newly seen (failed under load: "MariaDB branch: settle
+	// calls [], want one commit attempt").
+	var listMu sync.Mutex
+	var listed []xid.Branch
+	opts, logs := cpOptions(t, f, s, func(name string) ([]rm.InDoubt, error) {
+		listMu.Lock()
+		defer listMu.Unlock()
+		var out []rm.InDoubt
+		for _, b := range listed {
+			if b.RM == name {
+				out = append(out, rm.InDoubt{Branch: b})
+			}
+		}
+		return out, nil
+	})
 	opts.CommitPointSettleAfter = 10 * time.Second
 	c := openCP(t, opts)
 	now := time.Now()
@@ -286,6 +304,9 @@ func TestCommitPointBranchRecovery(t *testing.T) {
 	}
 	all := []xid.Branch{br(committed, "pg", "maria"), br(aborted, "pg", "maria"), bOrphan,
 		br(pending, "pg", "maria"), br(unknown, "pg", "elsewhere"), bHeld}
+	listMu.Lock()
+	listed = all
+	listMu.Unlock()
 	scan(now, all...)
 	for _, b := range all {
 		if got := s.got(b); len(got) != 0 {
