@@ -229,7 +229,22 @@ func cpOptions(t *testing.T, f *fakeTables, s *settleLog, scans func(string) ([]
 	opts.settle = s.settle
 	opts.prepared = s.prepared
 	if scans == nil {
-		scans = func(string) ([]rm.InDoubt, error) { return nil, nil }
+		// The databases list what the prepared seam says is held: a scan of
+		// the coordinator's own (its first one may run late on a busy
+		// machine) then sees the test's branches as a real one would, and
+		// does not forget what the test's calls noted of them (first-seen
+		// times, a vanished row).
+		scans = func(name string) ([]rm.InDoubt, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			var out []rm.InDoubt
+			for b, held := range s.held {
+				if held && b.RM == name {
+					out = append(out, rm.InDoubt{Branch: b})
+				}
+			}
+			return out, nil
+		}
 	}
 	opts.recover = func(_ context.Context, name string) ([]rm.InDoubt, error) { return scans(name) }
 	logs := &logBuf{}
