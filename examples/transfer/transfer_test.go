@@ -23,14 +23,7 @@ import (
 func TestTransferKeepsInvariants(t *testing.T) {
 	for _, driver := range []string{"sql", "pgx"} {
 		t.Run(driver, func(t *testing.T) {
-			cfg := defaultConfig()
-			cfg.PGDSN, cfg.MySQLDSN = os.Getenv("TANDEM_PG_DSN"), os.Getenv("TANDEM_MYSQL_DSN")
-			if cfg.PGDSN == "" || cfg.MySQLDSN == "" {
-				if os.Getenv("TANDEM_E2E_REQUIRED") == "1" {
-					t.Fatal("TANDEM_PG_DSN and TANDEM_MYSQL_DSN are required")
-				}
-				t.Skip("TANDEM_PG_DSN / TANDEM_MYSQL_DSN not set")
-			}
+			cfg := dbConfig(t)
 			cfg.Workers, cfg.Transfers, cfg.Accounts, cfg.DataDir, cfg.PGDriver = 4, 300, 50, t.TempDir(), driver
 			// Own tables and RM names: another run on the same databases cannot interfere.
 			cfg.Prefix = fmt.Sprintf("t%d%s_", os.Getpid(), driver)
@@ -259,14 +252,7 @@ func TestTransferFollowsTheListedCoordinators(t *testing.T) {
 func TestHostileStatementsNeverSplit(t *testing.T) {
 	for _, decideAt := range []client.DecideAt{client.DecideAuto, client.DecideAtCoordinator} {
 		t.Run(string(decideAt), func(t *testing.T) {
-			cfg := defaultConfig()
-			cfg.PGDSN, cfg.MySQLDSN = os.Getenv("TANDEM_PG_DSN"), os.Getenv("TANDEM_MYSQL_DSN")
-			if cfg.PGDSN == "" || cfg.MySQLDSN == "" {
-				if os.Getenv("TANDEM_E2E_REQUIRED") == "1" {
-					t.Fatal("TANDEM_PG_DSN and TANDEM_MYSQL_DSN are required")
-				}
-				t.Skip("TANDEM_PG_DSN / TANDEM_MYSQL_DSN not set")
-			}
+			cfg := dbConfig(t)
 			cfg.Workers, cfg.Transfers, cfg.Accounts, cfg.DataDir, cfg.DecideAt = 4, 200, 50, t.TempDir(), decideAt
 			cfg.Hostile = 0.5
 			cfg.Prefix = fmt.Sprintf("h%d%s_", os.Getpid(), decideAt)
@@ -285,4 +271,20 @@ func TestHostileStatementsNeverSplit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dbConfig is the default configuration on the databases the environment
+// names (scripts/db test-env); without them the test is skipped, or fails
+// under TANDEM_E2E_REQUIRED=1.
+func dbConfig(t *testing.T) Config {
+	t.Helper()
+	cfg := defaultConfig()
+	cfg.PGDSN, cfg.MySQLDSN = os.Getenv("TANDEM_PG_DSN"), os.Getenv("TANDEM_MYSQL_DSN")
+	if cfg.PGDSN == "" || cfg.MySQLDSN == "" {
+		if os.Getenv("TANDEM_E2E_REQUIRED") == "1" {
+			t.Fatal("TANDEM_PG_DSN and TANDEM_MYSQL_DSN are required")
+		}
+		t.Skip("TANDEM_PG_DSN / TANDEM_MYSQL_DSN not set")
+	}
+	return cfg
 }
