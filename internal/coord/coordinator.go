@@ -140,6 +140,11 @@ type Options struct {
 	// decisions, if set, replaces the commit points' decision tables
 	// (package decision on each RM's pool): the same kind of seam.
 	decisions decisionTables
+	// manualScans: after the scan at start, scans run only when asked
+	// (ScanNow, a sweep request): for tests that drive the scan's steps
+	// themselves, with times of their own, and must not meet a scan of the
+	// coordinator's own in between.
+	manualScans bool
 	// checkpointEvery is how often the checkpointer looks at the log's use
 	// (default 1s): tests shorten it.
 	checkpointEvery time.Duration

@@ -73,7 +73,7 @@ func TestVanishedDecisionIsNotTakenAgainIntoAnAbort(t *testing.T) {
 	now := time.Now()
 	g := xid.New()
 	b := xid.Branch{GTRID: g, RM: "pg", CommitPoint: "maria", Owner: f.id("maria")}
-	s.held[b] = true
+	s.setHeld(b, true)
 	f.vanish[g] = true
 	c.settleInDoubt(rm.InDoubt{Branch: b}, now)
 	c.settleInDoubt(rm.InDoubt{Branch: b}, now.Add(2*time.Second)) // the key: the row vanishes under it

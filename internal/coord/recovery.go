@@ -25,11 +25,15 @@ func (c *Coordinator) scanLoop() {
 			c.scanOnce()
 		}
 		c.forgetExpired()
+		tick, due := ticker.C, c.cpDue()
+		if c.opts.manualScans {
+			tick, due = nil, nil
+		}
 		select {
 		case <-c.ctx.Done():
 			return
-		case <-ticker.C:
-		case <-c.cpDue(): // commit-point branches waiting (cprecover.go)
+		case <-tick:
+		case <-due: // commit-point branches waiting (cprecover.go)
 		case ack := <-c.scanNow:
 			c.scanOnce()
 			close(ack)
