@@ -17,14 +17,18 @@ func (c *Coordinator) scanLoop() {
 	ticker := time.NewTicker(c.opts.ScanInterval)
 	defer ticker.Stop()
 	var lastSweep time.Time
-	for {
-		if time.Since(lastSweep) >= sweepEvery {
-			lastSweep = time.Now()
-			c.sweepOnce()
-		} else {
-			c.scanOnce()
+	for started := false; ; started = true {
+		// With manualScans only the first pass scans by itself: the others
+		// wait for a request (each request is served in the select).
+		if !started || !c.opts.manualScans {
+			if time.Since(lastSweep) >= sweepEvery {
+				lastSweep = time.Now()
+				c.sweepOnce()
+			} else {
+				c.scanOnce()
+			}
+			c.forgetExpired()
 		}
-		c.forgetExpired()
 		tick, due := ticker.C, c.cpDue()
 		if c.opts.manualScans {
 			tick, due = nil, nil

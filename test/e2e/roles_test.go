@@ -278,8 +278,10 @@ func TestRunningPrimaryIsFencedByAPromotion(t *testing.T) {
 }
 
 // resolveInDoubt aborts, as an operator would after looking, every gtrid the
-// coordinator at admin lists in doubt; each must be prepared on both
-// databases (nothing of it committed anywhere).
+// coordinator at admin lists in doubt and both databases hold prepared; one
+// prepared on a single database is an error (one side acted on a decision
+// the new primary lacks); one settled on both since it was listed is left
+// (the callers check the journals on both databases for splits).
 func resolveInDoubt(t *testing.T, admin, dataDir string) {
 	t.Helper()
 	list, err := tandemCmd(t, "status", "--in-doubt", "--admin", admin)
@@ -294,8 +296,17 @@ func resolveInDoubt(t *testing.T, admin, dataDir string) {
 		}
 		seen[g] = true
 		show, _ := tandemCmd(t, "resolve", "--admin", admin, "--data-dir", dataDir, "--gtrid", g)
-		if strings.Count(show, "PREPARED") != 2 {
-			t.Errorf("in-doubt gtrid %s is not prepared on both databases (one side acted on a decision the new primary lacks?):\n%s", g, show)
+		switch strings.Count(show, "PREPARED") {
+		case 2:
+		case 0:
+			// Listed, then settled on both sides before this look (the old
+			// primary, not yet fenced, or past its net-timeout on a busy
+			// machine, finished its phase 2): nothing is left to settle,
+			// and nothing is half done.
+			t.Logf("in-doubt gtrid %s was settled on both databases before the operator looked", g)
+			continue
+		default:
+			t.Errorf("in-doubt gtrid %s is prepared on one database only (one side acted on a decision the new primary lacks?):\n%s", g, show)
 			continue
 		}
 		if out, err := tandemCmd(t, "resolve", "--admin", admin, "--data-dir", dataDir, "--gtrid", g, "--abort"); err != nil {
