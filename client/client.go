@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -19,6 +21,7 @@ import (
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/internal/traceprop"
 	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
@@ -110,6 +113,18 @@ type Config struct {
 	// maximum 1h, decision.MaxCommitPointAge: coordinators keep the abort
 	// decisions that refuse a late commit point longer than that).
 	MaxTxnAge time.Duration
+	// TracerProvider makes the OpenTelemetry spans of each transaction
+	// (README, "Traces"; tracing.go): "tandem.tx" from Begin to the end of
+	// Commit or Rollback, with a child span per phase and per RM. The
+	// calls to the coordinator carry the span's context (a W3C traceparent
+	// in the gRPC metadata), so that a coordinator that exports traces
+	// (tandem serve --otlp-endpoint) adds its spans to the same trace. Nil:
+	// otel.GetTracerProvider(), which makes nothing until the application
+	// sets a provider (otel.SetTracerProvider). The SDK uses only the
+	// OpenTelemetry API: the application brings the SDK and the exporter.
+	// With no provider, the cost per transaction is one call to a no-op
+	// tracer (an atomic load and three small allocations) and no per-phase work.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultDecisionTimeout is Config.DecisionTimeout's default.
@@ -197,8 +212,12 @@ type Client struct {
 	// without a coordinator).
 	coords *coordinators
 	waits  *waits.Registry
+	// tracer makes the transactions' spans (tracing.go).
+	tracer trace.Tracer
 
 	coordinatorCalls atomic.Uint64
+	// tx counts transaction outcomes (metrics.go).
+	tx *txCounters
 	// coordRMs is which RMs the coordinator said it recovers (coordrms.go).
 	coordRMs coordinatorRMs
 	// cluster is the coordinators' cluster identity (cluster.go).
@@ -213,7 +232,7 @@ type Client struct {
 
 // New checks the configuration and returns a client. It makes no network call.
 func New(cfg Config) (*Client, error) {
-	c := &Client{cfg: cfg, rms: make(map[string]*rmInfo, len(cfg.RMs)), waits: cfg.Waits, background: make(slots, maxBackground)}
+	c := &Client{cfg: cfg, rms: make(map[string]*rmInfo, len(cfg.RMs)), waits: cfg.Waits, background: make(slots, maxBackground), tx: newTxCounters()}
 	c.closing, c.stop = context.WithCancel(context.Background())
 	if c.cfg.MaxTxnAge <= 0 {
 		c.cfg.MaxTxnAge = decision.MaxCommitPointAge
@@ -228,6 +247,11 @@ func New(cfg Config) (*Client, error) {
 	if c.waits == nil {
 		c.waits = waits.Client
 	}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider() // forwards to the provider the application sets later, if any
+	}
+	c.tracer = tp.Tracer(tracerName)
 	if len(cfg.RMs) == 0 {
 		return nil, errors.New("client: Config.RMs is empty: declare every resource manager the application uses")
 	}
@@ -264,6 +288,8 @@ func New(cfg Config) (*Client, error) {
 		// moves on. The coordinator allows one ping per 10 s, with or
 		// without calls (internal/server/limits.go). DialOptions may override.
 		opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 15 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}))
+		// Every call carries the trace context of its span, if any (traceprop).
+		opts = append(opts, grpc.WithChainUnaryInterceptor(traceprop.UnaryClientInterceptor), grpc.WithChainStreamInterceptor(traceprop.StreamClientInterceptor))
 		opts = append(opts, cfg.DialOptions...)
 		if cfg.AuthToken != "" {
 			opts = append(opts, grpc.WithPerRPCCredentials(api.TokenCredentials(cfg.AuthToken)))
@@ -307,19 +333,31 @@ func (c *Client) Stats() Stats {
 }
 
 // Begin starts a global transaction. It makes the gtrid locally: no round
-// trip, no shared sequence.
+// trip, no shared sequence. Its span ("tandem.tx", Config.TracerProvider)
+// is the root of a new trace; BeginContext makes it a child of the
+// application's span.
 func (c *Client) Begin() *Tx {
+	return c.BeginContext(context.Background())
+}
+
+// BeginContext is Begin with the transaction's span a child of ctx's span
+// (a request's span, say). Only the span is taken from ctx: its deadline
+// and cancellation do not apply to the transaction.
+func (c *Client) BeginContext(ctx context.Context) *Tx {
 	g := xid.New()
 	if c.cfg.Now != nil {
 		g = xid.NewAt(0, c.cfg.Now())
 	}
-	return &Tx{c: c, gtrid: g, opts: c.cfg.Defaults}
+	t := &Tx{c: c, gtrid: g, opts: c.cfg.Defaults}
+	t.startTxSpan(ctx)
+	return t
 }
 
 // RunInTx runs fn in a new transaction and commits it, or rolls it back when
 // fn returns an error or panics (the panic is re-raised after the rollback).
+// The transaction's span is a child of ctx's (BeginContext).
 func (c *Client) RunInTx(ctx context.Context, fn func(tx *Tx) error) (res Result, err error) {
-	tx := c.Begin()
+	tx := c.BeginContext(ctx)
 	defer func() {
 		if p := recover(); p != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -34,17 +35,17 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	res := Result{Path: PathTwoPhase}
 	if t.c.coords == nil {
 		t.abortAll(ctx, all)
-		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("%d branches wrote", len(writers)), Cause: ErrNoCoordinator}
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("%d branches wrote", len(writers)), Cause: ErrNoCoordinator, stage: stageNoCoordinator}
 	}
 	if err := t.ownByCluster(ctx, writers); err != nil {
 		t.abortAll(ctx, all)
-		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the branches cannot be named after the coordinator's cluster; nothing was prepared", Cause: err}
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the branches cannot be named after the coordinator's cluster; nothing was prepared", Cause: err, stage: stageSetup}
 	}
 	// Phase 1: prepare every writer in parallel; read-only branches commit meanwhile.
 	prepErr := t.prepareAll(ctx, writers, commitReaders)
 	if prepErr != nil {
 		t.abortAll(ctx, all)
-		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "phase 1 failed", Cause: prepErr}
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "phase 1 failed", Cause: prepErr, stage: stagePrepare}
 	}
 	// The decision: one RPC.
 	req := &api.CommitRequest{Gtrid: t.gtrid.String(), Options: &api.CommitOptions{Durability: t.opts.Durability, Visibility: t.opts.Visibility}}
@@ -64,7 +65,8 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 		onCommitted = nil
 	}
 	_ = failpoint.Inject("before-commit-rpc") // kill: the client dies with every branch prepared
-	rpcCtx, cancel := t.c.decisionContext(ctx)
+	dctx, dspan := t.decisionSpan(ctx, "coordinator", "")
+	rpcCtx, cancel := t.c.decisionContext(dctx)
 	defer cancel()
 	// The owner the branches are named after: a coordinator of another
 	// cluster refuses the Commit before writing anything (api.MetadataOwner).
@@ -73,6 +75,13 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	resp, calls, err := t.c.commitRPC(rpcCtx, req, t.trace, t.traceCoord, onCommitted)
 	_ = failpoint.Inject("after-commit-rpc") // kill: the decision is made; session-bound branches wait for the coordinator
 	res.CoordinatorCalls = calls
+	if t.rec {
+		dspan.SetAttributes(AttrCalls.Int(calls))
+		if err == nil {
+			dspan.SetAttributes(AttrOutcome.String(strings.ToLower(resp.GetOutcome().String())))
+		}
+	}
+	endSpan(dspan, err)
 	if settled != nil {
 		// The durable decision was COMMIT (commitRPC then never fails).
 		// Wait for the session-bound commits whatever the reply says: the
@@ -94,7 +103,7 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	case err == nil && resp.Outcome == api.Outcome_ABORTED:
 		// The coordinator decided ABORT first and rolls back what it can reach.
 		t.settleOwn(ctx, writers, false)
-		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator decided ABORT: " + resp.Message}
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator decided ABORT: " + resp.Message, stage: stageDecidedAbort}
 	case err == nil:
 		t.releaseOwn(writers)
 		return res, txUnknown, &OutcomeUnknownError{GTRID: t.gtrid, Cause: fmt.Errorf("coordinator answered outcome %v", resp.Outcome)}
@@ -104,17 +113,17 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	case errors.As(err, new(*noPrimaryError)):
 		// Every attempt was refused before anything was written.
 		t.abortAll(ctx, all)
-		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "no coordinator served as the primary; nothing was decided and the branches were rolled back", Cause: err}
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "no coordinator served as the primary; nothing was decided and the branches were rolled back", Cause: err, stage: stageNoCoordinator}
 	case isRejection(err):
 		// Every attempt was answered, and this one refused the request as a
 		// whole: no decision was written anywhere, so rolling back is safe.
 		t.abortAll(ctx, all)
-		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator refused the commit", Cause: err}
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator refused the commit", Cause: err, stage: stageRefused}
 	case errors.As(err, new(*logFullError)):
 		// Refused on every try until ctx ended: no decision was written.
 		t.abortAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Cause: err,
-			Reason: fmt.Sprintf("the coordinator's decision log stayed full until the context ended (%d tries); nothing was decided and the branches were rolled back", calls)}
+			Reason: fmt.Sprintf("the coordinator's decision log stayed full until the context ended (%d tries); nothing was decided and the branches were rolled back", calls), stage: stageRefused}
 	}
 	// Unknown outcome: let go of the session-bound branches so that the
 	// coordinator, which knows the outcome, can settle them.

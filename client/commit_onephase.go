@@ -17,14 +17,16 @@ import (
 // back.
 func (t *Tx) commitOnePhase(ctx context.Context, w *Branch) (Result, txState, error) {
 	res := Result{Path: PathOnePhase}
-	err := w.execSteps(ctx, waits.RMCommit, w.onePhaseSQL())
+	dctx, sp := t.decisionSpan(ctx, "one-phase", w.rm.name)
+	err := w.execSteps(dctx, waits.RMCommit, w.onePhaseSQL())
+	endSpan(sp, err)
 	if err == nil {
 		w.state = branchCommitted
 		return res, txCommitted, nil
 	}
 	if serverSaidNo(err) {
 		t.abortAll(ctx, []*Branch{w})
-		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("one-phase commit on %q failed", w.rm.name), Cause: err}
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("one-phase commit on %q failed", w.rm.name), Cause: err, stage: stageCommit}
 	}
 	// The commit may or may not have reached the database.
 	return res, txUnknown, &OutcomeUnknownError{GTRID: t.gtrid, Cause: fmt.Errorf("rm %q: one-phase commit: %w", w.rm.name, err)}

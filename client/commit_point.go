@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tandem-tx/tandem/internal/decision"
 	"github.com/tandem-tx/tandem/internal/failpoint"
@@ -65,14 +66,14 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 			t.abortAll(ctx, all)
 			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf(
 				"the coordinator does not know resource manager %q, so it could not recover this transaction's branches if this process died; nothing was prepared: "+
-					"give the coordinator --rm %s=DRIVER:DSN (the name in client.Config.RMs)", w.rm.name, w.rm.name)}
+					"give the coordinator --rm %s=DRIVER:DSN (the name in client.Config.RMs)", w.rm.name, w.rm.name), stage: stageSetup}
 		}
 	}
 	t.c.noteUnrecoverable(t.gtrid.String(), recovered)
 	cpID, err := t.c.tableID(ctx, cp.rm, nil)
 	if err != nil {
 		t.abortAll(ctx, all)
-		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the commit point's decision-table id is not known; nothing was prepared", Cause: err}
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the commit point's decision-table id is not known; nothing was prepared", Cause: err, stage: stageSetup}
 	}
 	var prepared []*Branch
 	var parts []decision.Participant
@@ -87,7 +88,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 		if err != nil {
 			t.abortAll(ctx, all)
 			return res, txAborted, &AbortedError{GTRID: t.gtrid, Cause: err, Reason: fmt.Sprintf(
-				"the decision row must name every participant by its decision-table id, and %q's is not known (give it client.RM.DB, or run tandem init-rm on it); nothing was prepared", w.rm.name)}
+				"the decision row must name every participant by its decision-table id, and %q's is not known (give it client.RM.DB, or run tandem init-rm on it); nothing was prepared", w.rm.name), stage: stageSetup}
 		}
 		parts = append(parts, decision.Participant{RM: w.rm.name, Table: id})
 	}
@@ -98,13 +99,13 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 		// prepared branch of it.
 		if err := cp.execSteps(ctx, waits.RMRoundtrip, []string{"BEGIN"}); err != nil {
 			t.abortAll(ctx, all)
-			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "could not begin the commit point " + cp.rm.name, Cause: err}
+			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "could not begin the commit point " + cp.rm.name, Cause: err, stage: stageSetup}
 		}
 		cp.state = branchActive
 	}
 	if err := t.prepareAll(ctx, prepared, commitReaders); err != nil {
 		t.abortAll(ctx, all)
-		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "phase 1 failed", Cause: err}
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "phase 1 failed", Cause: err, stage: stagePrepare}
 	}
 	_ = failpoint.Inject("before-commit-point") // kill: every other branch prepared, no decision anywhere
 	var forget []xid.GTRID
@@ -116,7 +117,9 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 		dc.XA = cp.id.MySQLXID()
 	}
 	decided := time.Now()
-	err = cp.commitDecision(ctx, decision.CommitStatements(cp.rm.dialect.Driver(), dc))
+	dctx, dspan := t.decisionSpan(ctx, "commit-point", cp.rm.name)
+	err = cp.commitDecision(dctx, decision.CommitStatements(cp.rm.dialect.Driver(), dc))
+	endSpan(dspan, err)
 	_ = failpoint.Inject("after-commit-point") // kill: decided COMMIT; the prepared branches wait for a recoverer
 	switch {
 	case err == nil:
@@ -134,7 +137,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 			}
 		}
 		t.abortAll(ctx, all)
-		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: reason, Cause: err}
+		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: reason, Cause: err, stage: stageCommit}
 	default:
 		// The call broke, or MySQL/MariaDB answered an error other than a
 		// refusal of the decision (which statement failed — the COMMIT
@@ -144,7 +147,12 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 		cp.rm.cp.giveBack(forget)
 		cp.releaseSession()
 		cp.state = branchHandedOver
-		o, rerr := t.c.resolveByKey(ctx, cp.rm, t.gtrid, cpID, decided)
+		kctx, kspan := t.startSpan(ctx, SpanTakeKey, cp.rm.name)
+		o, rerr := t.c.resolveByKey(kctx, cp.rm, t.gtrid, cpID, decided)
+		if rerr == nil && t.rec {
+			kspan.SetAttributes(AttrOutcome.String(keyOutcome(o)))
+		}
+		endSpan(kspan, rerr)
 		if rerr != nil {
 			t.releaseOwn(prepared)
 			return res, txUnknown, &OutcomeUnknownError{GTRID: t.gtrid, Cause: fmt.Errorf(
@@ -153,7 +161,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 		}
 		if o == decision.Aborted {
 			t.settlePrepared(ctx, prepared, false)
-			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the commit point's connection broke during its commit, and taking the decision key found no decision (its COMMIT never happened; now none can): aborted", Cause: err}
+			return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the commit point's connection broke during its commit, and taking the decision key found no decision (its COMMIT never happened; now none can): aborted", Cause: err, stage: stageDecidedAbort}
 		}
 	}
 	if t.opts.Visibility == VisibilityAsync && pooled(prepared) && t.c.background.TryAcquire() {
@@ -164,7 +172,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 			b.state = branchHandedOver
 		}
 		res.Phase2Pending = true
-		go t.c.commitInBackground(t.gtrid, cp.rm, prepared, parts)
+		go t.c.commitInBackground(t.spanContext(context.Background()), t.rec, t.gtrid, cp.rm, prepared, parts)
 		return res, txCommitted, nil
 	}
 	if !t.settlePrepared(ctx, prepared, true) {
@@ -298,10 +306,16 @@ func pooled(bs []*Branch) bool {
 // it), read on that same connection. Only there does "no such prepared
 // transaction" mean committed already; a pool that reaches another
 // database would answer it for a branch still prepared where it was.
-func (c *Client) commitInBackground(g xid.GTRID, cp *rmInfo, bs []*Branch, parts []decision.Participant) {
+//
+// Its spans (rec) are children of parent's span, the transaction's, which
+// ends before them: tandem.phase2 with tandem.background.
+func (c *Client) commitInBackground(parent context.Context, rec bool, g xid.GTRID, cp *rmInfo, bs []*Branch, parts []decision.Participant) {
 	defer c.background.Release()
 	ctx, cancel := context.WithTimeout(c.closing, 10*time.Second)
 	defer cancel()
+	if rec {
+		ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(parent))
+	}
 	ids := make([]xid.Branch, len(bs))
 	for i, b := range bs {
 		ids[i] = b.id
@@ -325,12 +339,18 @@ func (c *Client) commitInBackground(g xid.GTRID, cp *rmInfo, bs []*Branch, parts
 			return fmt.Errorf("rm %q: client.RM.DB reaches decision table %s, but the branch was prepared where the table is %s (another server, database or schema): "+
 				"not committed through it; give client.RM.DB the application's database", b.rm.name, id, want[b.rm.name])
 		}
+		sctx, sp := c.startSpan(ctx, rec, SpanPhase2, b.rm.name)
+		if rec {
+			sp.SetAttributes(AttrAction.String("commit"), AttrBackground.Bool(true))
+		}
 		start := time.Now()
-		_, err = conn.ExecContext(ctx, b.rm.dialect.CommitPrepared(ids[i]))
+		_, err = conn.ExecContext(sctx, b.rm.dialect.CommitPrepared(ids[i]))
 		c.waits.Since(waits.RMCommitPrepared, start)
 		if err != nil && !b.rm.dialect.IsNotFound(err) {
+			endSpan(sp, err)
 			return fmt.Errorf("rm %q: %w", b.rm.name, err)
 		}
+		endSpan(sp, nil)
 		return nil
 	})
 	if err != nil {
@@ -362,3 +382,11 @@ func (s slots) Release() { <-s }
 // maxBackground bounds the background commits of a client (visibility
 // async): past it, Commit commits the prepared branches itself.
 const maxBackground = 64
+
+// keyOutcome is the tandem.outcome of a tandem.take_key span.
+func keyOutcome(o decision.Outcome) string {
+	if o == decision.Committed {
+		return "committed"
+	}
+	return "aborted"
+}

@@ -13,12 +13,16 @@ import (
 // no earlier than decision.ForgetMinAge after it was written.
 
 // Forget batching: the rows of committed gtrids are deleted once at least
-// forgetBatch are pending, at most forgetMax at a time; past forgetKeep the
-// oldest are dropped from memory (the coordinator's sweep deletes them).
+// forgetBatch are old enough, at most forgetMax at a time. A row waits
+// forgetAfter (35 s) in the queue, so the queue holds 35 s of commits:
+// forgetKeep bounds it (40 bytes a row: 21 MB) far above that at any rate
+// a process reaches (15,000 commits a second); past it the newest are not
+// queued (the coordinator's sweep deletes those rows) — dropping the
+// oldest instead would drop every row before it is old enough.
 const (
 	forgetBatch = 32
 	forgetMax   = 256
-	forgetKeep  = 4096
+	forgetKeep  = 1 << 19
 )
 
 // forgetLater queues g's decision row for deletion. With the RM's pool, a
@@ -34,7 +38,7 @@ func (c *Client) forgetLater(info *rmInfo, g xid.GTRID) {
 		return
 	}
 	s.mu.Lock()
-	start := !s.forgetting && len(s.forget) >= forgetBatch
+	start := !s.forgetting && len(s.forget) >= forgetBatch && !s.forgetAt[forgetBatch-1].After(time.Now().Add(-forgetAfter))
 	if start {
 		s.forgetting = true
 	}
@@ -105,9 +109,8 @@ func (s *cpState) giveBack(gs []xid.GTRID) {
 
 func (s *cpState) addForget(g xid.GTRID) {
 	s.mu.Lock()
-	if len(s.forget) >= forgetKeep {
-		s.forget, s.forgetAt = s.forget[1:], s.forgetAt[1:]
+	if len(s.forget) < forgetKeep {
+		s.forget, s.forgetAt = append(s.forget, g), append(s.forgetAt, time.Now())
 	}
-	s.forget, s.forgetAt = append(s.forget, g), append(s.forgetAt, time.Now())
 	s.mu.Unlock()
 }

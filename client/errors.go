@@ -33,6 +33,19 @@ type AbortedError struct {
 	GTRID  xid.GTRID
 	Reason string
 	Cause  error
+	// stage is where the commit ended in abort (the label of the
+	// tandem_client_aborts_total counter; Stage).
+	stage abortStage
+}
+
+// Stage says where the commit ended in abort, in one word: one of
+// AbortStages ("statement", "setup", "prepare", "commit", "decided-abort",
+// "refused", "no-coordinator"; "other" when not known).
+func (e *AbortedError) Stage() string {
+	if e.stage == "" {
+		return string(stageOther)
+	}
+	return string(e.stage)
 }
 
 func (e *AbortedError) Error() string {

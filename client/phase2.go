@@ -23,7 +23,16 @@ func (t *Tx) settlePrepared(ctx context.Context, bs []*Branch, commit bool) bool
 		if commit {
 			stmt, ev = b.rm.dialect.CommitPrepared(b.id), waits.RMCommitPrepared
 		}
-		if err := b.execSteps(ctx, ev, []string{stmt}); err != nil && !b.rm.dialect.IsNotFound(err) {
+		sctx, sp := t.startSpan(ctx, SpanPhase2, b.rm.name)
+		if t.rec {
+			sp.SetAttributes(AttrAction.String(action(commit)))
+		}
+		err := b.execSteps(sctx, ev, []string{stmt})
+		if err != nil && b.rm.dialect.IsNotFound(err) {
+			err = nil // settled already
+		}
+		endSpan(sp, err)
+		if err != nil {
 			if b.rm.dialect.SessionBound() {
 				b.releaseSession()
 			}
@@ -73,4 +82,12 @@ func hasSessionBound(bs []*Branch) bool {
 		}
 	}
 	return false
+}
+
+// action is the tandem.action of a phase-2 span.
+func action(commit bool) string {
+	if commit {
+		return "commit"
+	}
+	return "rollback"
 }

@@ -27,10 +27,12 @@ func (t *Tx) prepareAll(ctx context.Context, ws []*Branch, commitReaders func() 
 			return commitReaders()
 		}
 		b := ws[i]
+		pctx, sp := t.startSpan(ctx, SpanPrepare, b.rm.name)
 		err := failpoint.Inject("before-prepare")
 		if err == nil {
-			err = b.prepare(ctx)
+			err = b.prepare(pctx)
 		}
+		endSpan(sp, err)
 		if err == nil {
 			_ = failpoint.Inject("after-prepare")
 		}

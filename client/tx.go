@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/tandem-tx/tandem/api"
@@ -99,6 +100,10 @@ type Tx struct {
 	// named with no commit point, so the coordinator decides (cp_choice.go).
 	cp        *Branch
 	unnamedXA bool
+	// span is the transaction's span (tracing.go), never nil; rec: it
+	// records, so the phases get spans too.
+	span trace.Span
+	rec  bool
 }
 
 // SetTrace makes the transaction append each of its waits (every round trip,
@@ -178,7 +183,9 @@ func (t *Tx) Commit(ctx context.Context) (Result, error) {
 	branches := t.begun()
 	t.mu.Unlock()
 
-	res, state, err := t.commit(ctx, branches)
+	start := time.Now()
+	res, state, err := t.commit(t.spanContext(ctx), branches)
+	t.c.tx.count(res, err, time.Since(start))
 	res.GTRID = t.gtrid
 	res.RoundTrips = make([]RMRoundTrips, len(t.branches))
 	for i, b := range t.branches {
@@ -186,6 +193,7 @@ func (t *Tx) Commit(ctx context.Context) (Result, error) {
 		res.RoundTrips[i] = RMRoundTrips{RM: b.rm.name, N: b.trips}
 	}
 	t.trace.Finish()
+	t.endTxSpan(outcomeName(state), &res, err)
 	t.mu.Lock()
 	t.state = state
 	t.mu.Unlock()
@@ -210,7 +218,7 @@ func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, e
 		}
 		if b.lastErr != nil {
 			t.abortAll(ctx, branches)
-			return Result{}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("branch on %q failed earlier", b.rm.name), Cause: b.lastErr}
+			return Result{}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: fmt.Sprintf("branch on %q failed earlier", b.rm.name), Cause: b.lastErr, stage: stageStatement}
 		}
 	}
 	// Which branches wrote? Ask the database about those that only read.
@@ -229,7 +237,7 @@ func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, e
 	})
 	if err != nil {
 		t.abortAll(ctx, branches)
-		return Result{}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "could not classify branches", Cause: err}
+		return Result{}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "could not classify branches", Cause: err, stage: stageSetup}
 	}
 	var writers, readers []*Branch
 	for i, b := range branches {
@@ -260,13 +268,13 @@ func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, e
 	case 0:
 		if err := commitReaders(); err != nil {
 			t.abortAll(ctx, branches)
-			return Result{Path: PathLocal}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "local commit failed", Cause: err}
+			return Result{Path: PathLocal}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "local commit failed", Cause: err, stage: stageCommit}
 		}
 		return Result{Path: PathLocal}, txCommitted, nil
 	case 1:
 		if err := commitReaders(); err != nil {
 			t.abortAll(ctx, branches)
-			return Result{Path: PathOnePhase}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "local commit of a read-only branch failed", Cause: err}
+			return Result{Path: PathOnePhase}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "local commit of a read-only branch failed", Cause: err, stage: stageCommit}
 		}
 		return t.commitOnePhase(ctx, writers[0])
 	}
@@ -289,7 +297,9 @@ func (t *Tx) Rollback(ctx context.Context) error {
 	t.state = txFinishing
 	branches := t.begun()
 	t.mu.Unlock()
-	err := t.rollbackAll(ctx, branches)
+	t.c.tx.rollbacks.Add(1)
+	err := t.rollbackAll(t.spanContext(ctx), branches)
+	t.endTxSpan("rolled-back", nil, err)
 	t.mu.Lock()
 	t.state = txAborted
 	t.mu.Unlock()

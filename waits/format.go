@@ -3,6 +3,7 @@ package waits
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -75,7 +76,9 @@ func FromJSON(j JSONSnapshot) Snapshot {
 	return s
 }
 
-func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+// seconds converts a JSON time in seconds back to a Duration, rounded to
+// the nanosecond (truncating would turn 0.00103003 into 1.030029ms).
+func seconds(f float64) time.Duration { return time.Duration(math.Round(f * float64(time.Second))) }
 
 // Sorted returns the events by total time waited, largest first (ties by name).
 func (s Snapshot) Sorted() []EventStats {

@@ -42,19 +42,54 @@ const (
 // no process-wide registry: each records into the one its options name.
 var Client = NewRegistry(SideClient)
 
-// eventStats is one event's totals. Every field is updated atomically.
-type eventStats struct {
+// Histogram is a count, total, maximum and histogram of durations, in the
+// buckets of every wait event (BucketUpperBound): one event's totals in a
+// Registry, or any other timing kept the same way (the SDK's commit
+// latency by path). Safe for concurrent use; the zero value is empty.
+type Histogram struct {
 	count   atomic.Uint64
 	total   atomic.Uint64 // ns
 	max     atomic.Uint64 // ns
 	buckets [NumBuckets]atomic.Uint64
 }
 
+// Record counts one duration (negative counts as 0). It does not allocate.
+func (s *Histogram) Record(d time.Duration) {
+	ns := uint64(max(d, 0))
+	s.count.Add(1)
+	s.total.Add(ns)
+	s.buckets[bucketOf(ns)].Add(1)
+	for {
+		m := s.max.Load()
+		if ns <= m || s.max.CompareAndSwap(m, ns) {
+			return
+		}
+	}
+}
+
+// Stats copies the totals, labelled e (0 for a timing that is no event).
+func (s *Histogram) Stats(e Event) EventStats {
+	es := EventStats{Event: e, Count: s.count.Load(), Total: time.Duration(s.total.Load()), Max: time.Duration(s.max.Load())}
+	for b := range es.Buckets {
+		es.Buckets[b] = s.buckets[b].Load()
+	}
+	return es
+}
+
+func (s *Histogram) reset() {
+	s.count.Store(0)
+	s.total.Store(0)
+	s.max.Store(0)
+	for b := range s.buckets {
+		s.buckets[b].Store(0)
+	}
+}
+
 // Registry holds the totals of every event for one side. It is safe for
 // concurrent use; its zero value is not usable (use NewRegistry).
 type Registry struct {
 	side string
-	ev   [MaxEvents]eventStats
+	ev   [MaxEvents]Histogram
 
 	// tracing counts open traces, so that SinceTx skips the map when none is.
 	tracing atomic.Int32
@@ -77,17 +112,7 @@ func (r *Registry) Record(e Event, d time.Duration) {
 	if e == 0 || int(e) >= MaxEvents {
 		return
 	}
-	ns := uint64(max(d, 0))
-	s := &r.ev[e]
-	s.count.Add(1)
-	s.total.Add(ns)
-	s.buckets[bucketOf(ns)].Add(1)
-	for {
-		m := s.max.Load()
-		if ns <= m || s.max.CompareAndSwap(m, ns) {
-			return
-		}
-	}
+	r.ev[e].Record(d)
 }
 
 // Since records the time elapsed since start in e and returns it.
@@ -149,6 +174,17 @@ type EventStats struct {
 	Buckets [NumBuckets]uint64
 }
 
+// Plus is s with o's waits added (Max is the larger of the two).
+func (s EventStats) Plus(o EventStats) EventStats {
+	s.Count += o.Count
+	s.Total += o.Total
+	s.Max = max(s.Max, o.Max)
+	for i := range s.Buckets {
+		s.Buckets[i] += o.Buckets[i]
+	}
+	return s
+}
+
 // Avg is Total/Count (0 without waits).
 func (s EventStats) Avg() time.Duration {
 	if s.Count == 0 {
@@ -172,12 +208,7 @@ func (r *Registry) Snapshot() Snapshot {
 	evs := Events()
 	s := Snapshot{Side: r.side, At: time.Now(), Events: make([]EventStats, len(evs))}
 	for i, e := range evs {
-		st := &r.ev[e]
-		es := EventStats{Event: e, Count: st.count.Load(), Total: time.Duration(st.total.Load()), Max: time.Duration(st.max.Load())}
-		for b := range es.Buckets {
-			es.Buckets[b] = st.buckets[b].Load()
-		}
-		s.Events[i] = es
+		s.Events[i] = r.ev[e].Stats(e)
 	}
 	return s
 }
@@ -185,13 +216,7 @@ func (r *Registry) Snapshot() Snapshot {
 // Reset sets every total to zero (tests and benchmarks).
 func (r *Registry) Reset() {
 	for e := range r.ev {
-		st := &r.ev[e]
-		st.count.Store(0)
-		st.total.Store(0)
-		st.max.Store(0)
-		for b := range st.buckets {
-			st.buckets[b].Store(0)
-		}
+		r.ev[e].reset()
 	}
 }
 
@@ -206,9 +231,12 @@ func (s Snapshot) Get(e Event) EventStats {
 }
 
 // Sub returns the waits recorded between prev and s. A maximum cannot be
-// subtracted: the delta's Max is the upper bound of its highest non-empty
-// bucket, capped by s's Max (exact when the largest wait fell in the
-// interval, otherwise within a factor of 2).
+// subtracted: an event waited on in the interval has a delta Max that is
+// exact when the largest wait ever fell in the interval (s's Max above
+// prev's), otherwise the upper bound of its highest non-empty bucket capped
+// by s's Max (within a factor of 2). Snapshots without histograms (the JSON
+// form without buckets) give s's Max, the all-time maximum, as the bound.
+// An event not waited on in the interval has Max 0.
 func (s Snapshot) Sub(prev Snapshot) Snapshot {
 	out := Snapshot{Side: s.Side, At: s.At, Events: make([]EventStats, len(s.Events))}
 	for i, cur := range s.Events {
@@ -221,11 +249,15 @@ func (s Snapshot) Sub(prev Snapshot) Snapshot {
 				top = b
 			}
 		}
-		if top >= 0 {
+		switch {
+		case d.Count == 0 && top < 0:
+			// Not waited on in the interval.
+		case cur.Max > p.Max:
+			d.Max = cur.Max // the largest wait ever happened in this interval
+		case top >= 0:
 			d.Max = min(cur.Max, BucketUpperBound(top))
-			if cur.Max > p.Max {
-				d.Max = cur.Max // the largest wait ever happened in this interval
-			}
+		default:
+			d.Max = cur.Max // no histograms to bound it by: the all-time maximum
 		}
 		out.Events[i] = d
 	}
@@ -240,14 +272,7 @@ func (s Snapshot) Add(o Snapshot) Snapshot {
 	}
 	seen := map[Event]bool{}
 	for _, a := range s.Events {
-		b := o.Get(a.Event)
-		a.Count += b.Count
-		a.Total += b.Total
-		a.Max = max(a.Max, b.Max)
-		for i := range a.Buckets {
-			a.Buckets[i] += b.Buckets[i]
-		}
-		out.Events = append(out.Events, a)
+		out.Events = append(out.Events, a.Plus(o.Get(a.Event)))
 		seen[a.Event] = true
 	}
 	for _, b := range o.Events {

@@ -188,6 +188,30 @@ func TestSubAddAndTable(t *testing.T) {
 	}
 }
 
+// A delta of two JSON forms without histograms (GET /waits without
+// ?buckets=1) still bounds its Max: exact for a new all-time maximum,
+// else the all-time maximum, never 0 for an event waited on.
+func TestSubWithoutHistogramsKeepsABound(t *testing.T) {
+	r := NewRegistry(SideClient)
+	r.Record(RMRoundtrip, 8*time.Millisecond)
+	before := FromJSON(r.Snapshot().JSON(false, false))
+	r.Record(RMRoundtrip, 3*time.Millisecond)
+	r.Record(RMPrepare, 20*time.Millisecond)
+	d := FromJSON(r.Snapshot().JSON(false, false)).Sub(before)
+	if rt := d.Get(RMRoundtrip); rt.Count != 1 || rt.Max != 8*time.Millisecond {
+		t.Errorf("rm roundtrip: count %d, max %v; want 1, 8ms (the all-time max bounds it)", rt.Count, rt.Max)
+	}
+	if p := d.Get(RMPrepare); p.Count != 1 || p.Max != 20*time.Millisecond {
+		t.Errorf("rm prepare: count %d, max %v; want 1, 20ms (exact)", p.Count, p.Max)
+	}
+	// Seconds read back from JSON are rounded to the nanosecond, not truncated.
+	for _, d := range []time.Duration{4096 * time.Microsecond, 20 * time.Millisecond, 1030030 * time.Nanosecond, 127127 * time.Nanosecond} {
+		if got := seconds(d.Seconds()); got != d {
+			t.Errorf("seconds(%v) = %v", d.Seconds(), got)
+		}
+	}
+}
+
 func TestDefine(t *testing.T) {
 	e := Define("test wait")
 	if e2 := Define("test wait"); e2 != e {

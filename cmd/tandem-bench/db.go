@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"strings"
+	"time"
 
 	"github.com/tandem-tx/tandem/client"
 	"github.com/tandem-tx/tandem/internal/bench"
@@ -151,6 +152,7 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 		return nil
 	})
 	dbCounters := fs.Bool("db-counters", true, "report the databases' own sync counters per transaction (pg_stat_wal; Binlog_group_commits, Innodb_*_fsyncs); after a workload that commits through a coordinator the run waits 11s for PostgreSQL's late counts")
+	fs.DurationVar(&cfg.ActivityEvery, "db-activity", 50*time.Millisecond, "sample what every session of the bench's databases is doing (statement and wait: pg_stat_activity; PROCESSLIST and INNODB_TRX) this often during the measured slices, and report the session-time per statement and wait; 0 turns it off")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
 	htmlFile := fs.String("html", "", htmlUsage)
 	fs.IntVar(&cfg.Trace, "trace", 0, "keep the full wait trace (client and coordinator) of this many transactions per workload")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -39,6 +40,12 @@ second deployment over the same databases) and legacy unowned ones (unless
 here; nor is a gtrid that began before this log was born presumed aborted.
 SIGINT or SIGTERM stops it cleanly; unfinished phase 2 resumes at the next start.
 
+With --otlp-endpoint HOST:PORT (or OTEL_EXPORTER_OTLP_ENDPOINT) the calls
+that carry a client's trace context (the SDK's W3C traceparent) are
+exported as OpenTelemetry spans over OTLP/gRPC, in the client's trace:
+Commit, Abort, Status, the decision log write, phase 2 per resource
+manager. Calls without one make no span. See the README's "Traces".
+
 The admin listener (--admin) serves /waits (wait events as JSON, read by
 "tandem waits"), /metrics (Prometheus) and /standby (the standby state as
 JSON), open to reads on loopback, and the role changes (POST /role/...),
@@ -65,9 +72,23 @@ Switchover: "tandem switchover --primary-admin 127.0.0.1:7071 --standby-admin 12
 const defaultAdmin = "127.0.0.1:7071"
 
 func runServe(args []string, stdout, stderr io.Writer) error {
-	cfg, opts, err := serveConfig(args, stderr)
+	cfg, opts, otlpFlag, err := parseServe(args, stderr)
 	if err != nil {
 		return explain(err)
+	}
+	tp, err := otlpTracing(otlpFlag, opts.Logger)
+	if err != nil {
+		return explain(err)
+	}
+	if tp != nil {
+		opts.TracerProvider = tp
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(ctx); err != nil { // sends the spans still batched
+				opts.Logger.Warn("exporting the last spans failed", "error", err)
+			}
+		}()
 	}
 	s, err := server.Start(cfg, opts)
 	if err != nil {
@@ -119,6 +140,7 @@ type serveFlags struct {
 	secretFile                                   string
 	standbyTLSCert, standbyTLSKey, standbyTLSCA  string
 	logLevel                                     string
+	otlpEndpoint                                 string
 	// adminSet: --admin was given (else its default is best effort).
 	adminSet bool
 	set      map[string]bool // the flags given on the command line
@@ -167,6 +189,7 @@ func (f *serveFlags) define(fs *flag.FlagSet) {
 	fs.StringVar(&f.standbyTLSKey, "standby-tls-key", "", "PEM private key of --standby-tls-cert")
 	fs.StringVar(&f.standbyTLSCA, "standby-tls-ca", "", "PEM CA that signs both coordinators' standby certificates")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export the spans of the calls that carry a client's trace context (Commit, Abort, Status; decision log write; phase 2) over OTLP/gRPC to HOST:PORT or http://HOST:PORT (plaintext) or https://HOST:PORT (TLS), e.g. localhost:4317 (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT if set, else no export)")
 }
 
 // serveConfig parses tandem serve's arguments into the server's
@@ -174,20 +197,31 @@ func (f *serveFlags) define(fs *flag.FlagSet) {
 // logger on stderr. It starts nothing; the files it reads are the config
 // file, the token and the standby link's secret and certificates.
 func serveConfig(args []string, stderr io.Writer) (config.Config, server.Options, error) {
+	cfg, o, _, err := parseServe(args, stderr)
+	return cfg, o, err
+}
+
+// parseServe is serveConfig that also returns --otlp-endpoint (checked),
+// whose exporter runServe starts.
+func parseServe(args []string, stderr io.Writer) (config.Config, server.Options, string, error) {
 	var f serveFlags
 	fs := newFlags(commands["serve"], stderr)
 	f.define(fs)
 	if err := parse(fs, args); err != nil {
-		return config.Config{}, server.Options{}, err
+		return config.Config{}, server.Options{}, "", err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "tandem serve: unexpected argument %q\n", fs.Arg(0))
-		return config.Config{}, server.Options{}, errUsage
+		return config.Config{}, server.Options{}, "", errUsage
 	}
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	f.adminSet = f.set["admin"]
-	return f.build(stderr)
+	if _, _, err := otlpOptions(f.otlpEndpoint); err != nil {
+		return config.Config{}, server.Options{}, "", err
+	}
+	cfg, o, err := f.build(stderr)
+	return cfg, o, f.otlpEndpoint, err
 }
 
 // build turns parsed flags into the server's configuration and options.

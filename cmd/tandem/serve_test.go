@@ -27,6 +27,8 @@ var serveFlagErrors = []struct {
 	{"extra argument", []string{"extra"}, "usage", "tandem serve: unexpected argument \"extra\"\n"},
 	{"unknown flag", []string{"--nosuchflag"}, "usage", "flag provided but not defined: -nosuchflag\n"},
 	{"log level", []string{"--log-level", "loud"}, `--log-level "loud": use debug, info, warn or error`, ""},
+	{"otlp endpoint", withRM("--otlp-endpoint", "collector"), `--otlp-endpoint "collector": address collector: missing port in address: use HOST:PORT, http://HOST:PORT (plaintext) or https://HOST:PORT (TLS), e.g. localhost:4317`, ""},
+	{"otlp endpoint scheme", withRM("--otlp-endpoint", "grpc://collector:4317"), `--otlp-endpoint "grpc://collector:4317": use HOST:PORT, http://HOST:PORT (plaintext) or https://HOST:PORT (TLS), e.g. localhost:4317`, ""},
 	{"rm", []string{"--rm", "nonsense"}, `config: --rm "nonsense": want NAME=DRIVER:DSN or NAME=DRIVER:@FILE, e.g. pg=postgres:postgres://user:${PGPASSWORD}@127.0.0.1:5432/db`, ""},
 	{"config file", []string{"--config", "/nonexistent/tandem-test/tandem.yaml"}, "config: open /nonexistent/tandem-test/tandem.yaml: no such file or directory", ""},
 	{"log size", withRM("--log-size", "12XB"), `--log-size: size "12XB": write a number of bytes, or one with a unit like 512KiB, 64MiB or 1GiB`, ""},
@@ -194,5 +196,29 @@ func TestServeConfigStandbyFromFile(t *testing.T) {
 	}
 	if so := o.Standby; so.NetTimeout != 10*time.Second || so.Protection != "max-availability" || so.Listen != "127.0.0.1:7082" {
 		t.Errorf("a flag equal to its default must still win over the file: %+v", so)
+	}
+}
+
+// Exporting traces is off unless --otlp-endpoint or an
+// OTEL_EXPORTER_OTLP_*ENDPOINT variable is set; a bare HOST:PORT and
+// http:// are plaintext, https:// is TLS.
+func TestOTLPEndpoint(t *testing.T) {
+	for _, v := range otlpEnv {
+		t.Setenv(v, "")
+	}
+	if _, on, err := otlpOptions(""); on || err != nil {
+		t.Errorf("no flag, no environment: on=%v err=%v, want off", on, err)
+	}
+	for _, flag := range []string{"localhost:4317", "http://localhost:4317", "https://collector.example:4317"} {
+		if opts, on, err := otlpOptions(flag); !on || err != nil || len(opts) == 0 {
+			t.Errorf("--otlp-endpoint %s: on=%v err=%v options=%d, want on", flag, on, err, len(opts))
+		}
+	}
+	if opts, _, _ := otlpOptions("localhost:4317"); len(opts) != 2 {
+		t.Errorf("--otlp-endpoint HOST:PORT: %d options, want 2 (the endpoint, plaintext)", len(opts))
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4317")
+	if opts, on, err := otlpOptions(""); !on || err != nil || len(opts) != 0 {
+		t.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT set: on=%v err=%v options=%d, want on, the exporter reading the environment", on, err, len(opts))
 	}
 }

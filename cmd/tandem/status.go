@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/addrhint"
@@ -46,16 +50,23 @@ them with tandem resolve.`,
 	})
 }
 
+// coordConn is a connection to one coordinator's API.
+type coordConn struct {
+	api.CoordinatorClient
+	addr string
+	conn *grpc.ClientConn
+}
+
 // dialCoordinator connects to a coordinator's API, over TLS when tf names
 // any file. The shared token, if the coordinator requires one, comes from
-// $TANDEM_AUTH_TOKEN_FILE.
-func dialCoordinator(addr string, tf tlsconf.Files) (api.CoordinatorClient, func(), error) {
+// $TANDEM_AUTH_TOKEN_FILE. No connection is made before the first call.
+func dialCoordinator(addr string, tf tlsconf.Files) (*coordConn, error) {
 	if err := addrhint.CheckAPIAddr(addr); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	cfg, err := tlsconf.Client(tf)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if cfg != nil {
@@ -64,15 +75,59 @@ func dialCoordinator(addr string, tf tlsconf.Files) (api.CoordinatorClient, func
 	if f := os.Getenv("TANDEM_AUTH_TOKEN_FILE"); f != "" {
 		tok, err := server.ReadTokenFile(f)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		opts = append(opts, grpc.WithPerRPCCredentials(api.TokenCredentials(tok)))
 	}
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("coordinator address %q: %w", addr, err)
+		return nil, fmt.Errorf("coordinator address %q: %w", addr, err)
 	}
-	return api.NewCoordinatorClient(conn), func() { _ = conn.Close() }, nil
+	return &coordConn{CoordinatorClient: api.NewCoordinatorClient(conn), addr: addr, conn: conn}, nil
+}
+
+// Close closes the connection.
+func (c *coordConn) Close() { _ = c.conn.Close() }
+
+// unreachable explains err, from a call that had timeout, when the call
+// never got a connection to the coordinator: what happened, at which
+// address, what it means for the command (so, e.g. "the outcome of G is not
+// known here"; "" for nothing), and what to do (then, appended to the
+// advice; "" for nothing). It returns nil when the call had a connection:
+// err then came from the coordinator or from a call cut short, for the
+// caller to report.
+func (c *coordConn) unreachable(err error, timeout time.Duration, so, then string) error {
+	code := status.Code(err)
+	if (code != codes.Unavailable && code != codes.DeadlineExceeded) || c.conn.GetState() == connectivity.Ready {
+		return nil
+	}
+	lead := "cannot reach the coordinator at " + c.addr
+	if so != "" {
+		lead += ", so " + so
+	}
+	if h := addrhint.Explain(c.addr, err); h != "" {
+		return fmt.Errorf("%s: %w (%s)", lead, err, h)
+	}
+	if perr := probe(c.addr, min(timeout, 2*time.Second)); perr != nil {
+		return fmt.Errorf("%s: nothing accepts connections there (%v). Start tandem serve there, or pass --coordinator with its --listen address (default 127.0.0.1:%s)%s",
+			lead, perr, addrhint.DefaultAPIPort, then)
+	}
+	return fmt.Errorf("%s: %w. Something accepts connections there but no gRPC connection was made: "+
+		"pass --coordinator with the coordinator's --listen address; one that serves TLS wants --tls-ca (and, with --tls-client-ca, --tls-cert and --tls-key)%s", lead, err, then)
+}
+
+// probe dials addr (HOST:PORT) over TCP to tell "nothing listens there"
+// from a failed gRPC handshake; the connection is closed at once. Targets
+// in gRPC's own syntax are not probed (nil).
+func probe(addr string, timeout time.Duration) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil || strings.Contains(addr, "/") {
+		return nil
+	}
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
 
 func runStatus(args []string, stdout, stderr io.Writer) error {
@@ -101,11 +156,11 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 && addrhint.LooksLikeAddr(fs.Arg(0)) {
 		return fmt.Errorf("%q is an address, not a gtrid: to ask the coordinator there, run tandem status --coordinator %s [GTRID]", fs.Arg(0), fs.Arg(0))
 	}
-	cli, closeFn, err := dialCoordinator(*addr, *af.tls)
+	cli, err := dialCoordinator(*addr, *af.tls)
 	if err != nil {
 		return err
 	}
-	defer closeFn()
+	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -113,6 +168,9 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() == 0 {
 		h, err := cli.Health(ctx, &api.HealthRequest{})
 		if err != nil {
+			if uerr := cli.unreachable(err, *timeout, "", ""); uerr != nil {
+				return uerr
+			}
 			return fmt.Errorf("cannot reach the coordinator at %s: %w", *addr, addrhint.Wrap(*addr, err))
 		}
 		fmt.Fprintf(tw, "coordinator\t%s\tserving=%v\tversion=%s\tunfinished=%d\n", *addr, h.Serving, h.Version, h.Unfinished)
@@ -138,11 +196,27 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
-	s, err := cli.Status(ctx, &api.StatusRequest{Gtrid: fs.Arg(0), Resolve: *resolve})
+	g := fs.Arg(0)
+	s, err := cli.Status(ctx, &api.StatusRequest{Gtrid: g, Resolve: *resolve})
 	if err != nil {
+		then := ""
+		if *resolve {
+			then = "; then run tandem status --resolve " + g + " again (twice is safe: the first decision wins)"
+		}
+		if uerr := cli.unreachable(err, *timeout, "the outcome of "+g+" is not known here", then); uerr != nil {
+			return uerr
+		}
+		if status.Code(err) == codes.DeadlineExceeded {
+			what := "its outcome"
+			if *resolve {
+				what = "whether it wrote ABORT"
+			}
+			return fmt.Errorf("the coordinator at %s did not answer about %s within %s (--timeout), so %s is not known here: run tandem status %s again: %w",
+				*addr, g, *timeout, what, g, err)
+		}
 		return addrhint.Wrap(*addr, err)
 	}
-	fmt.Fprintf(tw, "gtrid\t%s\n", fs.Arg(0))
+	fmt.Fprintf(tw, "gtrid\t%s\n", g)
 	fmt.Fprintf(tw, "outcome\t%s\n", s.Outcome)
 	if s.DecidedUnixNano != 0 {
 		fmt.Fprintf(tw, "decided\t%s\n", time.Unix(0, s.DecidedUnixNano).UTC().Format(time.RFC3339Nano))

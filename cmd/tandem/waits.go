@@ -107,9 +107,11 @@ func runWaits(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// fetchWaits reads GET /waits from an admin listener.
+// fetchWaits reads GET /waits?buckets=1 from an admin listener: with the
+// histograms, so that an interval's Max. Wait can be bounded by its own
+// waits (Snapshot.Sub) rather than by the all-time maximum.
 func fetchWaits(ctx context.Context, ac *adminClient, addr string) (server.WaitsResponse, error) {
 	var out server.WaitsResponse
-	err := ac.call(ctx, http.MethodGet, addr, "/waits", &out)
+	err := ac.call(ctx, http.MethodGet, addr, "/waits?buckets=1", &out)
 	return out, err
 }

@@ -79,6 +79,7 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	})
 	fs.StringVar(&cfg.PGDriver, "pg-driver", DefaultPGDriver, "how the workers talk to PostgreSQL: pgx (natively, client.Tx.BranchPgx) or sql (database/sql, client.Tx.Branch)")
 	fs.DurationVar(&cfg.ClockSkew, "clock-skew", 0, "stamp gtrids with a clock this far off (e.g. 30s, -1h): a test of the coordinator's --max-clock-skew; never split, refused when too far ahead")
+	fs.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "send the spans of every transfer (and of the in-process coordinator) over OTLP/gRPC, in plaintext, to HOST:PORT, e.g. localhost:4317 (an OpenTelemetry Collector or Jaeger)")
 	fs.BoolVar(&cfg.NoCheck, "no-check", false, "skip the checks at the end (when other clients still run, as in the chaos test)")
 	fs.BoolVar(&cfg.ResetOnly, "reset-only", false, "recreate the tables and balances, then exit: no transfers, no checks")
 	fs.BoolVar(&cfg.CheckOnly, "check-only", false, "run no transfers; check the invariants (with --acked: those transfers must be present). Never recreates the tables")

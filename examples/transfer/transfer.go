@@ -18,6 +18,8 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tandem-tx/tandem/client"
 	"github.com/tandem-tx/tandem/internal/config"
@@ -75,6 +77,12 @@ type Config struct {
 	// its own *pgx.Conn, client.Tx.BranchPgx) or "sql" (database/sql over
 	// pgx's stdlib driver, client.Tx.Branch). Default: DefaultPGDriver.
 	PGDriver string
+	// OTLPEndpoint, when set, is where the spans of the transfers (and of
+	// the in-process coordinator) are sent over OTLP/gRPC: HOST:PORT,
+	// plaintext (otlp.go).
+	OTLPEndpoint string
+	// tracer makes each transfer's span (nil: none); set by Run.
+	tracer trace.Tracer
 }
 
 // DefaultPGDriver is Config.PGDriver's default: database/sql, because pgx
@@ -220,6 +228,23 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		}
 		defer acks.Close()
 	}
+	var clientTP, coordTP trace.TracerProvider // nil: no spans
+	if cfg.OTLPEndpoint != "" {
+		tp, err := otlpProvider(ctx, cfg.OTLPEndpoint, "transfer")
+		if err != nil {
+			return nil, err
+		}
+		defer shutdown(tp) // after the client and the coordinator stopped: the last spans are sent
+		clientTP, cfg.tracer = tp, tp.Tracer("transfer")
+		if cfg.Coordinator == "" {
+			ctp, err := otlpProvider(ctx, cfg.OTLPEndpoint, "tandem-coordinator")
+			if err != nil {
+				return nil, err
+			}
+			defer shutdown(ctp)
+			coordTP = ctp
+		}
+	}
 	if cfg.Coordinator == "" {
 		logw := cfg.Log
 		if logw == nil {
@@ -228,7 +253,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		srv, err := server.Start(config.Config{
 			Listen: "127.0.0.1:0", DataDir: cfg.DataDir,
 			RMs: map[string]config.RM{cfg.names().pg: {Driver: "postgres", DSN: cfg.PGDSN}, cfg.names().maria: {Driver: "mysql", DSN: cfg.MySQLDSN}},
-		}, server.Options{Logger: slog.New(slog.NewTextHandler(logw, nil))})
+		}, server.Options{Logger: slog.New(slog.NewTextHandler(logw, nil)), TracerProvider: coordTP})
 		if err != nil {
 			return nil, fmt.Errorf("start the in-process coordinator: %w", err)
 		}
@@ -240,7 +265,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		Coordinators: coordinatorList(cfg.Coordinator),
 		RMs: []client.RM{{Name: cfg.names().pg, Driver: "postgres", DB: pg},
 			{Name: cfg.names().maria, Driver: "mysql", MultiStatements: true, DB: my}},
-		Defaults: client.CommitOptions{DecideAt: cfg.DecideAt},
+		Defaults:       client.CommitOptions{DecideAt: cfg.DecideAt},
+		TracerProvider: clientTP,
 	}
 	if skew := cfg.ClockSkew; skew != 0 {
 		cliCfg.Now = func() time.Time { return time.Now().Add(skew) }
@@ -353,13 +379,22 @@ func worker(ctx context.Context, cli *client.Client, pg, my *sql.DB, cfg Config,
 		}
 		// The run's end stops new transfers; one in flight gets its own deadline.
 		txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		tx := cli.Begin()
+		var span trace.Span
+		if cfg.tracer != nil {
+			// The application's span; the transaction's is its child.
+			txCtx, span = cfg.tracer.Start(txCtx, "transfer", trace.WithAttributes(
+				attribute.Int("transfer.from", a), attribute.Int("transfer.to", b), attribute.Int64("transfer.amount", amount)))
+		}
+		tx := cli.BeginContext(txCtx)
 		var bad string
 		if hostile != nil && rng.Float64() < cfg.Hostile {
 			bad = hostile[rng.IntN(len(hostile))]
 			atomic.AddInt64(&rep.HostileSent, 1)
 		}
 		res, err := transfer(txCtx, cfg.names(), tx, c, a, b, amount, bad)
+		if span != nil {
+			span.End()
+		}
 		cancel()
 		if err == nil && bad != "" {
 			atomic.AddInt64(&rep.HostileCommitted, 1)

@@ -103,6 +103,9 @@ type DBConfig struct {
 	// NoDBCounters leaves out the databases' own sync counters (and the
 	// wait after the run for the late ones; see dbcounters.go).
 	NoDBCounters bool
+	// ActivityEvery is how often the databases' sessions are sampled
+	// during the measured slices (dbactivity.go); 0 or less: not at all.
+	ActivityEvery time.Duration
 	// PGDriver is how the workloads talk to PostgreSQL: PGDriverSQL
 	// (database/sql over pgx's stdlib driver; the SDK's Tx.Branch),
 	// PGDriverPgx (pgx natively; the SDK's Tx.BranchPgx), or PGDriverAuto
@@ -179,6 +182,7 @@ var Workloads = []struct{ Name, Summary string }{
 	{WorkloadPlain, "the same single insert as a plain local commit without the SDK: the baseline of 1pc"},
 	{WorkloadOLTP, "sysbench-like: an update, 4 point reads, a delete and an insert on each RM, as one global transaction"},
 	{WorkloadOLTPSQL, "the same statements with two independent local commits (not atomic): the baseline of oltp"},
+	{WorkloadXAObserved, "xa with every transaction traced (OpenTelemetry SDK, always sampled, spans batched and dropped) and the client's metrics scraped every second: compare with xa for the overhead of observing"},
 	{WorkloadXAStandby, "xa against a second in-process coordinator that ships its decision log to a standby in this process (--standby sync|async, through a proxy adding --standby-rtt): compare with xa"},
 }
 
@@ -287,7 +291,8 @@ type env struct {
 	workers  []*worker
 	inProc   bool
 	warnings []string
-	counters *dbCounters // nil with NoDBCounters
+	counters *dbCounters      // nil with NoDBCounters
+	activity *activitySampler // nil without ActivityEvery
 }
 
 // benchRM is one RM: its pool and its SQL.
@@ -353,6 +358,10 @@ func openEnv(ctx context.Context, cfg *DBConfig) (_ *env, err error) {
 	if !cfg.NoDBCounters {
 		e.counters = openCounters(ctx, e.rms[:])
 	}
+	if cfg.ActivityEvery > 0 {
+		e.activity = openActivity(ctx, e.rms[:], cfg.ActivityEvery)
+		e.warnings = append(e.warnings, e.activity.warn...)
+	}
 	if err := e.startCoordinator(); err != nil {
 		return nil, err
 	}
@@ -369,6 +378,9 @@ func openEnv(ctx context.Context, cfg *DBConfig) (_ *env, err error) {
 func (e *env) close() {
 	for _, w := range e.workers {
 		w.close() // also lets go of any MariaDB branch a failed transaction left prepared
+	}
+	if e.activity != nil {
+		e.activity.close()
 	}
 	keepLog := false
 	if e.srv != nil {
@@ -408,7 +420,7 @@ func (e *env) usesPgx() bool {
 // startCoordinator starts the in-process coordinator when the run needs
 // one and no external one is given, and xa-standby's coordinator pair.
 func (e *env) startCoordinator() error {
-	needXA, needPair := e.needs(WorkloadXA, WorkloadOLTP), e.needs(WorkloadXAStandby)
+	needXA, needPair := e.needs(WorkloadXA, WorkloadOLTP, WorkloadXAObserved), e.needs(WorkloadXAStandby)
 	if !needXA && !needPair {
 		return nil
 	}
@@ -691,6 +703,10 @@ type wlState struct {
 	traces  []waits.JSONTrace
 	dbc     counterSample // the databases' counters over this workload's slices
 	slices  []SliceResult
+	act     map[activityKey]uint64 // the databases' sessions sampled during its slices
+	obs     *observer              // xa-observed's tracing and scraping
+	// sliceHist: the latencies of the slice running now (SliceResult.P99ms).
+	sliceHist Histogram
 }
 
 // txnFunc runs one transaction on w; tr gets its waits.
@@ -706,7 +722,7 @@ func (e *env) newState(ctx context.Context, spec string) (*wlState, error) {
 		st.run = txnRaw2PC
 	case WorkloadPlain:
 		st.run = txnPlain
-	case WorkloadXA, WorkloadXAStandby:
+	case WorkloadXA, WorkloadXAStandby, WorkloadXAObserved:
 		st.run = txnXA
 	case WorkloadOnePC:
 		st.run = txnOnePC
@@ -715,8 +731,11 @@ func (e *env) newState(ctx context.Context, spec string) (*wlState, error) {
 	case WorkloadOLTPSQL:
 		st.run = txnOLTPSQL
 	}
-	if name == WorkloadXA || name == WorkloadOnePC || name == WorkloadOLTP || name == WorkloadXAStandby {
+	if name == WorkloadXA || name == WorkloadOnePC || name == WorkloadOLTP || name == WorkloadXAStandby || name == WorkloadXAObserved {
 		cfg := client.Config{Coordinator: e.coordAt, Waits: st.reg, Defaults: client.CommitOptions{DecideAt: e.cfg.DecideAt, Visibility: e.cfg.Visibility}}
+		if name == WorkloadXAObserved {
+			st.obs = observe(&cfg)
+		}
 		if name == WorkloadXAStandby {
 			cfg.Coordinator = e.sbAt
 		}
@@ -732,6 +751,11 @@ func (e *env) newState(ctx context.Context, spec string) (*wlState, error) {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 		st.cli = cli
+		if st.obs != nil {
+			if err := st.obs.start(cli); err != nil {
+				return nil, fmt.Errorf("bench: %w", err)
+			}
+		}
 	}
 	return st, nil
 }
@@ -773,6 +797,9 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 		}
 		if st.cli != nil {
 			defer st.cli.Close()
+		}
+		if st.obs != nil {
+			defer st.obs.close()
 		}
 		states = append(states, st)
 	}
@@ -848,13 +875,24 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 				counts0 = e.counters.sample(ctx)
 			}
 			t0, txns0, errs0 := time.Now(), st.txns, st.errs
+			st.sliceHist = Histogram{}
+			e.activity.start()
 			if err := e.slice(ctx, st, stopAt, budget, true); err != nil {
+				e.activity.stop()
 				return nil, err
 			}
 			took := time.Since(t0)
+			if counts, _ := e.activity.stop(); counts != nil {
+				if st.act == nil {
+					st.act = map[activityKey]uint64{}
+				}
+				for k, n := range counts {
+					st.act[k] += n
+				}
+			}
 			st.elapsed += took
 			st.slices = append(st.slices, SliceResult{StartS: round(t0.Sub(start).Seconds(), 3), Seconds: round(took.Seconds(), 4),
-				Txns: st.txns - txns0, Errors: st.errs - errs0})
+				Txns: st.txns - txns0, Errors: st.errs - errs0, P99ms: ms(st.sliceHist.Quantile(0.99))})
 			if sampling {
 				e.sb.stopSampling()
 			}
@@ -916,7 +954,7 @@ func (e *env) warnCounterAttribution(states []*wlState, slice time.Duration) {
 // commitsThroughCoordinator: the workload's phase 2 on PostgreSQL runs on a
 // coordinator's sessions, which the bench cannot make publish their counts.
 func commitsThroughCoordinator(workload string) bool {
-	return workload == WorkloadXA || workload == WorkloadOLTP || workload == WorkloadXAStandby
+	return workload == WorkloadXA || workload == WorkloadOLTP || workload == WorkloadXAStandby || workload == WorkloadXAObserved
 }
 
 // lateCounts waits, after the run, for the counts the coordinator's
@@ -1047,6 +1085,7 @@ func (e *env) slice(ctx context.Context, st *wlState, stopAt time.Time, budget *
 			}
 			st.mu.Lock()
 			st.hist.Merge(&h)
+			st.sliceHist.Merge(&h)
 			st.txns += txns
 			st.errs += errs
 			if lastErr != nil {

@@ -50,6 +50,9 @@ type DBResult struct {
 	// DBCounters are the databases' own sync counters over this workload's
 	// slices (server-wide: DBReport.DBCountersNote), per RM in order.
 	DBCounters []DBCounter `json:"db_counters,omitempty"`
+	// DBActivity: the databases' sessions sampled during this workload's
+	// slices, by statement and wait (dbactivity.go), per RM, largest first.
+	DBActivity []DBActivity `json:"db_activity,omitempty"`
 	// Slices are this workload's measured slices in the order they ran,
 	// interleaved in time with the other workload's.
 	Slices []SliceResult `json:"slices,omitempty"`
@@ -66,6 +69,8 @@ type SliceResult struct {
 	Seconds float64 `json:"seconds"`
 	Txns    uint64  `json:"txns"`
 	Errors  uint64  `json:"errors"`
+	// P99ms: the 99th percentile of this slice's committed transactions.
+	P99ms float64 `json:"p99_ms"`
 }
 
 // DBReport is the result of DB.
@@ -100,6 +105,8 @@ type DBReport struct {
 	// DBCountersLate: PostgreSQL counts that arrived after the last slice
 	// when both workloads commit through a coordinator, in neither's figures.
 	DBCountersLate []DBCounter `json:"db_counters_late,omitempty"`
+	// ActivityEveryS: the interval of the results' db_activity samples.
+	ActivityEveryS float64 `json:"db_activity_every_s,omitempty"`
 }
 
 func (e *env) report(states []*wlState, m machineUseT) *DBReport {
@@ -155,6 +162,10 @@ func (e *env) report(states []*wlState, m machineUseT) *DBReport {
 		}
 		if e.counters != nil {
 			r.DBCounters = e.counters.results(st.dbc, st.txns)
+		}
+		if st.act != nil {
+			r.DBActivity = activityResults(st.act, e.cfg.ActivityEvery, st.txns)
+			rep.ActivityEveryS = e.cfg.ActivityEvery.Seconds()
 		}
 		rep.Results = append(rep.Results, r)
 	}
@@ -236,6 +247,9 @@ func (r *DBReport) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "\nratio %s/%s (TPS): %.3f\n", r.Results[1].Workload, r.Results[0].Workload, *r.Ratio)
 	}
 	if err := writeDBCounters(w, r.Results, r.DBCountersLate, r.DBCountersNote); err != nil {
+		return err
+	}
+	if err := writeDBActivity(w, r.Results, time.Duration(r.ActivityEveryS*float64(time.Second))); err != nil {
 		return err
 	}
 	for _, x := range r.Results {

@@ -128,6 +128,9 @@ func chartByID(t *testing.T, d pageData, id string) Chart {
 // side, and a hostile workload name and command line escaped everywhere.
 func TestDBPage(t *testing.T) {
 	rep := cannedDB(t, hostile)
+	rep.ActivityEveryS = 0.05
+	rep.Results[1].DBActivity = []bench.DBActivity{{RM: "maria", Statement: "XA COMMIT ONE PHASE", Wait: "starting", Samples: 3229, Share: 0.513, PerTxnMs: 8.995},
+		{RM: "maria", Statement: hostile, Wait: "InnoDB lock wait", Samples: 2, Share: 0.001, PerTxnMs: 0.004}}
 	var buf bytes.Buffer
 	if err := WriteDB(&buf, rep, Run{Command: []string{"tandem-bench", "db", "--compare", hostile + ",xa"}}); err != nil {
 		t.Fatal(err)
@@ -205,7 +208,8 @@ func TestDBPage(t *testing.T) {
 		t.Fatalf("latency x axis log base %d, want 10", lat.XLog)
 	}
 	text := html.UnescapeString(string(page))
-	for _, want := range []string{"ratio TPS(xa) / TPS(" + hostile + ") = 0.404", "coordinator commit", "log file sync", "rm prepare", "pg (postgres)", "Binlog_group_commits"} {
+	for _, want := range []string{"ratio TPS(xa) / TPS(" + hostile + ") = 0.404", "coordinator commit", "log file sync", "rm prepare", "pg (postgres)", "Binlog_group_commits",
+		"sampled every 0.05 s", "XA COMMIT ONE PHASE", "starting", "51.3%", "8.995", "InnoDB lock wait"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the page does not show %q", want)
 		}

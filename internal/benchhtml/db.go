@@ -58,6 +58,9 @@ func WriteDB(w io.Writer, rep *bench.DBReport, run Run) error {
 	if t := countersTable(rep); t != nil {
 		v.Extra = append(v.Extra, t)
 	}
+	if t := activityTable(rep); t != nil {
+		v.Extra = append(v.Extra, t)
+	}
 	// The traces can be large and are in --json already; the page keeps the figures.
 	cp := *rep
 	cp.Results = slices.Clone(rep.Results)
@@ -257,4 +260,28 @@ func countersTable(rep *bench.DBReport) *table {
 func round(v float64, digits int) float64 {
 	p := math.Pow10(digits)
 	return math.Round(v*p) / p
+}
+
+// activityRows bounds the rows of the sampled sessions shown per workload
+// and RM (the --json report has them all).
+const activityRows = 8
+
+// activityTable is where the databases' sessions spent their time
+// (db_activity): per workload and RM, the largest statement-and-wait pairs.
+func activityTable(rep *bench.DBReport) *table {
+	t := &table{Caption: fmt.Sprintf("The databases' sessions, sampled every %.3g s during the measured slices: what each statement waited on, in session-ms per committed transaction (samples × interval ÷ transactions)", rep.ActivityEveryS),
+		Head: []string{"workload", "RM", "statement", "wait", "samples", "share of the RM's", "ms/txn"}}
+	for _, r := range rep.Results {
+		shown := map[string]int{}
+		for _, a := range r.DBActivity {
+			if shown[a.RM]++; shown[a.RM] > activityRows {
+				continue
+			}
+			t.Rows = append(t.Rows, []string{r.Workload, a.RM, a.Statement, a.Wait, fmt.Sprint(a.Samples), fmt.Sprintf("%.1f%%", 100*a.Share), fmt.Sprintf("%.3f", a.PerTxnMs)})
+		}
+	}
+	if len(t.Rows) == 0 {
+		return nil
+	}
+	return t
 }

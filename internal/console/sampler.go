@@ -31,6 +31,38 @@ type Reading struct {
 	LagBytes, LagRecords        int64
 	LagSeconds                  float64
 	StandbyConnected, Protected bool
+	// CommitPoints: what each RM's decision table recorded since the
+	// coordinator started reading it (coord.Coordinator.CommitPoints):
+	// the commits decided at a commit point, which never reach the
+	// coordinator.
+	CommitPoints []CommitPoint
+}
+
+// CommitPoint is one RM's decision table as read by the coordinator:
+// totals since it started reading, and the table's state.
+type CommitPoint struct {
+	RM              string
+	Commits, Aborts uint64
+	BeganToDecided  waits.EventStats
+	CRows, ARows    int64
+	CKept           int64
+	OldestC         time.Duration
+	Err             string
+}
+
+// DecisionTable is one RM's decision table in a Sample.
+type DecisionTable struct {
+	RM    string `json:"rm"`
+	CRows int64  `json:"c_rows"`
+	ARows int64  `json:"a_rows"`
+	// CKept: 'C' rows older than decision.ForgetMinAge (30 s): waiting for
+	// a participant's branch, or for the sweep after a client died.
+	CKept    int64   `json:"c_kept"`
+	OldestCS float64 `json:"oldest_c_s"`
+	// Commits and Aborts per second in the interval.
+	Commits float64 `json:"commits"`
+	Aborts  float64 `json:"aborts"`
+	Error   string  `json:"error,omitempty"`
 }
 
 // MaxWaitsPerSample bounds the wait events a Sample lists (the largest by
@@ -78,6 +110,16 @@ type Sample struct {
 	// Waits: the events waited on in the interval, largest first, at most
 	// MaxWaitsPerSample (then one "other").
 	Waits []Wait `json:"waits"`
+	// Commits decided at a commit point (read from the decision tables,
+	// decision.ActivityLag late), per second: 'C' rows, and the 'A' rows
+	// recoverers wrote; the commit point's transaction from begin to
+	// decision, p50 and p99 (null without commits).
+	CPCommits float64  `json:"cp_commits"`
+	CPAborts  float64  `json:"cp_aborts"`
+	CPP50     *float64 `json:"cp_p50_s"`
+	CPP99     *float64 `json:"cp_p99_s"`
+	// DecisionTables: each RM's table at T.
+	DecisionTables []DecisionTable `json:"decision_tables"`
 }
 
 // Sampler keeps the last Capacity samples in a ring. Safe for concurrent use.
@@ -182,7 +224,39 @@ func sampleOf(a, b Reading) Sample {
 		s.LagBytes, s.LagSeconds, s.Exposure = ptr(b.LagBytes), ptr(b.LagSeconds), ptr(b.LagRecords)
 	}
 	s.Waits = topWaits(coord, client)
+	prev := map[string]CommitPoint{}
+	for _, cp := range a.CommitPoints {
+		prev[cp.RM] = cp
+	}
+	var began waits.EventStats
+	s.DecisionTables = []DecisionTable{}
+	for _, cp := range b.CommitPoints {
+		p := prev[cp.RM]
+		dt := DecisionTable{RM: cp.RM, CRows: cp.CRows, ARows: cp.ARows, CKept: cp.CKept, OldestCS: cp.OldestC.Seconds(),
+			Commits: rate(p.Commits, cp.Commits), Aborts: rate(p.Aborts, cp.Aborts), Error: cp.Err}
+		s.DecisionTables = append(s.DecisionTables, dt)
+		s.CPCommits += dt.Commits
+		s.CPAborts += dt.Aborts
+		if cp.BeganToDecided.Count >= p.BeganToDecided.Count {
+			began = began.Plus(subStats(cp.BeganToDecided, p.BeganToDecided))
+		}
+	}
+	if began.Count > 0 {
+		s.CPP50, s.CPP99 = ptr(Quantile(began, 0.50)), ptr(Quantile(began, 0.99))
+	}
 	return s
+}
+
+// subStats is the waits of b not in a (b a later total of the same
+// counts); the maximum is b's (an upper bound).
+func subStats(b, a waits.EventStats) waits.EventStats {
+	out := waits.EventStats{Count: b.Count - a.Count, Total: b.Total - a.Total, Max: b.Max}
+	for i := range out.Buckets {
+		if b.Buckets[i] >= a.Buckets[i] {
+			out.Buckets[i] = b.Buckets[i] - a.Buckets[i]
+		}
+	}
+	return out
 }
 
 // topWaits lists the events of both sides waited on in the interval,

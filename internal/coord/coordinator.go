@@ -226,6 +226,12 @@ type Coordinator struct {
 	sweepPass map[string]*sweepPass
 	// cpst: commit-point recovery's state (cprecover.go).
 	cpst cpState
+	// lastScan: when the last in-doubt scan started and which RMs it could
+	// not read (under mu); listScan: the fresh listings' scans (indoubt.go).
+	lastScan scanRecord
+	listScan freshScans
+	// cpAct: what the decision tables recorded (cpactivity.go).
+	cpAct cpActivity
 
 	ctx      context.Context // the coordinator's lifetime: phase 2 and scans run on it
 	cancel   context.CancelFunc

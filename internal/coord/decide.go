@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tandem-tx/tandem/internal/failpoint"
 	"github.com/tandem-tx/tandem/internal/wal"
 	"github.com/tandem-tx/tandem/waits"
@@ -75,7 +77,7 @@ func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef,
 	// ABORTs are remembered MaxTxnAge after their decision; a gtrid stamped
 	// by a clock up to MaxClockSkew ahead looks that much younger.
 	if age := time.Since(g.Time()); age+c.opts.MaxClockSkew > c.opts.MaxTxnAge {
-		t, err := c.decide(g, Aborted, AbortTooOld, rms)
+		t, err := c.decide(ctx, g, Aborted, AbortTooOld, rms)
 		if err != nil {
 			return Report{}, err
 		}
@@ -108,7 +110,7 @@ func (c *Coordinator) Abort(ctx context.Context, gtrid string, rms []BranchRef) 
 	if err := c.checkKnowable(g); err != nil {
 		return Report{}, err
 	}
-	t, err := c.decide(g, Aborted, AbortRequested, rms)
+	t, err := c.decide(ctx, g, Aborted, AbortRequested, rms)
 	if err != nil {
 		return Report{}, err
 	}
@@ -189,7 +191,7 @@ func (c *Coordinator) Status(ctx context.Context, gtrid string, resolve bool) (R
 		return Report{GTRID: g, Outcome: Undecided, Message: "no decision recorded and no branch prepared on any resource manager: nothing is in doubt " +
 			"(it never prepared, it is still running, or it finished and was forgotten); nothing was written"}, nil
 	}
-	t, err = c.decide(g, Aborted, AbortResolved, inDoubt)
+	t, err = c.decide(ctx, g, Aborted, AbortResolved, inDoubt)
 	if err != nil {
 		return Report{}, err
 	}
@@ -324,8 +326,10 @@ func (c *Coordinator) validate(gtrid string, rms []string, needBranches bool) (x
 // decide writes outcome for g unless a decision exists; it returns the
 // transaction as decided (by this call or an earlier one). The first decision
 // to reach the log wins: concurrent deciders for one gtrid wait for it.
-func (c *Coordinator) decide(g xid.GTRID, outcome Outcome, reason AbortReason, rms []BranchRef) (*txn, error) {
-	return c.decideMode(context.Background(), g, outcome, reason, rms, true)
+// Only ctx's span is taken (tracing.go): its end does not cut the decision
+// short.
+func (c *Coordinator) decide(ctx context.Context, g xid.GTRID, outcome Outcome, reason AbortReason, rms []BranchRef) (*txn, error) {
+	return c.decideMode(context.WithoutCancel(ctx), g, outcome, reason, rms, true)
 }
 
 // decideMode is decide with a choice of durability for this record. A
@@ -343,7 +347,7 @@ func (c *Coordinator) decide(g xid.GTRID, outcome Outcome, reason AbortReason, r
 // publish (the decision enters the table and its phase 2 starts, or g is
 // let go; either way the calls waiting for g wake up).
 func (c *Coordinator) decideMode(ctx context.Context, g xid.GTRID, outcome Outcome, reason AbortReason, rms []BranchRef, durable bool) (*txn, error) {
-	t, reserved, err := c.reserve(g, outcome, reason, rms)
+	t, reserved, err := c.reserve(g, outcome, reason, rms, tracedSpan(ctx))
 	if !reserved {
 		return t, err
 	}
@@ -351,7 +355,7 @@ func (c *Coordinator) decideMode(ctx context.Context, g xid.GTRID, outcome Outco
 	at, err := c.admitDecision(ctx, t, outcome, reason)
 	var pos wal.Position
 	if err == nil {
-		pos, err = c.writeDecision(g, outcome, reason, at, rms, durable)
+		pos, err = c.writeDecision(ctx, g, outcome, reason, at, rms, durable)
 	}
 	return c.publish(t, rms, pos, durable, err)
 }
@@ -361,8 +365,9 @@ func (c *Coordinator) decideMode(ctx context.Context, g xid.GTRID, outcome Outco
 // waiting while another call is deciding g; otherwise it enters a new
 // transaction for g, held as being decided (t.deciding set), and reports
 // reserved: the caller must then publish it. It fails with ErrClosed once
-// the coordinator is closed or halted.
-func (c *Coordinator) reserve(g xid.GTRID, outcome Outcome, reason AbortReason, rms []BranchRef) (*txn, bool, error) {
+// the coordinator is closed or halted. A new transaction's phase 2 is
+// traced under span (txn.traceParent), if not nil.
+func (c *Coordinator) reserve(g xid.GTRID, outcome Outcome, reason AbortReason, rms []BranchRef, span trace.Span) (*txn, bool, error) {
 	for {
 		c.mu.Lock()
 		if c.cancel == nil || c.ctx.Err() != nil {
@@ -387,6 +392,7 @@ func (c *Coordinator) reserve(g xid.GTRID, outcome Outcome, reason AbortReason, 
 			return t, false, nil
 		}
 		t = newTxn(g, outcome, reason, time.Now(), rms)
+		t.traceParent = span
 		t.deciding = make(chan struct{})
 		c.txns[g] = t
 		if outcome == Aborted {
@@ -424,15 +430,19 @@ func (c *Coordinator) admitDecision(ctx context.Context, t *txn, outcome Outcome
 
 // writeDecision writes the COMMIT or ABORT record of g: on disk at return
 // when durable (Append), queued for the log writer otherwise (AppendAsync).
-// A failure is logged and returned as ErrOutcomeUnknown.
-func (c *Coordinator) writeDecision(g xid.GTRID, outcome Outcome, reason AbortReason, at time.Time, rms []BranchRef, durable bool) (wal.Position, error) {
+// A failure is logged and returned as ErrOutcomeUnknown. When ctx's span
+// records, the write is a span (SpanDecisionLog).
+func (c *Coordinator) writeDecision(ctx context.Context, g xid.GTRID, outcome Outcome, reason AbortReason, at time.Time, rms []BranchRef, durable bool) (pos wal.Position, err error) {
 	typ := recCommit
 	if outcome == Aborted {
 		typ = recAbort
 	}
+	if sp := startSpan(tracedSpan(ctx), SpanDecisionLog); sp != nil {
+		sp.SetAttributes(attrOutcome.String(outcomeName(outcome)), attrDurable.Bool(durable))
+		defer func() { endSpan(sp, err) }()
+	}
 	d := decision{gtrid: g, decidedAt: at, reason: reason, rms: names(rms)}
-	err := failpoint.Inject("before-commit-record")
-	var pos wal.Position
+	err = failpoint.Inject("before-commit-record")
 	if err == nil {
 		if durable {
 			start := time.Now()

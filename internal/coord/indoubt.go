@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/rm"
@@ -260,3 +261,75 @@ func hasRM(bs []BranchRef, name string) bool {
 // HoldingsMaxAge is how old a recover scan Holdings may answer from (see
 // Holdings).
 const HoldingsMaxAge = 200 * time.Millisecond
+
+// scanRecord is what the last in-doubt scan was: when it started, and the
+// resource managers it could not read (their branches are listed as the
+// scan before saw them).
+type scanRecord struct {
+	Started time.Time
+	Unread  []string
+}
+
+// freshScans spaces the scans run for InDoubtNow: one at a time, each
+// shared by every listing asked before it started, and at most one per
+// HoldingsMaxAge however often anyone asks.
+type freshScans struct {
+	mu   sync.Mutex
+	last time.Time // when the last scan run for a listing was requested
+}
+
+// InDoubtListing is InDoubt as of one in-doubt scan.
+type InDoubtListing struct {
+	InDoubt []InDoubtBranch `json:"in_doubt"`
+	// ScannedAt is when the scan the list comes from started (zero: no
+	// scan has ended since this coordinator started).
+	ScannedAt time.Time `json:"scanned_at"`
+	// ScanComplete: that scan read every resource manager. When false,
+	// UnreadRMs names those it could not read: their branches are listed
+	// as an earlier scan saw them, or not at all.
+	ScanComplete bool     `json:"scan_complete"`
+	UnreadRMs    []string `json:"unread_rms,omitempty"`
+}
+
+// LastInDoubtListing is InDoubt as of the last scan, without I/O.
+func (c *Coordinator) LastInDoubtListing() InDoubtListing {
+	c.mu.Lock()
+	rec := c.lastScan
+	c.mu.Unlock()
+	return InDoubtListing{InDoubt: c.InDoubt(), ScannedAt: rec.Started, ScanComplete: !rec.Started.IsZero() && len(rec.Unread) == 0,
+		UnreadRMs: append([]string(nil), rec.Unread...)}
+}
+
+// InDoubtNow is InDoubt as of a scan of every resource manager that started
+// after it was called: what an operator lists is what the databases hold
+// when asked, not what the periodic scan saw up to ScanInterval earlier
+// (right after a promotion, the old primary's clients may have prepared
+// branches since). Callers arriving while a scan runs share the next one;
+// scans run on this account start at least HoldingsMaxAge apart, so asking
+// in a loop (the listing is a read, open to local users on a loopback
+// admin listener) scans each database at most about once per
+// HoldingsMaxAge.
+func (c *Coordinator) InDoubtNow(ctx context.Context) (InDoubtListing, error) {
+	asked := time.Now()
+	c.listScan.mu.Lock()
+	defer c.listScan.mu.Unlock()
+	c.mu.Lock()
+	started := c.lastScan.Started
+	c.mu.Unlock()
+	if started.Before(asked) {
+		if wait := time.Until(c.listScan.last.Add(HoldingsMaxAge)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return InDoubtListing{}, ctx.Err()
+			}
+		}
+		c.listScan.last = time.Now()
+		if err := c.ScanNow(ctx); err != nil {
+			return InDoubtListing{}, fmt.Errorf("coord: scanning the resource managers for in-doubt branches: %w", err)
+		}
+	}
+	return c.LastInDoubtListing(), nil
+}

@@ -125,7 +125,7 @@ func TestForeignBranchesAreNeverSettled(t *testing.T) {
 	c := open(t, ownerOptions(t, ours, dbs))
 	// This log holds a COMMIT for decidedHere (a confused client asked
 	// both clusters): the other cluster's branch is still not this log's.
-	if _, err := c.decide(decidedHere, Committed, 0, []BranchRef{{RM: "pg"}}); err != nil {
+	if _, err := c.decide(context.Background(), decidedHere, Committed, 0, []BranchRef{{RM: "pg"}}); err != nil {
 		t.Fatal(err)
 	}
 	scanTwice(t, c)

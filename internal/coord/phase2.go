@@ -196,6 +196,17 @@ const (
 	attemptFailed                       // the RM did not acknowledge (down, or an error)
 )
 
+// String names the result in a span's tandem.result: settled, held, failed.
+func (r attemptResult) String() string {
+	switch r {
+	case attemptSettled:
+		return "settled"
+	case attemptHeld:
+		return "held"
+	}
+	return "failed"
+}
+
 // attempt makes one phase-2 attempt at p's branch: with call, COMMIT or
 // ROLLBACK PREPARED; without, only the confirmation that a branch the
 // client settles itself is gone.
@@ -205,13 +216,36 @@ const (
 // session — so the coordinator confirms with a (shared) recover scan: absent
 // means settled; present means wait and try again (it becomes settleable here
 // once that session ends).
-func (c *Coordinator) attempt(p *parked, call bool) attemptResult {
+//
+// When the decision was traced (txn.traceParent), each of the first
+// maxSpannedAttempts attempts is a span.
+func (c *Coordinator) attempt(p *parked, call bool) (res attemptResult) {
 	t, b := p.t, p.b
 	conn := c.rms[b.rm]
 	bound := conn.Dialect().SessionBound()
 	ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
 	defer cancel()
 	var err error
+	if t.traceParent != nil && p.spanned < maxSpannedAttempts {
+		p.spanned++
+		sp := startSpan(t.traceParent, SpanPhase2)
+		act := "check" // a client-settled branch: only the confirmation that it is gone
+		switch {
+		case call && t.outcome == Committed:
+			act = "commit"
+		case call:
+			act = "rollback"
+		}
+		defer func() {
+			// Runs after c.mu is unlocked below.
+			sp.SetAttributes(attrRM.String(b.rm), attrAction.String(act), attrAttempt.Int(p.spanned), attrResult.String(res.String()))
+			var serr error
+			if res == attemptFailed {
+				serr = err
+			}
+			endSpan(sp, serr)
+		}()
+	}
 	if call {
 		err = failpoint.Inject("before-phase2-call")
 	}

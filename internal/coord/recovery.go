@@ -86,12 +86,14 @@ func (c *Coordinator) scanOnce() (prepared map[xid.GTRID]bool, complete bool) {
 	stillThere := map[xid.Branch]bool{}
 	prepared, complete = map[xid.GTRID]bool{}, true
 	var cps []rm.InDoubt
+	var unread []string
 	for _, name := range c.rmList {
 		ctx, cancel := context.WithTimeout(c.ctx, phase2CallTimeout)
 		found, err := c.recoverRM(ctx, name)
 		cancel()
 		if err != nil {
 			complete = false
+			unread = append(unread, name)
 			if merr := c.rms[name].Misconfigured(); merr != nil && c.ctx.Err() == nil {
 				if now.Sub(c.misconfigSaid[name]) >= misconfigEvery {
 					if c.misconfigSaid == nil {
@@ -140,6 +142,7 @@ func (c *Coordinator) scanOnce() (prepared map[xid.GTRID]bool, complete bool) {
 			delete(c.cpSeen, b)
 		}
 	}
+	c.lastScan = scanRecord{Started: now, Unread: unread}
 	c.mu.Unlock()
 	return prepared, complete && c.ctx.Err() == nil
 }
@@ -220,7 +223,7 @@ func (c *Coordinator) settleInDoubt(d rm.InDoubt, now time.Time) {
 		return
 	}
 	c.logger.Warn("aborting an orphaned prepared branch", "gtrid", b.GTRID.String(), "rm", b.RM, "undecided_for", now.Sub(first).Round(time.Millisecond))
-	if _, err := c.decide(b.GTRID, Aborted, AbortOrphan, []BranchRef{{RM: b.RM}}); err != nil {
+	if _, err := c.decide(context.Background(), b.GTRID, Aborted, AbortOrphan, []BranchRef{{RM: b.RM}}); err != nil {
 		c.logger.Error("could not abort orphaned branch", "gtrid", b.GTRID.String(), "rm", b.RM, "error", err)
 	}
 }

@@ -34,6 +34,7 @@ type parked struct {
 	scanSince time.Time // the oldest recover scan that can confirm this branch
 	next      time.Time // not retried before this
 	backoff   time.Duration
+	spanned   int // attempts traced (tracing.go); attempts at one branch never overlap
 }
 
 // retryQueue retries one resource manager's unacknowledged branches.

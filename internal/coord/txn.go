@@ -3,6 +3,8 @@ package coord
 import (
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -78,6 +80,10 @@ type txn struct {
 	// checkpoint carries forward every remembered decision whose seg is
 	// below the segments it releases.
 	seg uint64
+	// traceParent is the span of the call that decided (its Commit, Abort
+	// or Status), when it records: the parent of phase 2's spans
+	// (tracing.go). Nil when the call was not traced.
+	traceParent trace.Span
 }
 
 type branchProgress struct {

@@ -197,6 +197,9 @@ const (
 	MetricPhase2Backlog = "tandem_phase2_backlog"
 	MetricLogSpaceUsed  = "tandem_log_space_used_bytes"
 	MetricLogSpaceLimit = "tandem_log_space_limit_bytes"
+	// MetricCommitPointDecisions: rows in the decision tables, by RM and
+	// outcome (coord.Coordinator.CommitPoints).
+	MetricCommitPointDecisions = "tandem_commit_point_decisions_total"
 	// MetricInDoubtBranches: see coord.Coordinator.InDoubt.
 	MetricInDoubtBranches = "tandem_in_doubt_branches"
 	// MetricInDoubtByReason: the same, labelled by reason

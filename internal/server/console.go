@@ -179,12 +179,35 @@ func (s *Server) consoleReading() console.Reading {
 		r.LogUsed, r.LogLimit = c.LogSpace()
 		r.LogAppends = c.Stats().LogAppends
 		r.Backlog = c.Phase2Backlog()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		for _, t := range c.CommitPoints(ctx) {
+			r.CommitPoints = append(r.CommitPoints, console.CommitPoint{RM: t.RM, Commits: t.Commits, Aborts: t.Aborts,
+				BeganToDecided: t.BeganToDecided, CRows: t.State.CRows, ARows: t.State.ARows, CKept: t.State.CKept,
+				OldestC: t.State.OldestC, Err: t.Err})
+			s.countCommitPoint(t)
+		}
+		cancel()
 	}
 	if st, ok := s.StandbyStatus(); ok {
 		r.HasStandby = true
 		r.LagBytes, r.LagSeconds, r.LagRecords = st.LagBytes, st.LagSeconds, int64(st.LagRecords)
 	}
 	return r
+}
+
+// countCommitPoint brings /metrics's commit-point counters
+// (tandem_commit_point_decisions_total{rm,outcome}) up to t's totals.
+func (s *Server) countCommitPoint(t coord.CommitPointTotals) {
+	for _, o := range []struct {
+		outcome string
+		n       uint64
+	}{{"committed", t.Commits}, {"aborted", t.Aborts}} {
+		c := metrics.Counter(MetricCommitPointDecisions, "Decisions recorded in each resource manager's decision table (commits decided at a commit point; aborts recorded by a recoverer), read by the primary about 2 s after they were made.",
+			"rm", t.RM, "outcome", o.outcome)
+		if v := c.Value(); o.n > v {
+			c.Add(o.n - v)
+		}
+	}
 }
 
 // startConsole starts the sampler; the returned function stops it and

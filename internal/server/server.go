@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -95,6 +96,12 @@ type Options struct {
 	InsecureNoTLS bool
 	// Standby: the decision-log transport; zero for none.
 	Standby StandbyOptions
+	// TracerProvider, when set, makes the spans of the calls that carry a
+	// client's trace context (tracing.go): Commit, Abort and Status, the
+	// decision log's write and phase 2, in the client's trace. Nil: no
+	// span at all (`tandem serve` sets one with --otlp-endpoint or
+	// OTEL_EXPORTER_OTLP_ENDPOINT).
+	TracerProvider trace.TracerProvider
 }
 
 // Start opens the coordinator (replaying its log) and serves its API.
@@ -176,7 +183,11 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}
 	if o.AuthToken != "" {
-		sopts = append(sopts, grpc.UnaryInterceptor(tokenInterceptor(o.AuthToken)), grpc.StreamInterceptor(streamTokenInterceptor(o.AuthToken)))
+		sopts = append(sopts, grpc.ChainUnaryInterceptor(tokenInterceptor(o.AuthToken)), grpc.StreamInterceptor(streamTokenInterceptor(o.AuthToken)))
+	}
+	if o.TracerProvider != nil {
+		// After the token check: a refused call makes no span.
+		sopts = append(sopts, grpc.ChainUnaryInterceptor(traceInterceptor(o.TracerProvider)))
 	}
 	s.grpc = grpc.NewServer(sopts...)
 	api.RegisterCoordinatorServer(s.grpc, s.svc)

@@ -189,7 +189,12 @@ func (s *Server) standbyHandler(mux *http.ServeMux) {
 			h, err := c.Holdings(ctx, g)
 			return map[string]any{"gtrid": g, "prepared": h}, err
 		}
-		return map[string]any{"in_doubt": c.InDoubt()}, nil
+		// As of a scan begun after the request (coord.InDoubtNow: shared,
+		// spaced): the operator's list right after a promotion must hold
+		// what the old primary's clients prepared since the last scan.
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		return c.InDoubtNow(ctx)
 	}))
 	mux.Handle("POST /in-doubt/resolve", role(func(r *http.Request) (any, error) {
 		c, err := primary()

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/tandem-tx/tandem/internal/config"
 	"github.com/tandem-tx/tandem/internal/standby"
+	"github.com/tandem-tx/tandem/internal/testport"
 )
 
 // syncBuffer is a log destination tests read while the server writes.
@@ -33,15 +33,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testport.Addr(t) }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()

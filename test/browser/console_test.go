@@ -6,8 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tandem-tx/tandem/internal/testport"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -71,15 +71,7 @@ func consoleBuild(t *testing.T, dir string, pkgs ...string) []string {
 	return out
 }
 
-func consoleFreeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func consoleFreeAddr(t *testing.T) string { return testport.Addr(t) }
 
 // consoleProc is a process the test started; it is stopped (SIGINT, then
 // SIGKILL) at the test's end, and its output kept for failures.
@@ -244,6 +236,7 @@ type consolePage struct {
 	Waits      []consolePageWait `json:"waits"`
 	Drawn      []string          `json:"drawn"`
 	Unfinished string            `json:"unfinished"`
+	Tables     [][]string        `json:"tables"`
 }
 
 type consolePageWait struct {
@@ -261,6 +254,7 @@ const consoleReadPage = `(() => {
       .map(r => ({event: r.cells[0].textContent, side: r.cells[1].textContent})),
     drawn: [...document.querySelectorAll(".chart[data-drawn]")].filter(c => c.querySelector("canvas") && c.querySelector("canvas").width > 0).map(c => c.id),
     unfinished: t("unfinished-count"),
+    tables: [...document.querySelectorAll("#t-tables tbody tr")].map(r => [...r.cells].map(c => c.textContent)),
   };
 })()`
 
@@ -293,23 +287,31 @@ func TestConsoleInBrowser(t *testing.T) {
 		code, err := consoleGetJSON(base+"/standby", &st)
 		return err == nil && code == 200 && st.Connected && st.Protected
 	})
-	load := consoleStart(t, transfer, "--coordinator", api, "--duration", "5m", "--workers", "4", "--prefix", "tandem_browser_",
+	// Two loads: one decided by the coordinator, one at MariaDB's commit
+	// point (the default), which never reaches the coordinator and is seen
+	// in its decision table.
+	load := consoleStart(t, transfer, "--coordinator", api, "--duration", "5m", "--workers", "2", "--prefix", "tandem_browser_",
 		"--decide-at", "coordinator")
-	// A few seconds of load in the sampler's ring before the page opens.
-	consoleWait(t, "commits under load (transfer:\n"+load.out.String()+")", 30*time.Second, func() bool {
+	cpLoad := consoleStart(t, transfer, "--coordinator", api, "--duration", "5m", "--workers", "2", "--prefix", "tandem_browser_cp_")
+	// A few seconds of both loads in the sampler's ring before the page opens.
+	consoleWait(t, "commits of both loads (transfer:\n"+load.out.String()+"\ncommit-point transfer:\n"+cpLoad.out.String()+")", 40*time.Second, func() bool {
 		var d struct {
 			Samples []struct {
-				Commits float64 `json:"commits"`
+				Commits   float64 `json:"commits"`
+				CPCommits float64 `json:"cp_commits"`
 			} `json:"samples"`
 		}
 		code, err := consoleGetJSON(base+"/console/data", &d)
-		n := 0
+		n, cp := 0, 0
 		for _, s := range d.Samples {
 			if s.Commits > 0 {
 				n++
 			}
+			if s.CPCommits > 0 {
+				cp++
+			}
 		}
-		return err == nil && code == 200 && n >= 5
+		return err == nil && code == 200 && n >= 5 && cp >= 3
 	})
 
 	ctx, console := consoleBrowser(t, chromium)
@@ -327,12 +329,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		page = p
 	}
-	commitsRe := regexp.MustCompile(`last 5 s: ([0-9.,]+) commits/s`)
+	commitsRe := regexp.MustCompile(`([0-9.,]+) coordinator commits/s`)
+	cpCommitsRe := regexp.MustCompile(`last 5 s: ([0-9.,]+) commit-point commits/s`)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		read()
 		m := commitsRe.FindStringSubmatch(page.Throughput)
-		if len(page.Drawn) == len(charts) && len(page.Waits) > 0 && m != nil && m[1] != "0.0" && page.Standby != "" {
+		cm := cpCommitsRe.FindStringSubmatch(page.Throughput)
+		if len(page.Drawn) == len(charts) && len(page.Waits) > 0 && m != nil && m[1] != "0.0" && cm != nil && cm[1] != "0.0" && page.Standby != "" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -371,8 +375,41 @@ func TestConsoleInBrowser(t *testing.T) {
 	} else if v, err := strconv.ParseFloat(strings.ReplaceAll(m[1], ",", ""), 64); err != nil || v <= 0 || v > 1e6 {
 		t.Errorf("throughput %q: %v commits/s is not plausible under load", page.Throughput, v)
 	}
-	if !regexp.MustCompile(`p50 [0-9.]+ (µs|ms|s), p99 [0-9.]+ (µs|ms|s)`).MatchString(page.Latency) {
-		t.Errorf("latency: %q; want p50 and p99 with units", page.Latency)
+	if m := cpCommitsRe.FindStringSubmatch(page.Throughput); m == nil {
+		t.Errorf("throughput: %q; want the commit-point commits/s", page.Throughput)
+	} else if v, err := strconv.ParseFloat(strings.ReplaceAll(m[1], ",", ""), 64); err != nil || v <= 0 || v > 1e6 {
+		t.Errorf("throughput %q: %v commit-point commits/s is not plausible under a commit-point load", page.Throughput, v)
+	}
+	if !regexp.MustCompile(`coordinator p50 [0-9.]+ (µs|ms|s), p99 [0-9.]+ (µs|ms|s)`).MatchString(page.Latency) ||
+		!regexp.MustCompile(`commit point \(begin → decision\) p50 [0-9.]+ (µs|ms|s), p99 [0-9.]+ (µs|ms|s)`).MatchString(page.Latency) {
+		t.Errorf("latency: %q; want the coordinator's and the commit point's p50 and p99 with units", page.Latency)
+	}
+	// The decision tables panel: MariaDB's table (the commit point of the
+	// second load) has commits per second and 'C' rows.
+	sawTable := false
+	for _, row := range page.Tables {
+		if len(row) == 7 && row[0] == "maria" {
+			sawTable = true
+			if v, err := strconv.ParseFloat(strings.ReplaceAll(row[1], ",", ""), 64); err != nil || v <= 0 {
+				t.Errorf("decision tables panel, maria: %q commits/s; want more than 0 under a commit-point load", row[1])
+			}
+			if n, err := strconv.Atoi(strings.ReplaceAll(row[3], ",", "")); err != nil || n <= 0 {
+				t.Errorf("decision tables panel, maria: %q 'C' rows; want some (rows are kept at least 30 s)", row[3])
+			}
+		}
+	}
+	if !sawTable {
+		t.Errorf("the decision tables panel has no row for maria: %q", page.Tables)
+	}
+	if resp, err := http.Get(base + "/metrics"); err != nil {
+		t.Errorf("GET /metrics: %v", err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := regexp.MustCompile(`(?m)^tandem_commit_point_decisions_total\{rm="maria",outcome="committed"\} ([0-9]+)$`).FindSubmatch(b)
+		if m == nil || string(m[1]) == "0" {
+			t.Errorf("/metrics counts no commit-point commits at maria under a commit-point load (%q)", m)
+		}
 	}
 	if !regexp.MustCompile(`space used[0-9.]+ [KMG]?i?B of 8\.0 MiB \([0-9.]+ %\)`).MatchString(page.Log) || !strings.Contains(page.Log, "fsyncs/s") {
 		t.Errorf("decision log panel: %q; want the space used of the 8 MiB log and fsyncs/s", page.Log)

@@ -6,7 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
+	"github.com/tandem-tx/tandem/internal/testport"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,14 +89,7 @@ func TestChaosFailover(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freePort(t *testing.T) string { return testport.Addr(t) }
 
 // proc is a process of a failover round.
 type proc struct {

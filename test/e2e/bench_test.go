@@ -100,6 +100,10 @@ type benchWait struct {
 }
 
 type benchResult struct {
+	DBActivity []struct {
+		RM, Statement, Wait string
+		Samples             uint64
+	} `json:"db_activity"`
 	Workload               string             `json:"workload"`
 	Threads                int                `json:"threads"`
 	Txns                   uint64             `json:"txns"`
@@ -203,7 +207,7 @@ func checkSane(t *testing.T, r benchResult, threads int) {
 // PostgreSQL 2 (BEGIN+INSERT, PREPARE), MariaDB 3 (XA START+INSERT,
 // XA END+XA PREPARE, XA COMMIT), one Commit RPC.
 func TestBenchXAAgainstRaw2PC(t *testing.T) {
-	loose, rep := runBench(t, "--compare", "raw2pc,xa", "--txns", "300", "--threads", "2", "--trace", "2")
+	loose, rep := runBench(t, "--compare", "raw2pc,xa", "--txns", "300", "--threads", "2", "--trace", "2", "--db-activity", "2ms")
 	checkFields(t, loose, true)
 	if len(rep.Results) != 2 || rep.Results[0].Workload != "raw2pc" || rep.Results[1].Workload != "xa" || rep.Ratio == nil || *rep.Ratio <= 0 {
 		t.Fatalf("report: %+v", rep)
@@ -265,6 +269,21 @@ func TestBenchXAAgainstRaw2PC(t *testing.T) {
 	if v := rep.Results[0].dbCounter("pg", "wal_sync"); v < 1 {
 		t.Errorf("raw2pc alone: pg wal_sync per transaction %v, want at least 1 (db_counters %+v)", v, rep.Results[0].DBCounters)
 	}
+	// The sampled sessions: each workload's prepares at both databases.
+	for _, c := range []struct {
+		r             benchResult
+		rm, statement string
+	}{{raw, "pg", "PREPARE TRANSACTION"}, {raw, "maria", "XA PREPARE"}, {xa, "pg", "PREPARE TRANSACTION"}, {xa, "maria", "XA PREPARE"}} {
+		var n uint64
+		for _, a := range c.r.DBActivity {
+			if a.RM == c.rm && a.Statement == c.statement {
+				n += a.Samples
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: no session of %s sampled running %s (db_activity %+v)", c.r.Workload, c.rm, c.statement, c.r.DBActivity)
+		}
+	}
 	// Traces: client and coordinator waits of one transaction, in order.
 	if len(xa.Traces) != 2 {
 		t.Fatalf("xa kept %d traces, want 2", len(xa.Traces))
@@ -315,6 +334,13 @@ func TestBenchOtherWorkloads(t *testing.T) {
 	}
 	if o.wait("rm prepare").Count != 2*o.Txns || o.wait("coordinator commit").Count != o.Txns {
 		t.Errorf("oltp waits: %+v", o.Waits)
+	}
+
+	// xa observed (traced and scraped) commits as xa does, at the commit point.
+	_, rep = runBench(t, "--compare", "xa,xa-observed", "--txns", "200", "--threads", "2", "--decide-at", "auto", "--db-counters=false")
+	if len(rep.Results) != 2 || rep.Results[1].Workload != "xa-observed" || rep.Results[1].Txns != 200 || rep.Results[1].Errors != 0 ||
+		rep.Results[1].CoordinatorCallsPerTxn != 0 || rep.Results[1].wait("rm prepare").Count != rep.Results[1].Txns {
+		t.Errorf("xa-observed: %+v", rep.Results)
 	}
 
 	// Its baseline: the same statements, two local commits, no coordinator.

@@ -14,7 +14,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/client"
+	"github.com/tandem-tx/tandem/internal/testport"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -114,15 +114,9 @@ type coordOpts struct {
 	env        []string // more environment variables, NAME=VALUE
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+// freeAddr is a loopback address for a process the test starts
+// (testport: outside the ephemeral range that outgoing connections use).
+func freeAddr(t *testing.T) string { return testport.Addr(t) }
 
 // startCoordinator starts `tandem serve` on a fresh port and data directory
 // and waits until it answers Health.

@@ -307,3 +307,43 @@ func secondCoordinator(t *testing.T, legacy bool) {
 		t.Errorf("B's data directory has no identity: %v", err)
 	}
 }
+
+// TestInDoubtListIsAsOfTheMomentAsked: the operator's list of in-doubt
+// branches is what the databases hold when it is asked for, not what the
+// last periodic scan saw. After a promotion with --accept-data-loss the
+// operator lists them at once; a list from the scan before the old
+// primary's clients finished preparing said "no in-doubt branches" while
+// three were about to be (TestRunningPrimaryIsFencedByAPromotion, loaded).
+func TestInDoubtListIsAsOfTheMomentAsked(t *testing.T) {
+	d := openDBs(t)
+	d.rollbackLeftovers(t)
+	d.table(t, "e2e_indoubt_now")
+	admin := freeAddr(t)
+	startCoordinator(t, coordOpts{extra: []string{"--admin", admin, "--scan-interval", "1h"}})
+	if out, err := tandemCmd(t, "status", "--in-doubt", "--admin", admin); err != nil || !strings.Contains(out, "no in-doubt branches") {
+		t.Fatalf("tandem status --in-doubt before any branch: %v\n%s", err, out)
+	}
+	foreign := xid.Owner{0xf0, 0x0e, 0x19, 0x17}
+	g := prepareOwnedAndDie(t, "e2e_indoubt_now", 1, foreign)
+	t.Cleanup(func() { rollbackAnyName(t, d, g) })
+	out, err := tandemCmd(t, "status", "--in-doubt", "--admin", admin)
+	t.Logf("tandem status --in-doubt:\n%s", out)
+	if err != nil || strings.Count(out, g.String()) != 2 || !strings.Contains(out, "as of a scan of every database") {
+		t.Fatalf("tandem status --in-doubt right after a foreign branch was prepared (scan interval 1h): %v\n%s\nwant both branches of %s, as of a scan just made", err, out, g)
+	}
+	var resp struct {
+		ScannedAt    time.Time `json:"scanned_at"`
+		ScanComplete bool      `json:"scan_complete"`
+	}
+	hr, err := http.Get("http://" + admin + "/in-doubt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hr.Body.Close()
+	if err := json.NewDecoder(hr.Body).Decode(&resp); err != nil {
+		t.Fatalf("GET /in-doubt: %s: %v", hr.Status, err)
+	}
+	if !resp.ScanComplete || time.Since(resp.ScannedAt) > time.Minute {
+		t.Errorf("GET /in-doubt: scanned_at %v, scan_complete %v; want the last complete scan, just now", resp.ScannedAt, resp.ScanComplete)
+	}
+}

@@ -229,6 +229,19 @@ func (b *bank) journal(t *testing.T, db *sql.DB) map[string]bool {
 	return out
 }
 
+// committedOnOther is the operator's look at the data of a transfer
+// prepared on one database only (resolveInDoubt): whether the other
+// database committed it (its journal row).
+func (b *bank) committedOnOther(t *testing.T) func(g, preparedOn string) bool {
+	return func(g, preparedOn string) bool {
+		other := b.d.my
+		if preparedOn == "maria" {
+			other = b.d.pg
+		}
+		return b.journal(t, other)[g]
+	}
+}
+
 func (b *bank) sum(t *testing.T) int64 {
 	t.Helper()
 	var total int64

@@ -111,9 +111,30 @@
     return { space: 70, incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600], values: function (u, vals) { return vals.map(clock); } };
   }
 
+  // fitLabels is a vertical axis's size (uPlot's axis.size): room for its
+  // widest tick label, measured in the axis's own font, beside its tick and
+  // gap, so that no label is cut at the chart's edge ("100.0 ms", not
+  // "00.0 ms"; "12,000", not "2,000"). After the first layout cycle it keeps
+  // the size it gave, as uPlot's own autosize example does, so that the
+  // layout settles.
+  function fitLabels(u, values, axisIdx, cycleNum) {
+    var a = u.axes[axisIdx];
+    if (cycleNum > 1 && a._size) return a._size;
+    var w = 0;
+    if (values) {
+      u.ctx.font = a.font[0]; // in device pixels
+      values.forEach(function (v) { if (v !== null && v !== undefined) w = Math.max(w, u.ctx.measureText(String(v)).width); });
+      w /= uPlot.pxRatio || window.devicePixelRatio || 1;
+    }
+    return Math.max(30, Math.ceil(w + (a.ticks.show ? a.ticks.size : 0) + a.gap + 2));
+  }
+
+  // timeSeries: the options of a chart over time; every y axis sized by
+  // fitLabels.
   function timeSeries(title, series, scales, axes) {
     axes = axes || [{}, {}];
     axes[0] = xAxis();
+    for (var i = 1; i < axes.length; i++) axes[i].size = fitLabels;
     return {
       title: title,
       scales: Object.assign({ x: { time: true } }, scales || {}),
@@ -134,29 +155,38 @@
   }
 
   function drawThroughput() {
-    $("throughput-now").textContent = "last 5 s: " + fmtNum(avg("commits", 5)) + " commits/s, " + fmtNum(avg("aborts", 5)) + " aborts/s, " +
+    $("throughput-now").textContent = "last 5 s: " + fmtNum(avg("cp_commits", 5)) + " commit-point commits/s (decision tables), " +
+      fmtNum(avg("commits", 5)) + " coordinator commits/s, " + fmtNum(avg("aborts", 5)) + " aborts/s, " +
       fmtNum(avg("local_commits", 5)) + " one-phase/local commits/s";
-    var data = [xs(), col("commits"), col("aborts"), col("local_commits"), col("refused")];
+    var data = [xs(), col("cp_commits"), col("commits"), col("aborts"), col("local_commits"), col("refused"), col("cp_aborts")];
     if (!charts["c-throughput"]) {
       makeChart("c-throughput", timeSeries("", [
-        { label: "commits/s", stroke: COLORS[2], width: 2, value: function (u, v) { return fmtNum(v); } },
+        { label: "commit-point commits/s", stroke: COLORS[3], width: 2, value: function (u, v) { return fmtNum(v); } },
+        { label: "coordinator commits/s", stroke: COLORS[2], width: 2, value: function (u, v) { return fmtNum(v); } },
         { label: "aborts/s", stroke: COLORS[4], value: function (u, v) { return fmtNum(v); } },
         { label: "one-phase/local commits/s (SDK here)", stroke: COLORS[0], value: function (u, v) { return fmtNum(v); } },
-        { label: "refused/s", stroke: COLORS[1], value: function (u, v) { return fmtNum(v); } }
+        { label: "refused/s", stroke: COLORS[1], value: function (u, v) { return fmtNum(v); } },
+        { label: "commit-point aborts/s (recoverers)", stroke: COLORS[5 % COLORS.length], value: function (u, v) { return fmtNum(v); } }
       ]), data);
     } else charts["c-throughput"].setData(data);
   }
 
   function drawLatency() {
     var last = samples.length ? samples[samples.length - 1] : {};
-    $("latency-now").textContent = last.commit_p50_s === null || last.commit_p50_s === undefined ? "no commits in the last interval" :
-      "last interval: p50 " + fmtSecs(last.commit_p50_s) + ", p99 " + fmtSecs(last.commit_p99_s);
+    var has = function (v) { return v !== null && v !== undefined; };
+    var parts = [];
+    if (has(last.commit_p50_s)) parts.push("coordinator p50 " + fmtSecs(last.commit_p50_s) + ", p99 " + fmtSecs(last.commit_p99_s));
+    if (has(last.cp_p50_s)) parts.push("commit point (begin → decision) p50 " + fmtSecs(last.cp_p50_s) + ", p99 " + fmtSecs(last.cp_p99_s));
+    $("latency-now").textContent = parts.length ? "last interval: " + parts.join("; ") : "no commits in the last interval";
     var ms = function (name) { return col(name).map(function (v) { return v === null ? null : v * 1000; }); };
-    var data = [xs(), ms("commit_p50_s"), ms("commit_p99_s")];
+    var data = [xs(), ms("commit_p50_s"), ms("commit_p99_s"), ms("cp_p50_s"), ms("cp_p99_s")];
+    var fmt = function (u, v) { return v === null ? "–" : fmtSecs(v / 1000); };
     if (!charts["c-latency"]) {
       makeChart("c-latency", timeSeries("", [
-        { label: "p50 ms", stroke: COLORS[0], width: 2, spanGaps: false, value: function (u, v) { return v === null ? "–" : fmtSecs(v / 1000); } },
-        { label: "p99 ms", stroke: COLORS[1], width: 2, spanGaps: false, value: function (u, v) { return v === null ? "–" : fmtSecs(v / 1000); } }
+        { label: "coordinator p50 ms", stroke: COLORS[0], width: 2, spanGaps: false, value: fmt },
+        { label: "coordinator p99 ms", stroke: COLORS[1], width: 2, spanGaps: false, value: fmt },
+        { label: "commit point p50 ms", stroke: COLORS[3], width: 2, spanGaps: false, value: fmt },
+        { label: "commit point p99 ms", stroke: COLORS[4], width: 2, spanGaps: false, value: fmt }
       ]), data);
     } else charts["c-latency"].setData(data);
   }
@@ -206,7 +236,7 @@
         };
       });
       makeChart("c-waits", timeSeries("", series, { y: { range: function (u, min, max) { return [0, Math.max(max, 1e-3)]; } } },
-        [{}, { values: function (u, vals) { return vals.map(function (v) { return fmtSecs(v); }); }, size: 60 }]), data);
+        [{}, { values: function (u, vals) { return vals.map(function (v) { return fmtSecs(v); }); } }]), data);
       charts["c-waits"].root.querySelector(".u-legend").classList.add("waits-legend");
     } else charts["c-waits"].setData(data);
     drawWaitTable(shown);
@@ -267,13 +297,42 @@
         scales: { x: { time: false, range: [first - 0.5, lastI + 0.5] } },
         series: [{ value: function (u, v) { return v === null ? "–" : "≤ " + leLabel(les, v); } },
           { label: "waits", fill: COLORS[0] + "aa", stroke: COLORS[0], paths: uPlot.paths.bars({ size: [0.8] }), points: { show: false } }],
-        axes: [{ values: function (u, vals) { return vals.map(function (v) { return Number.isInteger(v) ? leLabel(les, v) : ""; }); }, space: 50 }, {}],
+        axes: [{ values: function (u, vals) { return vals.map(function (v) { return Number.isInteger(v) ? leLabel(les, v) : ""; }); }, space: 50 }, { size: fitLabels }],
         cursor: { drag: { x: false, y: false } }
       }, [x, y]);
       drawWaits();
     }).catch(function (e) { showError("/waits: " + e); });
   }
   function leLabel(les, i) { var v = les[i]; return v ? fmtSecs(v) : "+Inf"; }
+
+  // Decision tables: each RM's rows as the coordinator last read them.
+  function drawTables() {
+    var last = samples.length ? samples[samples.length - 1] : null;
+    var body = $("t-tables").querySelector("tbody");
+    clear(body);
+    var ts = last ? (last.decision_tables || []) : [];
+    if (!ts.length) {
+      var tr0 = el("tr"); var td0 = el("td", "no decision table read (a standby, or no resource manager)", "muted"); td0.colSpan = 8; tr0.appendChild(td0); body.appendChild(tr0);
+      return;
+    }
+    ts.forEach(function (t) {
+      var tr = el("tr");
+      tr.appendChild(el("td", t.rm));
+      if (t.error) {
+        var td = el("td", t.error, "err"); td.colSpan = 7; tr.appendChild(td); body.appendChild(tr);
+        return;
+      }
+      tr.appendChild(el("td", fmtNum(t.commits), "num"));
+      tr.appendChild(el("td", fmtNum(t.aborts), "num"));
+      tr.appendChild(el("td", fmtNum(t.c_rows, 0), "num"));
+      tr.appendChild(el("td", fmtNum(t.a_rows, 0), "num"));
+      tr.appendChild(el("td", t.c_rows ? fmtSecs(t.oldest_c_s) : "–", "num"));
+      var kept = el("td", fmtNum(t.c_kept, 0), "num");
+      if (t.c_kept > 0) kept.title = "'C' rows older than 30 s: a participant still holds its branch prepared, or the client died before forgetting them; the coordinator's sweep collects them";
+      tr.appendChild(kept);
+      body.appendChild(tr);
+    });
+  }
 
   function drawLog() {
     var last = samples.length ? samples[samples.length - 1] : null;
@@ -307,7 +366,7 @@
       makeChart("c-fsync", timeSeries("fsyncs/s and records per fsync", [
         { label: "fsyncs/s", stroke: COLORS[3], width: 2, scale: "y", value: function (u, v) { return fmtNum(v); } },
         { label: "records/fsync", stroke: COLORS[5], width: 2, scale: "r", value: function (u, v) { return fmtNum(v, 2); } }
-      ], { r: { range: function (u, min, max) { return [0, Math.max(1, max)]; } } }, [{}, {}, { scale: "r", side: 1, size: 50, grid: { show: false } }]), fdata);
+      ], { r: { range: function (u, min, max) { return [0, Math.max(1, max)]; } } }, [{}, {}, { scale: "r", side: 1, grid: { show: false } }]), fdata);
     } else charts["c-fsync"].setData(fdata);
   }
 
@@ -353,7 +412,7 @@
         { label: "bytes", stroke: COLORS[1], width: 2, scale: "y", value: function (u, v) { return fmtBytes(v); } },
         { label: "seconds", stroke: COLORS[0], width: 2, scale: "s", value: function (u, v) { return fmtSecs(v); } }
       ], { s: { range: function (u, min, max) { return [0, Math.max(0.001, max)]; } } },
-      [{}, { values: function (u, vals) { return vals.map(fmtBytes); }, size: 70 }, { scale: "s", side: 1, size: 70, grid: { show: false }, values: function (u, vals) { return vals.map(fmtSecs); } }]), data);
+      [{}, { values: function (u, vals) { return vals.map(fmtBytes); } }, { scale: "s", side: 1, grid: { show: false }, values: function (u, vals) { return vals.map(fmtSecs); } }]), data);
     } else charts["c-lag"].setData(data);
   }
 
@@ -472,6 +531,7 @@
       $("updated").textContent = "updated " + new Date().toLocaleTimeString() + " · " + samples.length + " samples";
       showError("");
       drawThroughput();
+      drawTables();
       drawLatency();
       drawWaits();
       drawLog();

@@ -112,6 +112,49 @@ final class Databases {
         }
     }
 
+    /**
+     * What is left on the databases at a quiet moment: the prepared branches
+     * (PostgreSQL: pg_prepared_xacts of this database; MariaDB: XA RECOVER,
+     * the whole server) and the rows of tandem_bench on each.
+     */
+    record Check(List<String> pgPrepared, List<String> mariaPrepared, long pgRows, long mariaRows) {
+        /** This check without the branches that were already prepared in {@code before}. */
+        Check without(Check before) {
+            return new Check(pgPrepared.stream().filter(g -> !before.pgPrepared.contains(g)).toList(),
+                    mariaPrepared.stream().filter(g -> !before.mariaPrepared.contains(g)).toList(), pgRows, mariaRows);
+        }
+    }
+
+    /** Reads the prepared branches and the row counts of both databases. */
+    Check check() throws SQLException {
+        List<String> pgp = new ArrayList<>(), mp = new ArrayList<>();
+        long[] n = new long[2];
+        try (Connection c = pg(); Statement s = c.createStatement()) {
+            try (var r = s.executeQuery("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() ORDER BY gid")) {
+                while (r.next()) {
+                    pgp.add(r.getString(1));
+                }
+            }
+            try (var r = s.executeQuery("SELECT count(*) FROM tandem_bench")) {
+                r.next();
+                n[0] = r.getLong(1);
+            }
+        }
+        try (Connection c = maria(); Statement s = c.createStatement()) {
+            // FORMAT='SQL': each XID as X'gtrid',X'bqual',formatID, as XA COMMIT/ROLLBACK take it.
+            try (var r = s.executeQuery("XA RECOVER FORMAT='SQL'")) {
+                while (r.next()) {
+                    mp.add(r.getString("data"));
+                }
+            }
+            try (var r = s.executeQuery("SELECT count(*) FROM tandem_bench")) {
+                r.next();
+                n[1] = r.getLong(1);
+            }
+        }
+        return new Check(pgp, mp, n[0], n[1]);
+    }
+
     /** Rows in tandem_bench on each database: {pg, maria}. */
     long[] count() throws SQLException {
         long[] n = new long[2];

@@ -24,20 +24,25 @@ final class Flags {
     String pg = System.getenv().getOrDefault("TANDEM_PG_DSN", "");
     String maria = System.getenv().getOrDefault("TANDEM_MYSQL_DSN", "");
     String coordinator = System.getenv().getOrDefault("TANDEM_COORDINATOR", "");
+    String dir = ".";
     boolean help;
     boolean cpuByThread;
+
+    /** Every workload, in the order the help lists them. */
+    static final List<String> WORKLOADS = List.of("sql", "raw2pc", "raw2pc-xa", "tandem", "tandem-coord", "narayana", "narayana-journal", "atomikos");
 
     static final Map<String, String> USAGE = new LinkedHashMap<>();
 
     static {
-        USAGE.put("--workloads A,B,C", "workloads to run interleaved (default sql,raw2pc,tandem; also raw2pc-xa, and tandem-coord: tandem-jta deciding at the coordinator); the ratio is TPS ÷ TPS of sql (or of the first)");
-        USAGE.put("--threads N", "concurrent clients, each with its own connection to each database (default 2)");
+        USAGE.put("--workloads A,B,C", "workloads to run interleaved (default sql,raw2pc,tandem; also raw2pc-xa, tandem-coord: tandem-jta deciding at the coordinator, narayana, narayana-journal, atomikos — not both narayanas in one run); the ratio is TPS ÷ TPS of sql (or of the first)");
+        USAGE.put("--threads N", "concurrent clients, each with its own connection to each database (atomikos: its pools hold N per database) (default 2)");
         USAGE.put("--duration D", "measured time per workload, e.g. 20s (default 10s)");
         USAGE.put("--slice D", "length of one interleaved slice (default 1s, or a quarter of --duration if shorter)");
         USAGE.put("--warmup D", "unmeasured time per workload before measuring: connections, the JIT, the coordinator's pools (default 3s; 0 for none)");
         USAGE.put("--pg URL", "PostgreSQL: a jdbc:postgresql: URL or a postgres:// DSN (default $TANDEM_PG_DSN)");
         USAGE.put("--maria URL", "MariaDB: a jdbc:mariadb: URL or a Go user:pass@tcp(host:port)/db DSN (default $TANDEM_MYSQL_DSN)");
         USAGE.put("--coordinator HOST:PORT", "the Tandem coordinator's gRPC address, for the tandem and tandem-coord workloads (default $TANDEM_COORDINATOR)");
+        USAGE.put("--dir DIR", "where narayana's and atomikos's logs go: a new .tandem-bench-<workload>-* directory under DIR, removed at the end (default .: put it on the databases' disk)");
         USAGE.put("--cpu-by-thread", "also print the JVM's CPU by thread (JIT, GC, gRPC, the TM's executors) over the measured slices");
         USAGE.put("--progress D", "a progress line on stderr this often (default 5s; 0 for none)");
     }
@@ -72,8 +77,8 @@ final class Flags {
                     List<String> ws = new ArrayList<>();
                     for (String w : value.split(",")) {
                         if (!w.isBlank()) {
-                            if (!List.of("sql", "raw2pc", "raw2pc-xa", "tandem", "tandem-coord").contains(w.trim())) {
-                                throw new BadFlag("--workloads: unknown workload " + w + " (sql, raw2pc, raw2pc-xa, tandem, tandem-coord)");
+                            if (!WORKLOADS.contains(w.trim())) {
+                                throw new BadFlag("--workloads: unknown workload " + w + " (" + String.join(", ", WORKLOADS) + ")");
                             }
                             if (ws.contains(w.trim())) {
                                 throw new BadFlag("--workloads: " + w + " given twice");
@@ -83,6 +88,9 @@ final class Flags {
                     }
                     if (ws.isEmpty()) {
                         throw new BadFlag("--workloads: give at least one of sql, raw2pc, tandem");
+                    }
+                    if (ws.contains("narayana") && ws.contains("narayana-journal")) {
+                        throw new BadFlag("--workloads: narayana and narayana-journal cannot be in one run (Narayana's object store is one per JVM): run them one after the other");
                     }
                     f.workloads = ws;
                 }
@@ -103,6 +111,12 @@ final class Flags {
                 case "pg" -> f.pg = value;
                 case "maria" -> f.maria = value;
                 case "coordinator" -> f.coordinator = value;
+                case "dir" -> {
+                    if (!java.nio.file.Files.isDirectory(java.nio.file.Path.of(value))) {
+                        throw new BadFlag("--dir " + value + ": not a directory");
+                    }
+                    f.dir = value;
+                }
                 default -> throw new BadFlag("unknown flag --" + name + " (see --help)");
             }
         }
@@ -162,10 +176,15 @@ final class Flags {
                 .append("  raw2pc  the databases' own 2PC in SQL, the Go benchmark's statements: no coordinator, no log\n")
                 .append("  raw2pc-xa  the same through the drivers' XAResources (MariaDB: 5 round trips, not 3)\n")
                 .append("  tandem  one JTA transaction through tandem-jta and a Tandem coordinator\n")
+                .append("  narayana  one JTA transaction through Narayana, its defaults (file object store);\n")
+                .append("          narayana-journal: its journal store\n")
+                .append("  atomikos  one JTA transaction through Atomikos, its defaults and its pools\n")
                 .append("in one run, interleaved in slices, so that drift and other load hit all alike.\n")
-                .append("Reports TPS, latency p50/p99, the JVM's CPU per transaction (process CPU, and the\n")
+                .append("Reports TPS, latency p50/p95/p99, the JVM's CPU per transaction (process CPU, and the\n")
                 .append("worker threads' own), and each TPS ÷ sql's. Table tandem_bench is created on both\n")
-                .append("databases if missing and emptied at the start.\n\nFlags:\n");
+                .append("databases if missing and emptied at the start. After each workload's last slice it\n")
+                .append("checks that nothing is left prepared on either database and that both hold the rows\n")
+                .append("of every committed transaction; exit status 3 when a check fails.\n\nFlags:\n");
         USAGE.forEach((k, v) -> s.append(String.format("  %-24s %s%n", k, v)));
         s.append("\nExample:\n  eval \"$(scripts/db env)\"\n")
                 .append("  java -jar clients/java/bench/target/tandem-bench.jar --threads 32 --duration 20s --coordinator 127.0.0.1:7070\n");

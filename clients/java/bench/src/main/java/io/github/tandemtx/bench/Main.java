@@ -3,6 +3,7 @@ package io.github.tandemtx.bench;
 import java.io.PrintStream;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -14,10 +15,15 @@ import java.util.concurrent.atomic.AtomicLong;
 /**
  * The Java benchmark: the JDBC unit of work of `tandem bench db` (one insert
  * on each of PostgreSQL and MariaDB, each thread its own connections) as sql,
- * raw2pc and tandem in one run, interleaved in slices. See {@link Flags#usage}.
+ * raw2pc, tandem, and through Narayana and Atomikos, in one run, interleaved
+ * in slices. After each workload's last slice it checks that nothing is left
+ * prepared on either database and that both hold the rows of every committed
+ * transaction. See {@link Flags#usage}.
  *
- * <p>Exit status: 0 when the run completed, 2 for a bad flag, 1 when a
- * database or the coordinator cannot be reached or a worker cannot reconnect.
+ * <p>Exit status: 0 when the run completed and every check passed, 2 for a
+ * bad flag, 1 when a database, the coordinator or a transaction manager
+ * cannot be reached or started or a worker cannot reconnect, 3 when a check
+ * failed (the report says which).
  */
 public final class Main {
     Main() {}
@@ -37,12 +43,20 @@ public final class Main {
             System.out.print(Flags.usage());
             return;
         }
+        Result r;
         try {
-            new Main().run(f, System.out, err);
+            r = new Main().run(f, System.out, err);
         } catch (Fatal e) {
             err.println("bench: " + e.getMessage());
             System.exit(1);
+            return;
         }
+        if (!r.checksPassed()) {
+            err.println("bench: a check failed: something was left prepared, or the two databases' rows differ (see the check lines above)");
+            System.exit(3);
+        }
+        // So that a thread a transaction manager leaves running cannot keep the JVM alive.
+        System.exit(0);
     }
 
     /** Ends the run: what failed, and what to do. */
@@ -60,6 +74,9 @@ public final class Main {
         long[] lat = new long[1024];
         int nlat;
         String firstError;
+        /** The check after the workload's last slice: null before it ran; its line for the report. */
+        Boolean checkPassed;
+        String checkLine;
 
         Stats(Workload wl, int threads) {
             this.wl = wl;
@@ -95,22 +112,31 @@ public final class Main {
     }
 
     private final AtomicLong nextId = new AtomicLong();
+    /** Transactions that committed, and that failed, warm-up included: what the rows must add up to. */
+    private final AtomicLong committedAll = new AtomicLong(), failedAll = new AtomicLong();
+    private Databases db;
+    private Databases.Check before;
     private final com.sun.management.OperatingSystemMXBean os =
             (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
     private final ThreadMXBean tmx = ManagementFactory.getThreadMXBean();
     private final List<Long> threadIds = new ArrayList<>();
 
     /** What a run measured, and the rows it left in tandem_bench: {pg, maria}. */
-    record Result(List<Stats> workloads, long[] rows) {}
+    record Result(List<Stats> workloads, long[] rows) {
+        /** Whether every workload's check found nothing prepared and the rows of every committed transaction on both databases. */
+        boolean checksPassed() {
+            return workloads.stream().allMatch(s -> Boolean.TRUE.equals(s.checkPassed));
+        }
+    }
 
     Result run(Flags f, PrintStream out, PrintStream log) throws Fatal {
-        Databases db;
         try {
             db = new Databases(Dsn.postgres(f.pg), Dsn.mariadb(f.maria));
         } catch (IllegalArgumentException e) {
             throw new Fatal(e.getMessage(), e);
         }
         List<Stats> states = new ArrayList<>();
+        List<Workload> made = new ArrayList<>();
         Side[] sides = new Side[f.threads];
         ExecutorService pool = Executors.newFixedThreadPool(f.threads, r -> {
             Thread t = new Thread(r, "bench-worker");
@@ -126,22 +152,47 @@ public final class Main {
                 threadIds.add(sides[t].threadId);
             }
             // The coordinator is checked first: a wrong address leaves the databases untouched.
-            for (String name : f.workloads) {
-                Workload wl = switch (name) {
+            Workload[] wls = new Workload[f.workloads.size()];
+            for (int i = 0; i < wls.length; i++) {
+                String name = f.workloads.get(i);
+                wls[i] = switch (name) {
                     case "sql" -> new SqlWorkload(db);
                     case "raw2pc" -> new Raw2pcWorkload(db);
                     case "raw2pc-xa" -> new Raw2pcXAWorkload(db);
-                    default -> Tandem.workload(name, db, f.coordinator, f.threads);
+                    case "tandem", "tandem-coord" -> Tandem.workload(name, db, f.coordinator, f.threads);
+                    default -> null; // a Java transaction manager: started once the databases answer
                 };
-                states.add(new Stats(wl, f.threads));
+                if (wls[i] != null) {
+                    made.add(wls[i]);
+                }
             }
             try {
                 List<String> rolled = db.setup();
                 if (!rolled.isEmpty()) {
                     log.println("bench: rolled back raw2pc branches a previous run left prepared: " + rolled);
                 }
+                before = db.check();
             } catch (Databases.Unreachable e) {
                 throw new Fatal(e.getMessage(), e);
+            } catch (java.sql.SQLException e) {
+                throw new Fatal("reading the prepared branches before the run: " + describe(e), e);
+            }
+            if (!before.pgPrepared().isEmpty() || !before.mariaPrepared().isEmpty()) {
+                log.println("bench: prepared before the run (not this run's: left alone, and not counted by the checks): pg "
+                        + before.pgPrepared() + ", maria " + before.mariaPrepared());
+            }
+            Path dir = Path.of(f.dir);
+            for (int i = 0; i < wls.length; i++) {
+                String name = f.workloads.get(i);
+                if (wls[i] == null) {
+                    wls[i] = switch (name) {
+                        case "narayana", "narayana-journal" -> Narayana.workload(name, db, dir, log);
+                        case "atomikos" -> Atomikos.workload(db, dir, f.threads, log);
+                        default -> throw new IllegalStateException("workload " + name + " unknown to Main");
+                    };
+                    made.add(wls[i]);
+                }
+                states.add(new Stats(wls[i], f.threads));
             }
             for (Stats st : states) {
                 Workload wl = st.wl;
@@ -155,6 +206,12 @@ public final class Main {
                 }
             }
             measure(f, states, pool, out, log);
+            for (Stats st : states) {
+                if (st.checkPassed == null) { // a workload that never ran a measured slice
+                    check(st);
+                    out.println(st.checkLine);
+                }
+            }
             long[] rows;
             try {
                 rows = db.count();
@@ -172,10 +229,12 @@ public final class Main {
                         w.close();
                     }
                 }
+            }
+            for (Workload wl : made) {
                 try {
-                    st.wl.close();
+                    wl.close();
                 } catch (Exception e) {
-                    log.println("bench: closing " + st.wl.name() + ": " + describe(e));
+                    log.println("bench: closing " + wl.name() + ": " + describe(e));
                 }
             }
             for (Side s : sides) {
@@ -222,6 +281,9 @@ public final class Main {
                 }
                 active++;
                 slice(st, pool, Math.min(left, sliceN), true);
+                if (durN - st.elapsedNanos <= sliceN / 10) {
+                    check(st); // its last slice: every worker is idle, and so is every other workload
+                }
                 if (!f.progress.isZero() && System.nanoTime() - lastProgress >= f.progress.toNanos()) {
                     lastProgress = System.nanoTime();
                     StringBuilder s = new StringBuilder();
@@ -242,6 +304,53 @@ public final class Main {
             out.printf("  (not in the list: the JVM's own threads) garbage collection %d ms in %d collections, JIT compilation %d ms (wall time, all CPUs)%n",
                     gcMillis() - gc0[0], gcCount() - gc0[1], jitMillis() - jit0);
         }
+    }
+
+    /**
+     * The check after a workload's last slice, while nothing runs: no branch
+     * prepared since the run began on either database (waiting up to 5 s for
+     * one to go, e.g. a TM's phase 2 finishing late, and saying so), and on
+     * both the same rows, as many as the transactions that committed (warm-up
+     * included; with failed transactions, up to that many more, as a failure
+     * after the commit leaves its rows). Records the outcome and a line for
+     * the report in {@code st}.
+     */
+    private void check(Stats st) throws Fatal {
+        long t0 = System.nanoTime();
+        Databases.Check c, first = null;
+        try {
+            while (true) {
+                c = db.check().without(before);
+                if (first == null) {
+                    first = c;
+                }
+                if (c.pgPrepared().isEmpty() && c.mariaPrepared().isEmpty() || System.nanoTime() - t0 > 5_000_000_000L) {
+                    break;
+                }
+                Thread.sleep(100);
+            }
+        } catch (java.sql.SQLException e) {
+            throw new Fatal("the check after " + st.wl.name() + ": " + describe(e), e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new Fatal("interrupted", e);
+        }
+        long waited = (System.nanoTime() - t0) / 1_000_000;
+        long committed = committedAll.get(), failed = failedAll.get();
+        boolean prepared = !c.pgPrepared().isEmpty() || !c.mariaPrepared().isEmpty();
+        boolean rows = c.pgRows() == c.mariaRows() && c.pgRows() >= committed && c.pgRows() <= committed + failed;
+        st.checkPassed = !prepared && rows;
+        String left = prepared
+                ? String.format("LEFT PREPARED after %d ms: pg %s, maria %s", waited, head(c.pgPrepared()), head(c.mariaPrepared()))
+                : "nothing left prepared (pg_prepared_xacts 0, XA RECOVER 0" + (first == c ? ""
+                        : String.format(" after %d ms; at first pg %s, maria %s", waited, head(first.pgPrepared()), head(first.mariaPrepared()))) + ")";
+        String counted = failed == 0 ? "committed " + committed : String.format("committed %d + failed %d", committed, failed);
+        st.checkLine = String.format("check after %s: %s; rows pg %d, maria %d, %s: %s", st.wl.name(), left, c.pgRows(), c.mariaRows(), counted,
+                st.checkPassed ? "ok" : "FAILED");
+    }
+
+    private static String head(List<String> l) {
+        return l.size() <= 3 ? l.toString() : l.subList(0, 3) + " and " + (l.size() - 3) + " more";
     }
 
     /** CPU time of every live thread, by name with digits folded (pool-1-thread-3 → pool-#-thread-#). */
@@ -333,6 +442,7 @@ public final class Main {
                 w.txn(id);
             } catch (Exception e) {
                 errs++;
+                failedAll.incrementAndGet();
                 if (error == null) {
                     error = describe(e);
                 }
@@ -344,6 +454,7 @@ public final class Main {
                 continue;
             }
             long d = System.nanoTime() - t0;
+            committedAll.incrementAndGet();
             if (n == lat.length) {
                 lat = Arrays.copyOf(lat, 2 * n);
             }
@@ -358,11 +469,16 @@ public final class Main {
         out.printf("tandem-jta bench: %d threads, %s per workload in slices of %s, warm-up %s per workload; Java %s, %d CPUs%s%n",
                 f.threads, human(f.duration), human(f.slice), human(f.warmup), System.getProperty("java.version"),
                 Runtime.getRuntime().availableProcessors(), machine.isEmpty() ? "" : "; " + machine);
-        out.printf("%-8s %9s %9s %9s %9s %13s %15s %7s %9s%n", "workload", "txns", "TPS", "p50 ms", "p99 ms", "JVM CPU/txn", "thread CPU/txn", "errors", "TPS÷" + base.wl.name());
+        out.printf("%-16s %9s %9s %9s %9s %9s %13s %15s %7s %9s%n", "workload", "txns", "TPS", "p50 ms", "p95 ms", "p99 ms", "JVM CPU/txn", "thread CPU/txn", "errors", "TPS÷" + base.wl.name());
         for (Stats s : states) {
-            out.printf("%-8s %9d %9.0f %9.2f %9.2f %10.0f µs %12.0f µs %7d %9.2f%n", s.wl.name(), s.txns, s.tps(), s.quantileMs(0.50), s.quantileMs(0.99),
+            out.printf("%-16s %9d %9.0f %9.2f %9.2f %9.2f %10.0f µs %12.0f µs %7d %9.2f%n", s.wl.name(), s.txns, s.tps(), s.quantileMs(0.50), s.quantileMs(0.95), s.quantileMs(0.99),
                     s.txns == 0 ? 0 : s.procCpuNanos / 1e3 / s.txns, s.txns == 0 ? 0 : s.threadCpuNanos / 1e3 / s.txns, s.errs,
                     base.tps() == 0 ? 0 : s.tps() / base.tps());
+        }
+        for (Stats s : states) {
+            if (s.checkLine != null) {
+                out.println(s.checkLine);
+            }
         }
         for (Stats s : states) {
             if (s.firstError != null) {

@@ -11,10 +11,11 @@ import java.time.Duration;
 import org.junit.jupiter.api.Test;
 
 /**
- * The benchmark's flags and DSN conversion, and a short run of sql, raw2pc
- * and raw2pc-xa against the real databases ($TANDEM_PG_DSN,
- * $TANDEM_MYSQL_DSN): every workload commits, none fails, and both databases
- * end with the same rows.
+ * The benchmark's flags and DSN conversion, and a short run of sql, raw2pc,
+ * raw2pc-xa, narayana and atomikos against the real databases
+ * ($TANDEM_PG_DSN, $TANDEM_MYSQL_DSN): every workload commits, none fails,
+ * every check after a workload passes (nothing left prepared, the same rows
+ * on both databases), and the transaction managers' log directories are gone.
  */
 class BenchTest {
     @Test
@@ -32,7 +33,10 @@ class BenchTest {
     @Test
     void badFlagsSayWhatIsWrong() throws Exception {
         String[] db = {"--pg", "postgres://u@h/d", "--maria", "u@tcp(h:1)/d"};
-        assertEquals("--workloads: unknown workload xa (sql, raw2pc, raw2pc-xa, tandem, tandem-coord)", bad("--workloads", "sql,xa"));
+        assertEquals("--workloads: unknown workload xa (sql, raw2pc, raw2pc-xa, tandem, tandem-coord, narayana, narayana-journal, atomikos)",
+                bad("--workloads", "sql,xa"));
+        assertTrue(bad("--workloads", "narayana,narayana-journal").startsWith("--workloads: narayana and narayana-journal cannot be in one run"));
+        assertEquals("--dir /nonexistent/dir: not a directory", bad("--dir", "/nonexistent/dir"));
         assertEquals("--threads 0: give 1 to 1024", bad("--threads", "0"));
         assertEquals("--duration 10: not a duration (e.g. 500ms, 20s, 1m30s)", bad("--duration", "10"));
         assertEquals("unknown flag --thread (see --help)", bad("--thread", "2"));
@@ -51,8 +55,9 @@ class BenchTest {
             throw new IllegalStateException("the bench's test needs the real databases: TANDEM_PG_DSN and TANDEM_MYSQL_DSN are unset;"
                     + " run eval \"$(scripts/db env)\" (scripts/test does)");
         }
-        Flags f = Flags.parse(new String[] {"--pg", pg, "--maria", maria, "--workloads", "sql,raw2pc,raw2pc-xa",
-            "--threads", "2", "--duration", "600ms", "--slice", "200ms", "--warmup", "100ms", "--progress", "0"});
+        java.nio.file.Path dir = java.nio.file.Files.createTempDirectory("bench-test-");
+        Flags f = Flags.parse(new String[] {"--pg", pg, "--maria", maria, "--workloads", "sql,raw2pc,raw2pc-xa,narayana,atomikos",
+            "--threads", "2", "--duration", "600ms", "--slice", "200ms", "--warmup", "100ms", "--progress", "0", "--dir", dir.toString()});
         ByteArrayOutputStream out = new ByteArrayOutputStream();
         Main.Result r = new Main().run(f, new PrintStream(out, true, StandardCharsets.UTF_8), System.err);
         String report = out.toString(StandardCharsets.UTF_8);
@@ -66,6 +71,14 @@ class BenchTest {
         assertEquals(r.rows()[0], r.rows()[1], "pg and maria rows differ:\n" + report);
         assertTrue(r.rows()[0] >= committed, report); // the warm-up's rows too
         assertTrue(report.contains("TPS÷sql"), report);
+        assertTrue(r.checksPassed(), report);
+        for (String w : f.workloads) {
+            assertTrue(report.contains("check after " + w + ": nothing left prepared"), report);
+        }
+        try (var left = java.nio.file.Files.list(dir)) {
+            assertEquals(java.util.List.of(), left.toList(), "the TMs' log directories are left");
+        }
+        java.nio.file.Files.delete(dir);
     }
 
     @Test

@@ -26,6 +26,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.atomic.LongAdder;
 import java.util.function.Function;
 import java.util.logging.Logger;
 import java.util.regex.Matcher;
@@ -149,12 +150,17 @@ final class CoordinatorClient implements AutoCloseable {
     }
 
     CoordinatorClient(List<String> targets, String authToken, Path tlsCa, Path tlsCert, Path tlsKey) {
+        this(targets, authToken, tlsCa, tlsCert, tlsKey, new LongAdder());
+    }
+
+    /** As above, counting every call started on any coordinator's channel in calls. */
+    CoordinatorClient(List<String> targets, String authToken, Path tlsCa, Path tlsCert, Path tlsKey, LongAdder calls) {
         if (targets.isEmpty()) {
             throw new IllegalArgumentException("tandem: no coordinator address");
         }
         try {
             for (String t : targets) {
-                eps.add(new Endpoint(t, channel(t, authToken, tlsCa, tlsCert, tlsKey)));
+                eps.add(new Endpoint(t, channel(t, authToken, tlsCa, tlsCert, tlsKey, calls)));
             }
         } catch (RuntimeException e) {
             close();
@@ -163,7 +169,7 @@ final class CoordinatorClient implements AutoCloseable {
         cur.set(eps.get(0));
     }
 
-    private static ManagedChannel channel(String target, String authToken, Path tlsCa, Path tlsCert, Path tlsKey) {
+    private static ManagedChannel channel(String target, String authToken, Path tlsCa, Path tlsCert, Path tlsKey, LongAdder calls) {
         ManagedChannelBuilder<?> b;
         if (tlsCa == null) {
             b = ManagedChannelBuilder.forTarget(target).usePlaintext();
@@ -183,6 +189,13 @@ final class CoordinatorClient implements AutoCloseable {
         if (authToken != null && !authToken.isEmpty()) {
             b.intercept(headers(AUTHORIZATION, "Bearer " + authToken));
         }
+        b.intercept(new ClientInterceptor() { // ClientMetrics.coordinatorCalls: every RPC, retries and probes included
+            @Override
+            public <Q, R> ClientCall<Q, R> interceptCall(MethodDescriptor<Q, R> m, CallOptions o, Channel next) {
+                calls.increment();
+                return next.newCall(m, o);
+            }
+        });
         b.keepAliveTime(KEEPALIVE_TIME.toNanos(), TimeUnit.NANOSECONDS).keepAliveTimeout(KEEPALIVE_TIMEOUT.toNanos(), TimeUnit.NANOSECONDS)
                 .keepAliveWithoutCalls(true);
         return b.build();
@@ -428,6 +441,7 @@ final class CoordinatorClient implements AutoCloseable {
         CommitResponse response; // an answer (after a role change, possibly the new primary's Status)
         StatusRuntimeException refused; // refused as a whole before any ambiguous attempt: nothing decided
         String refusal; // with refused: what refused it, in words
+        boolean noPrimary; // with refused: no coordinator served as the primary within the decision timeout (nothing written)
         StatusRuntimeException logFull; // RESOURCE_EXHAUSTED until the time ran out: nothing decided
         String unknown; // no decision learnt; it may exist
         int calls;
@@ -594,6 +608,7 @@ final class CoordinatorClient implements AutoCloseable {
             r.logFull = last; // refused (log full) every time: nothing was written
         } else {
             r.refused = last;
+            r.noPrimary = true;
             r.refusal = "no coordinator of " + targets() + " served as the primary within the decision timeout (" + timeout.toMillis()
                     + "ms; each refused before writing anything; the last, " + ep.target + (refusedHere ? ", as a non-primary" : "")
                     + "): nothing was decided: " + describe(last);

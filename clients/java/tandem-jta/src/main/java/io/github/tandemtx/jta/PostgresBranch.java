@@ -51,6 +51,15 @@ final class PostgresBranch extends SqlBranch {
         }
     }
 
+    @Override
+    boolean statementFailedEarlier() {
+        try {
+            return conn.isWrapperFor(BaseConnection.class) && conn.unwrap(BaseConnection.class).getTransactionState() == TransactionState.FAILED;
+        } catch (SQLException e) {
+            return false; // not pgjdbc: nothing to read
+        }
+    }
+
     /**
      * PREPARE TRANSACTION in a failed transaction rolls it back instead (and
      * answers no error), so a failed transaction is refused here.

@@ -37,8 +37,15 @@ final class ResourceManager {
     static final int FORGET_MAX = 256;
     /** Rows are forgotten this long after DecisionTable.FORGET_MIN_AGE by this process's clock, so that the database's (which decides) agrees. */
     static final Duration FORGET_MARGIN = Duration.ofSeconds(2);
-    /** Past this many pending, the oldest are dropped from memory (the coordinator's sweep deletes them). */
-    static final int FORGET_KEEP = 4096;
+    /**
+     * At most this many rows pending: the queue holds the last 35 s of
+     * commits (a row waits FORGET_MIN_AGE plus the margin), so the bound is
+     * far above that at any rate a process reaches; past it the newest are not
+     * queued (the coordinator's sweep deletes those rows). Dropping the oldest
+     * instead, as with the old bound of 4096, dropped every row before it was
+     * old enough once a process passed about 117 commits a second.
+     */
+    static final int FORGET_KEEP = 1 << 19;
 
     final String name;
     final DecisionTable.Dialect dialect;
@@ -210,10 +217,9 @@ final class ResourceManager {
     void forgetLater(String gtrid, Executor executor) {
         boolean start;
         synchronized (this) {
-            if (forget.size() >= FORGET_KEEP) {
-                forget.pollFirst();
+            if (forget.size() < FORGET_KEEP) {
+                forget.addLast(new Decided(gtrid, System.nanoTime()));
             }
-            forget.addLast(new Decided(gtrid, System.nanoTime()));
             start = !forgetting && ripe() >= FORGET_BATCH;
             forgetting |= start;
         }
@@ -226,6 +232,11 @@ final class ResourceManager {
                 }
             }
         }
+    }
+
+    /** Rows queued for deletion (tests). */
+    synchronized int pendingForget() {
+        return forget.size();
     }
 
     /** How many queued rows (at the head: the oldest) are past the horizon, up to FORGET_MAX. */

@@ -113,6 +113,15 @@ abstract sealed class SqlBranch implements TandemResource permits PostgresBranch
     void statementFailed(SQLException e) {
     }
 
+    /**
+     * Whether an earlier statement of the active branch failed so that its
+     * transaction can only roll back, as far as the driver knows without a
+     * round trip (PostgreSQL; a MariaDB error dooms the transaction at once).
+     */
+    boolean statementFailedEarlier() {
+        return false;
+    }
+
     /** Called after an application's statement on the branch ran. */
     void statementRan() {
     }

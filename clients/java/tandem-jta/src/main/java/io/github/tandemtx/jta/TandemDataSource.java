@@ -106,6 +106,16 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
     private volatile int maxPoolSize = DEFAULT_MAX_POOL_SIZE;
     private volatile long acquireTimeoutMillis = 30_000;
     private volatile boolean closed;
+    /**
+     * The source is a pool of its own (HikariCP, DBCP, …): closing one of its
+     * connections lends it to a thread waiting there ({@link #giveBack}).
+     * With a driver's plain data source, closing would end the session and
+     * the next transaction would log in again.
+     */
+    private volatile boolean sourcePools;
+    /** The source has given a connection: later ones are opened concurrently. */
+    private volatile boolean primed;
+    private final Object primeLock = new Object();
 
     private TandemDataSource(TandemTransactionManager tm, String rm, Kind kind, CommonDataSource source) {
         TandemXid.validateRmName(rm);
@@ -117,6 +127,7 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         this.rm = rm;
         this.kind = kind;
         this.source = source;
+        this.sourcePools = knownPool(source);
         this.info = new ResourceManager(rm, kind == Kind.POSTGRES ? DecisionTable.Dialect.POSTGRES : DecisionTable.Dialect.MARIADB,
                 this::openOwn);
         tm.registerRm(info);
@@ -182,6 +193,39 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         return this;
     }
 
+    /** Class names of data sources that pool their connections. */
+    private static final String[] POOLS = {"com.zaxxer.hikari.HikariDataSource", "org.apache.commons.dbcp2.BasicDataSource",
+            "org.apache.commons.dbcp2.PoolingDataSource", "org.apache.tomcat.jdbc.pool.DataSource", "com.mchange.v2.c3p0.ComboPooledDataSource",
+            "io.agroal.api.AgroalDataSource", "org.vibur.dbcp.ViburDBCPDataSource", "oracle.ucp.jdbc.PoolDataSource"};
+
+    /** Whether source is, or wraps (Spring's proxies), one of the known pools. */
+    static boolean knownPool(CommonDataSource source) {
+        for (String name : POOLS) {
+            try {
+                Class<?> c = Class.forName(name, false, source.getClass().getClassLoader());
+                if (c.isInstance(source) || (source instanceof DataSource ds && ds.isWrapperFor(c))) {
+                    return true;
+                }
+            } catch (ClassNotFoundException | LinkageError | SQLException ignored) {
+                // not on the class path, or the source cannot tell: not this one
+            }
+        }
+        return false;
+    }
+
+    /**
+     * Says whether the source pools its connections (detected for HikariCP,
+     * DBCP2, Tomcat JDBC, c3p0, Agroal, Vibur and UCP, also behind a wrapper
+     * that answers {@code isWrapperFor}). A pooling source smaller than this
+     * pool gets a clean connection back at once when a thread waits in it,
+     * instead of this pool keeping it idle; a plain source keeps its
+     * sessions here (closing one would mean a new login).
+     */
+    public TandemDataSource setSourcePools(boolean pools) {
+        sourcePools = pools;
+        return this;
+    }
+
     /** How long {@link #getConnection()} waits for a free connection when the pool is full. */
     public TandemDataSource setAcquireTimeout(java.time.Duration d) {
         acquireTimeoutMillis = d.toMillis();
@@ -236,23 +280,39 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             Thread.currentThread().interrupt();
             throw new SQLException("TandemDataSource \"" + rm + "\": interrupted waiting for a connection", "08001", e);
         }
-        // Counted before the idle check: a connection given back from now on
-        // either is found below or goes back to the source, where this
-        // thread may be waiting (giveBack).
+        try {
+            Physical p = pollIdle();
+            if (p != null) {
+                return p;
+            }
+        } catch (SQLException | RuntimeException e) {
+            s.release();
+            throw e;
+        }
+        // About to open from the source. Counted before a second look at
+        // the idle ones: a connection given back from now on either is found
+        // there or goes back to the source, where this thread may be waiting
+        // (giveBack). Only threads that open from the source count: one that
+        // finds an idle connection never makes a giver close its own.
         opening.incrementAndGet();
         try {
-            Physical p;
-            while ((p = idle.pollFirst()) != null) {
-                if (!p.conn.isClosed()) {
-                    return p;
+            Physical p = pollIdle();
+            if (p != null) {
+                return p;
+            }
+            if (!primed) {
+                // The source's first connection is opened by one thread at a
+                // time: a driver's data source that configures itself at first
+                // use may not do it safely (MariaDB Connector/J 3.x's
+                // MariaDbDataSource, opened by 16 threads at once, logged some
+                // in as root without a password).
+                synchronized (primeLock) {
+                    Physical first = open();
+                    primed = true;
+                    return first;
                 }
-                p.discard();
             }
-            if (source instanceof DataSource ds) {
-                return new Physical(ds.getConnection(), null);
-            }
-            XAConnection xc = ((XADataSource) source).getXAConnection();
-            return new Physical(xc.getConnection(), xc);
+            return open();
         } catch (SQLException | RuntimeException e) {
             s.release();
             throw e;
@@ -261,11 +321,33 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         }
     }
 
+    /** A new connection from the source. */
+    private Physical open() throws SQLException {
+        if (source instanceof DataSource ds) {
+            return new Physical(ds.getConnection(), null);
+        }
+        XAConnection xc = ((XADataSource) source).getXAConnection();
+        return new Physical(xc.getConnection(), xc);
+    }
+
+    /** An idle connection that is still open, or null; closed ones are discarded. */
+    private Physical pollIdle() throws SQLException {
+        Physical p;
+        while ((p = idle.pollFirst()) != null) {
+            if (!p.conn.isClosed()) {
+                return p;
+            }
+            p.discard();
+        }
+        return null;
+    }
+
     /**
      * Takes back a connection whose transaction is over. A reusable one (its
      * session is outside any transaction: {@link SqlBranch#reusable()}) is
-     * kept idle, or, while another thread is opening a connection from the
-     * source, given back to the source: that thread may be waiting for it
+     * kept idle, or, when the source pools ({@link #setSourcePools}) and
+     * another thread is opening a connection from it, given back to the
+     * source: that thread may be waiting for it
      * in the source's own pool (HikariCP smaller than this pool), where
      * keeping it idle here would leave it waiting out the pool's timeout.
      * Any other is discarded ({@link Physical#discard}): a session whose
@@ -285,12 +367,12 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 p.conn.rollback();
                 p.conn.setAutoCommit(true);
             }
-            if (opening.get() > 0) {
+            if (sourcePools && opening.get() > 0) {
                 p.close();
                 return;
             }
             idle.addFirst(p);
-            if (opening.get() > 0 && idle.remove(p)) {
+            if (sourcePools && opening.get() > 0 && idle.remove(p)) {
                 p.close(); // a thread started opening after the check above and missed p
             }
         } catch (SQLException | RuntimeException e) {

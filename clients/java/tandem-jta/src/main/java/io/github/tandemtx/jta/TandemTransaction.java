@@ -74,6 +74,12 @@ public final class TandemTransaction implements Transaction {
      */
     static volatile java.util.function.Consumer<String> failpoint = step -> { };
     private String rollbackReason;
+    /** Where the rollback-only mark came from: a branch's failed statement, or something else. */
+    private ClientMetrics.AbortStage rollbackStage = ClientMetrics.AbortStage.OTHER;
+    /** How the transaction committed; set with STATUS_COMMITTED by the committing thread. */
+    private ClientMetrics.Path committedPath;
+    /** Where the commit rolled back; set by {@link #rollback(ClientMetrics.AbortStage, String, Throwable)}. */
+    private ClientMetrics.AbortStage abortStage;
     private ScheduledFuture<?> timer;
     /** commit() or rollback() has begun: the other is refused. */
     private boolean finishing;
@@ -96,6 +102,7 @@ public final class TandemTransaction implements Transaction {
         if (status == Status.STATUS_ACTIVE) {
             status = Status.STATUS_MARKED_ROLLBACK;
             rollbackReason = "the transaction timed out after " + seconds + "s";
+            rollbackStage = ClientMetrics.AbortStage.OTHER;
         }
     }
 
@@ -150,7 +157,7 @@ public final class TandemTransaction implements Transaction {
             x = x.ownedBy(tm.coordinatorOwner().id());
         }
         r.point = point;
-        r.doom = this::markRollback;
+        r.doom = reason -> markRollback(ClientMetrics.AbortStage.STATEMENT, reason);
         try {
             r.start(x, XAResource.TMNOFLAGS);
         } catch (XAException e) {
@@ -176,12 +183,12 @@ public final class TandemTransaction implements Transaction {
             if (e.res == xa) {
                 switch (flag) {
                     case XAResource.TMSUSPEND -> e.suspended = true;
-                    case XAResource.TMFAIL -> markRollback("a resource on \"" + e.res.rmName() + "\" was delisted with TMFAIL");
+                    case XAResource.TMFAIL -> markRollback(ClientMetrics.AbortStage.STATEMENT, "a resource on \"" + e.res.rmName() + "\" was delisted with TMFAIL");
                     default -> {
                         try {
                             e.res.end(e.xid, flag);
                         } catch (XAException ex) {
-                            markRollback("ending the branch on \"" + e.res.rmName() + "\" failed: " + ex.getMessage());
+                            markRollback(ClientMetrics.AbortStage.STATEMENT, "ending the branch on \"" + e.res.rmName() + "\" failed: " + ex.getMessage());
                         }
                     }
                 }
@@ -237,13 +244,14 @@ public final class TandemTransaction implements Transaction {
         if (status != Status.STATUS_ACTIVE && status != Status.STATUS_MARKED_ROLLBACK && status != Status.STATUS_PREPARING) {
             throw new IllegalStateException("tandem: transaction " + gtrid + " is " + statusName(status) + ": cannot mark it rollback-only");
         }
-        markRollback("setRollbackOnly was called");
+        markRollback(ClientMetrics.AbortStage.OTHER, "setRollbackOnly was called");
     }
 
-    private synchronized void markRollback(String reason) {
+    private synchronized void markRollback(ClientMetrics.AbortStage stage, String reason) {
         if (status == Status.STATUS_ACTIVE || status == Status.STATUS_PREPARING) {
             status = Status.STATUS_MARKED_ROLLBACK;
             rollbackReason = reason;
+            rollbackStage = stage;
         }
     }
 
@@ -277,11 +285,33 @@ public final class TandemTransaction implements Transaction {
     @Override
     public void commit() throws RollbackException, SecurityException, IllegalStateException, SystemException {
         startFinishing("commit");
+        long start = System.nanoTime();
+        try {
+            finishCommit();
+        } finally {
+            count(System.nanoTime() - start);
+        }
+    }
+
+    /**
+     * Counts the finished commit in the manager's metrics by the status it
+     * left: committed (by path), rolled back (by stage), or unknown.
+     */
+    private void count(long nanos) {
+        ClientMetrics m = tm.metrics();
+        switch (getStatus()) {
+            case Status.STATUS_COMMITTED -> m.committed(committedPath != null ? committedPath : ClientMetrics.Path.TWO_PHASE, nanos);
+            case Status.STATUS_ROLLEDBACK -> m.aborted(abortStage != null ? abortStage : ClientMetrics.AbortStage.OTHER, nanos);
+            default -> m.outcomeUnknown(nanos); // STATUS_UNKNOWN; no other status is left by a commit
+        }
+    }
+
+    private void finishCommit() throws RollbackException, SystemException {
         try {
             beforeCompletion();
             if (rollbackOnly()) {
                 abort(snapshot());
-                throw rollback("it was marked rollback-only: " + rollbackReason, null);
+                throw rollback(rollbackStage(), "it was marked rollback-only: " + rollbackReason, null);
             }
             setStatus(Status.STATUS_PREPARING);
             doCommit();
@@ -300,6 +330,7 @@ public final class TandemTransaction implements Transaction {
     @Override
     public void rollback() throws IllegalStateException, SystemException {
         startFinishing("roll back");
+        tm.metrics().rolledBack();
         setStatus(Status.STATUS_ROLLING_BACK);
         try {
             rollbackAll(snapshot());
@@ -307,6 +338,20 @@ public final class TandemTransaction implements Transaction {
             setStatus(Status.STATUS_ROLLEDBACK);
             afterCompletion();
         }
+    }
+
+    private synchronized ClientMetrics.AbortStage rollbackStage() {
+        return rollbackStage;
+    }
+
+    /** Whether a branch's earlier statement failed, so that its transaction can only roll back (PostgreSQL; MariaDB dooms at once). */
+    private static boolean anyStatementFailed(List<Enlisted> all) {
+        for (Enlisted e : all) {
+            if (e.res instanceof SqlBranch b && b.statementFailedEarlier()) {
+                return true;
+            }
+        }
+        return false;
     }
 
     private synchronized List<Enlisted> snapshot() {
@@ -332,7 +377,7 @@ public final class TandemTransaction implements Transaction {
             try {
                 s.beforeCompletion();
             } catch (RuntimeException e) {
-                markRollback("a Synchronization's beforeCompletion failed: " + e);
+                markRollback(ClientMetrics.AbortStage.OTHER, "a Synchronization's beforeCompletion failed: " + e);
                 return;
             }
         }
@@ -372,8 +417,11 @@ public final class TandemTransaction implements Transaction {
         }
         Throwable err = tm.parallel(checks);
         if (err != null) {
+            // A PostgreSQL branch whose statement failed is found here (its
+            // transaction can only roll back): the Go SDK's "statement" stage.
+            ClientMetrics.AbortStage stage = anyStatementFailed(all) ? ClientMetrics.AbortStage.STATEMENT : ClientMetrics.AbortStage.SETUP;
             abort(all);
-            throw rollback("could not classify branches", err);
+            throw rollback(stage, "could not classify branches", err);
         }
         List<Enlisted> writers = new ArrayList<>();
         List<Enlisted> readers = new ArrayList<>();
@@ -391,9 +439,10 @@ public final class TandemTransaction implements Transaction {
             err = tm.parallel(commitReaders);
             if (err != null) {
                 abort(all);
-                throw rollback("local commit of a read-only branch failed", err);
+                throw rollback(ClientMetrics.AbortStage.COMMIT, "local commit of a read-only branch failed", err);
             }
             if (writers.isEmpty()) {
+                committedPath = ClientMetrics.Path.LOCAL;
                 setStatus(Status.STATUS_COMMITTED);
                 return;
             }
@@ -407,11 +456,12 @@ public final class TandemTransaction implements Transaction {
         setStatus(Status.STATUS_COMMITTING);
         try {
             w.res.commit(w.xid, true);
+            committedPath = ClientMetrics.Path.ONE_PHASE;
             setStatus(Status.STATUS_COMMITTED);
         } catch (XAException e) {
             if (isRollback(e)) {
                 abort(List.of(w));
-                throw rollback("one-phase commit on \"" + w.res.rmName() + "\" failed", e);
+                throw rollback(ClientMetrics.AbortStage.COMMIT, "one-phase commit on \"" + w.res.rmName() + "\" failed", e);
             }
             setStatus(Status.STATUS_UNKNOWN);
             w.res.releaseSession();
@@ -428,6 +478,7 @@ public final class TandemTransaction implements Transaction {
             commitAtRM(all, writers, point, commitReaders);
             return;
         }
+        committedPath = ClientMetrics.Path.TWO_PHASE; // if it commits (every writer voting read-only included)
         // Every branch named with the coordinator's cluster (PostgreSQL: at PREPARE;
         // MariaDB: at XA START already), or nothing is prepared: a branch without
         // an owner is one the coordinator never settles as its own.
@@ -441,13 +492,13 @@ public final class TandemTransaction implements Transaction {
             }
             if (w.res.sessionBound()) {
                 abort(all);
-                throw rollback("the MariaDB branch on \"" + w.res.rmName() + "\" began before the coordinator's cluster was known, so its name"
+                throw rollback(ClientMetrics.AbortStage.SETUP, "the MariaDB branch on \"" + w.res.rmName() + "\" began before the coordinator's cluster was known, so its name"
                         + " carries no owner and the coordinator would not settle it as its own; nothing was prepared"
                         + (owner.why() != null ? ": " + owner.why() : "; try again"), null);
             }
             if (owner.id() == null) {
                 abort(all);
-                throw rollback(owner.why() + "; nothing was prepared", null);
+                throw rollback(ClientMetrics.AbortStage.SETUP, owner.why() + "; nothing was prepared", null);
             }
             w.xid = ((SqlBranch) w.res).nameOwner(owner.id());
         }
@@ -491,7 +542,7 @@ public final class TandemTransaction implements Transaction {
         if (r.response != null && r.response.getOutcome() == Outcome.ABORTED) {
             settleOwn(prepared, false);
             setStatus(Status.STATUS_ROLLEDBACK);
-            throw rollback("the coordinator decided ABORT: " + r.response.getMessage(), null);
+            throw rollback(ClientMetrics.AbortStage.DECIDED_ABORT, "the coordinator decided ABORT: " + r.response.getMessage(), null);
         }
         if (r.response != null) {
             releaseOwn(prepared);
@@ -502,11 +553,11 @@ public final class TandemTransaction implements Transaction {
             // Every attempt was answered and this one refused the request as a
             // whole: no decision was written anywhere, so rolling back is safe.
             abort(all);
-            throw rollback(r.refusal, r.refused);
+            throw rollback(r.noPrimary ? ClientMetrics.AbortStage.NO_COORDINATOR : ClientMetrics.AbortStage.REFUSED, r.refusal, r.refused);
         }
         if (r.logFull != null) {
             abort(all);
-            throw rollback("the coordinator's decision log stayed full for the whole decision timeout (" + r.calls
+            throw rollback(ClientMetrics.AbortStage.REFUSED, "the coordinator's decision log stayed full for the whole decision timeout (" + r.calls
                     + " tries); nothing was decided and the branches were rolled back: " + CoordinatorClient.describe(r.logFull), r.logFull);
         }
         // Unknown: let go of the session-bound branches so that the
@@ -544,7 +595,7 @@ public final class TandemTransaction implements Transaction {
         Throwable err = tm.parallel(phase1);
         if (err != null) {
             abort(all);
-            throw rollback("phase 1 failed", err);
+            throw rollback(ClientMetrics.AbortStage.PREPARE, "phase 1 failed", err);
         }
         return votes;
     }
@@ -587,6 +638,7 @@ public final class TandemTransaction implements Transaction {
     private void commitAtRM(List<Enlisted> all, List<Enlisted> writers, Enlisted cpe, List<Callable<Void>> commitReaders)
             throws RollbackException, SystemException {
         SqlBranch point = (SqlBranch) cpe.res;
+        committedPath = ClientMetrics.Path.COMMIT_POINT; // if it commits
         // Whoever settles these branches if this JVM dies is the coordinator's
         // scan, reading the commit point's decision table: it must know every
         // RM by these names, or a branch prepared there would wait for an
@@ -594,7 +646,7 @@ public final class TandemTransaction implements Transaction {
         for (Enlisted w : writers) {
             if (Boolean.FALSE.equals(tm.coordinatorKnows(w.res.rmName()))) {
                 abort(all);
-                throw rollback("the coordinator at " + tm.coordinator().target() + " does not know resource manager \"" + w.res.rmName()
+                throw rollback(ClientMetrics.AbortStage.SETUP, "the coordinator at " + tm.coordinator().target() + " does not know resource manager \"" + w.res.rmName()
                         + "\", so it could not recover this transaction's branches if this process died; nothing was prepared."
                         + " Give the coordinator --rm " + w.res.rmName() + "=DRIVER:DSN (the same name as the TandemDataSource),"
                         + " and call TandemTransactionManager.verify() at start-up", null);
@@ -631,7 +683,7 @@ public final class TandemTransaction implements Transaction {
                 // The database refused the INSERT, so the COMMIT after it never
                 // ran: the commit point did not commit and never will.
                 abort(all);
-                throw rollback("the commit point \"" + point.rm + "\" refused the decision: " + why, e);
+                throw rollback(ClientMetrics.AbortStage.COMMIT, "the commit point \"" + point.rm + "\" refused the decision: " + why, e);
             }
             // The call broke, or the database answered an error other than a
             // refusal: which statement failed is not known, and even on
@@ -660,7 +712,7 @@ public final class TandemTransaction implements Transaction {
             if (o == DecisionTable.Outcome.ABORT) {
                 settlePrepared(prepared, false);
                 setStatus(Status.STATUS_ROLLEDBACK);
-                throw rollback("the commit point's commit failed or its connection broke, and taking the decision key found no decision"
+                throw rollback(ClientMetrics.AbortStage.DECIDED_ABORT, "the commit point's commit failed or its connection broke, and taking the decision key found no decision"
                         + " (its COMMIT never happened; now none can)", e);
             }
         }
@@ -792,7 +844,9 @@ public final class TandemTransaction implements Transaction {
         return e.errorCode >= XAException.XA_RBBASE && e.errorCode <= XAException.XA_RBEND;
     }
 
-    private RollbackException rollback(String reason, Throwable cause) {
+    /** The RollbackException to throw, the commit having rolled back at stage (counted in the manager's metrics). */
+    private RollbackException rollback(ClientMetrics.AbortStage stage, String reason, Throwable cause) {
+        abortStage = stage;
         RollbackException e = new RollbackException("tandem: transaction " + gtrid + " rolled back: " + reason
                 + (cause != null && cause.getMessage() != null ? ": " + cause.getMessage() : ""));
         if (cause != null) {

@@ -61,10 +61,12 @@ public final class TandemTransactionManager implements TransactionManager, UserT
     private final ExecutorService executor;
     private final ScheduledExecutorService timers;
     private final TandemSynchronizationRegistry registry = new TandemSynchronizationRegistry(this);
+    private final ClientMetrics metrics = new ClientMetrics();
 
     private TandemTransactionManager(TandemConfig config) {
         this.config = config;
-        this.coordinator = new CoordinatorClient(config.coordinators(), config.authToken(), config.tlsCa(), config.tlsCert(), config.tlsKey());
+        this.coordinator = new CoordinatorClient(config.coordinators(), config.authToken(), config.tlsCa(), config.tlsCert(), config.tlsKey(),
+                metrics.coordinatorCalls);
         AtomicInteger n = new AtomicInteger();
         this.executor = Executors.newCachedThreadPool(r -> {
             Thread t = new Thread(r, "tandem-branch-" + n.incrementAndGet());
@@ -87,6 +89,16 @@ public final class TandemTransactionManager implements TransactionManager, UserT
 
     public TandemConfig config() {
         return config;
+    }
+
+    /**
+     * This manager's transaction outcomes since it was created: commits by
+     * path, aborts by stage, unknown outcomes, rollbacks, coordinator calls.
+     * Reading them does no I/O. {@code io.github.tandemtx.jta.metrics.TandemMetrics}
+     * exports them to Micrometer.
+     */
+    public ClientMetrics metrics() {
+        return metrics;
     }
 
     /** This manager as a {@link UserTransaction} (the same object). */

@@ -3,6 +3,7 @@ package io.github.tandemtx.examples.spring;
 import io.github.tandemtx.jta.TandemConfig;
 import io.github.tandemtx.jta.TandemDataSource;
 import io.github.tandemtx.jta.TandemTransactionManager;
+import io.github.tandemtx.jta.metrics.TandemMetrics;
 import jakarta.transaction.SystemException;
 import java.time.Duration;
 import javax.sql.DataSource;
@@ -83,6 +84,17 @@ public class TandemJtaConfiguration {
     @Bean
     JdbcTemplate mariaJdbc(@Qualifier("mariaDataSource") DataSource maria) {
         return new JdbcTemplate(maria);
+    }
+
+    /**
+     * tandem-jta's metrics (commits by path, aborts by stage, rollbacks, …):
+     * Spring Boot Actuator binds every MeterBinder bean to its registry, so
+     * they are served at /actuator/prometheus as the Go SDK names them
+     * ({@code tandem_client_commits_total{path="commit-point"}}, …).
+     */
+    @Bean
+    TandemMetrics tandemMetrics(TandemTransactionManager tandem) {
+        return new TandemMetrics(tandem);
     }
 
     /**

@@ -5,6 +5,10 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.tandemtx.jta.TandemTransactionManager;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
@@ -127,6 +131,51 @@ class SpringTransferTest {
             }
         }
         return n;
+    }
+
+    /**
+     * The application served as a web server: Actuator's
+     * /actuator/prometheus has tandem-jta's metrics under the Go SDK's names
+     * (the TandemMetrics bean, bound by Actuator): after two transfers
+     * decided at MariaDB's commit point and one that threw (Spring rolled it
+     * back), the commit-point counter and histogram say 2, rollbacks 1.
+     */
+    @Test
+    void prometheusEndpointServesTandemMetrics() throws Exception {
+        try (TestCoordinator c = new TestCoordinator();
+                ConfigurableApplicationContext ctx = SpringTransferApplication.serve("--tandem.coordinator=" + c.addr, "--server.port=0")) {
+            ctx.getBean(Bank.class).setup();
+            TransferService transfers = ctx.getBean(TransferService.class);
+            transfers.transfer(UUID.randomUUID().toString(), 1, 2, 10, false);
+            transfers.transfer(UUID.randomUUID().toString(), 3, 4, 10, false);
+            assertThrows(TransferService.FailedOnPurpose.class, () -> transfers.transfer(UUID.randomUUID().toString(), 5, 6, 10, true));
+
+            int port = ctx.getEnvironment().getProperty("local.server.port", Integer.class);
+            HttpResponse<String> r = HttpClient.newHttpClient().send(
+                    HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/actuator/prometheus")).build(), HttpResponse.BodyHandlers.ofString());
+            assertEquals(200, r.statusCode(), r::body);
+            String body = r.body();
+            if (Boolean.getBoolean("tandem.printScrape")) {
+                body.lines().filter(l -> l.contains("tandem_client") && !l.contains("_bucket")).forEach(System.out::println);
+            }
+            assertTrue(body.contains("# TYPE tandem_client_commits_total counter"), body);
+            assertTrue(body.contains("# TYPE tandem_client_commit_seconds histogram"), body);
+            assertEquals(2, sample(body, "tandem_client_commits_total", "path=\"commit-point\""), body);
+            assertEquals(0, sample(body, "tandem_client_commits_total", "path=\"two-phase\""), body);
+            assertEquals(2, sample(body, "tandem_client_commit_seconds_count", "path=\"commit-point\""), body);
+            assertEquals(1, sample(body, "tandem_client_rollbacks_total", null), body);
+            assertEquals(0, sample(body, "tandem_client_aborts_total", "stage=\"statement\""), body);
+        }
+    }
+
+    /** The value of the first sample of metric name whose labels contain label (null: no labels), or fails. */
+    private static double sample(String body, String name, String label) {
+        for (String line : body.split("\n")) {
+            if (line.startsWith(name + (label == null ? " " : "{")) && (label == null || line.contains(label))) {
+                return Double.parseDouble(line.substring(line.lastIndexOf(' ') + 1));
+            }
+        }
+        throw new AssertionError("no sample " + name + (label == null ? "" : "{" + label + "}") + " in:\n" + body);
     }
 
     @Test
