@@ -70,7 +70,7 @@ func (t table) sweepAborts(ctx context.Context, db *sql.DB, d rm.Driver, keep ti
 		if err != nil || len(gs) == 0 {
 			return n, err
 		}
-		res, err := db.ExecContext(ctx, "DELETE FROM "+t.name+" WHERE "+old+" AND gtrid IN "+inList(gs))
+		res, err := db.ExecContext(ctx, t.deleteByKey(d, old+" AND gtrid IN "+inList(gs)))
 		if err != nil {
 			return n, t.explain("sweep old abort decisions", err)
 		}
