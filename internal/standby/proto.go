@@ -155,6 +155,10 @@ const Version = 5
 // primary waits for its standby before going on unprotected.
 const DefaultNetTimeout = 10 * time.Second
 
+// DefaultDrainTimeout is how long a primary stopping cleanly waits for its
+// standby to acknowledge every record and take the final STATE.
+const DefaultDrainTimeout = 10 * time.Second
+
 // MaxFrame bounds a frame's payload.
 const MaxFrame = 64 << 20
 

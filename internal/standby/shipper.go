@@ -102,7 +102,13 @@ type ShipperConfig struct {
 	// a connection's handshake (authentication and HELLO) and of every
 	// write to it (default 10s).
 	NetTimeout time.Duration
-	Identity   Identity
+	// DrainTimeout: how long Close waits for a connected sync or async
+	// standby to acknowledge every record and take the final STATE, so
+	// that it can be promoted without --accept-data-loss after a clean
+	// stop (default DefaultDrainTimeout; never less than NetTimeout). A
+	// stop is not the moment to give up on a link that is merely slow.
+	DrainTimeout time.Duration
+	Identity     Identity
 	// MaxRetained bounds the bytes of records of released segments kept in
 	// memory for a standby that has not acknowledged them (default 64 MiB).
 	// Records of live segments are always kept; the live segments are at
@@ -205,6 +211,10 @@ func NewShipper(cfg ShipperConfig) (*Shipper, error) {
 	if cfg.NetTimeout <= 0 {
 		cfg.NetTimeout = DefaultNetTimeout
 	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	cfg.DrainTimeout = max(cfg.DrainTimeout, cfg.NetTimeout)
 	if cfg.ArchLag <= 0 {
 		cfg.ArchLag = time.Second
 	}
@@ -501,17 +511,22 @@ func (s *Shipper) pruneLocked() {
 
 // Close stops serving standbys and releases every flush waiting for one.
 //
-// A connected sync or async standby first gets up to NetTimeout to
-// acknowledge every record, then a final STATE saying whether it holds them
-// all (the coordinator was halted or closed before: nothing more is acted
-// on), so that it can be promoted without --accept-data-loss after a clean
-// stop of its primary.
+// A connected sync or async standby first gets up to DrainTimeout to
+// acknowledge every record, then a final STATE saying it holds them all
+// (the coordinator was halted or closed before: nothing more is acted on),
+// so that it can be promoted without --accept-data-loss after a clean stop
+// of its primary. Past DrainTimeout the standby is left without it, and
+// the log says so.
 func (s *Shipper) Close() error {
 	s.mu.Lock()
 	if s.conn != nil && s.arch == nil && !s.closed {
 		s.closing = true
 		s.notifyLocked()
-		deadline := time.NewTimer(s.cfg.NetTimeout)
+		if s.acked.Less(s.last) {
+			s.log.Info("stopping: waiting for the standby to acknowledge the last records before the final STATE",
+				"standby", s.peerLocked(), "standby_at", s.acked.String(), "primary_at", s.last.String(), "drain_timeout", s.cfg.DrainTimeout)
+		}
+		deadline := time.NewTimer(s.cfg.DrainTimeout)
 		for s.conn != nil && !s.finalSent {
 			ch := s.changed
 			s.mu.Unlock()
@@ -527,6 +542,10 @@ func (s *Shipper) Close() error {
 			}
 		}
 		deadline.Stop()
+		if s.conn != nil && !s.finalSent {
+			s.log.Warn("stopped without the standby acknowledging every record: promoting it will need --accept-data-loss (restart this primary instead to lose nothing)",
+				"standby", s.peerLocked(), "standby_at", s.acked.String(), "primary_at", s.last.String(), "drain_timeout", s.cfg.DrainTimeout)
+		}
 	}
 	s.closed = true
 	if s.conn != nil {

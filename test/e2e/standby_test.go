@@ -255,6 +255,19 @@ func (b *bank) sum(t *testing.T) int64 {
 	return total
 }
 
+// stopPrimaryThenStandby stops prim cleanly, then sb once its session with
+// prim has ended: not while prim's final STATE may still be on its way.
+func stopPrimaryThenStandby(t *testing.T, prim, sb *coordinator) {
+	t.Helper()
+	const lost = "standby: not connected to the primary"
+	before := strings.Count(sb.out.String(), lost)
+	prim.stop()
+	eventually(t, 20*time.Second, "the standby's session with the stopped primary ended", func() bool {
+		return strings.Count(sb.out.String(), lost) > before
+	})
+	sb.stop()
+}
+
 func promote(t *testing.T, dir string) string {
 	t.Helper()
 	out, err := exec.Command(tandemBin, "promote", "--data-dir", dir).CombinedOutput()
@@ -487,8 +500,7 @@ func TestMaxAvailabilityStandbyCutAndBack(t *testing.T) {
 		commit()
 		return protected() && strings.Contains(healthMessage(prim), "exposure=0 ")
 	})
-	prim.stop()
-	sb.stop()
+	stopPrimaryThenStandby(t, prim, sb)
 	promote(t, sdir)
 	np := startIn(t, sdir)
 	for _, g := range acked {
@@ -500,6 +512,52 @@ func TestMaxAvailabilityStandbyCutAndBack(t *testing.T) {
 	eventually(t, 15*time.Second, "nothing left prepared", func() bool { return len(d.prepared(t)) == 0 })
 	if s := b.sum(t); s != b.total {
 		t.Errorf("money: %d, want %d", s, b.total)
+	}
+}
+
+// A clean stop hands every record to a slow standby: with the standby
+// link's round trip (3 s through a proxy) longer than the net timeout (1 s),
+// the last commit goes on unprotected after 1 s; stopped right after
+// (SIGTERM), the primary waits for that record's acknowledgement and sends
+// its final STATE, so the standby is promoted without --accept-data-loss
+// and holds the commit. (Before, the primary gave up after one net timeout
+// and the promotion was refused: "the connection to the primary ended
+// without its final STATE"; a loaded machine did the same with no proxy.)
+func TestCleanStopWaitsForASlowStandby(t *testing.T) {
+	d := openDBs(t)
+	b := newBank(t, d, 2)
+	sbListen := freeAddr(t)
+	prim := startIn(t, t.TempDir(), "--standby-listen", sbListen, "--protection", "max-availability", "--net-timeout", "1s")
+	px, err := testproxy.New(sbListen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	sdir := t.TempDir()
+	sb := startIn(t, sdir, "--standby-of", px.Addr())
+	eventually(t, 10*time.Second, "protected", func() bool {
+		return strings.Contains(healthMessage(prim), "(protected) standby=127.0.0.1")
+	})
+	cli := newClient(t, prim.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := b.transfer(ctx, cli, 0); err != nil {
+		t.Fatalf("transfer: %v", err)
+	}
+	px.SetLink(testproxy.Link{Delay: 1500 * time.Millisecond})
+	g, err := b.transfer(ctx, cli, 0)
+	if err != nil {
+		t.Fatalf("transfer over the slow link: %v", err)
+	}
+	stopPrimaryThenStandby(t, prim, sb)
+	out, perr := exec.Command(tandemBin, "promote", "--data-dir", sdir).CombinedOutput()
+	if perr != nil {
+		t.Fatalf("tandem promote after a clean stop of its primary: %v\n%s\nprimary:\n%s", perr, out, prim.out.String())
+	}
+	np := startIn(t, sdir)
+	st, err := np.api().Status(context.Background(), &api.StatusRequest{Gtrid: g})
+	if err != nil || st.Outcome != api.Outcome_COMMITTED {
+		t.Fatalf("the last transfer %s on the promoted standby: %v, %v", g, st, err)
 	}
 }
 
