@@ -1,5 +1,7 @@
 package io.github.tandemtx.jta;
 
+import io.opentelemetry.api.OpenTelemetry;
+import io.opentelemetry.api.trace.TracerProvider;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -51,6 +53,7 @@ public final class TandemConfig {
     private Path tlsKey;
     private DecideAt decideAt = DecideAt.AUTO;
     private Duration maxTransactionAge = MAX_TRANSACTION_AGE;
+    private TracerProvider tracerProvider;
 
     private TandemConfig() {
     }
@@ -66,6 +69,7 @@ public final class TandemConfig {
         c.tlsKey = tlsKey;
         c.decideAt = decideAt;
         c.maxTransactionAge = maxTransactionAge;
+        c.tracerProvider = tracerProvider;
         return c;
     }
 
@@ -234,6 +238,36 @@ public final class TandemConfig {
         return c;
     }
 
+    /**
+     * Makes the transactions' OpenTelemetry spans with otel's tracer
+     * provider (README, "Traces"). Without it, the global OpenTelemetry's
+     * once the application (or the OpenTelemetry Java agent) installed one,
+     * and no span at all until then: the manager never installs the global
+     * itself. Its propagators are not used: the coordinator's calls always
+     * carry the W3C trace context.
+     */
+    public TandemConfig withOpenTelemetry(OpenTelemetry otel) {
+        if (otel == null) {
+            throw new IllegalArgumentException("TandemConfig: withOpenTelemetry needs an OpenTelemetry (OpenTelemetry.noop() for no spans)");
+        }
+        return withTracerProvider(otel.getTracerProvider());
+    }
+
+    /** As {@link #withOpenTelemetry}, with the tracer provider alone. */
+    public TandemConfig withTracerProvider(TracerProvider tp) {
+        if (tp == null) {
+            throw new IllegalArgumentException("TandemConfig: withTracerProvider needs a TracerProvider (TracerProvider.noop() for no spans)");
+        }
+        TandemConfig c = copy();
+        c.tracerProvider = tp;
+        return c;
+    }
+
+    /** The tracer provider of the transactions' spans; null: the global OpenTelemetry's, once installed. */
+    public TracerProvider tracerProvider() {
+        return tracerProvider;
+    }
+
     public DecideAt decideAt() {
         return decideAt;
     }
@@ -281,7 +315,8 @@ public final class TandemConfig {
         return "TandemConfig{" + (coordinators.size() == 1 ? "coordinator=" + coordinators.get(0) : "coordinators=" + coordinators) + ", authToken=" + (authToken == null ? "none" : "set")
                 + ", decisionTimeout=" + decisionTimeout + ", defaultTransactionTimeout=" + defaultTimeoutSeconds + "s"
                 + ", tls=" + (tlsCa == null ? "off" : tlsCa + (tlsCert != null ? ", client certificate " + tlsCert : ""))
-                + ", decideAt=" + decideAt + ", maxTransactionAge=" + maxTransactionAge + "}";
+                + ", decideAt=" + decideAt + ", maxTransactionAge=" + maxTransactionAge
+                + ", traces=" + (tracerProvider == null ? "global OpenTelemetry" : tracerProvider.getClass().getSimpleName()) + "}";
     }
 
     @Override
@@ -289,7 +324,7 @@ public final class TandemConfig {
         return o instanceof TandemConfig c && c.coordinators.equals(coordinators) && Objects.equals(c.authToken, authToken)
                 && c.decisionTimeout.equals(decisionTimeout) && c.defaultTimeoutSeconds == defaultTimeoutSeconds
                 && Objects.equals(c.tlsCa, tlsCa) && Objects.equals(c.tlsCert, tlsCert) && Objects.equals(c.tlsKey, tlsKey)
-                && c.decideAt == decideAt && c.maxTransactionAge.equals(maxTransactionAge);
+                && c.decideAt == decideAt && c.maxTransactionAge.equals(maxTransactionAge) && c.tracerProvider == tracerProvider;
     }
 
     @Override

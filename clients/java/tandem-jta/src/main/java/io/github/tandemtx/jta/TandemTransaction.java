@@ -1,5 +1,7 @@
 package io.github.tandemtx.jta;
 
+import io.opentelemetry.api.trace.Span;
+import io.opentelemetry.context.Scope;
 import jakarta.transaction.RollbackException;
 import jakarta.transaction.Status;
 import jakarta.transaction.Synchronization;
@@ -58,6 +60,12 @@ public final class TandemTransaction implements Transaction {
 
     private final TandemTransactionManager tm;
     private final String gtrid;
+    /** The transaction's span (README, "Traces"); {@link TandemTracing.TxSpans#NONE} when nothing records. */
+    private final TandemTracing.TxSpans trace;
+    /** For the transaction's span: the commit point chosen at commit, the decision's coordinator calls, phase 2 left to others. */
+    private String tracedCommitPoint;
+    private int coordinatorCalls;
+    private volatile boolean phase2Pending;
     private final List<Enlisted> branches = new ArrayList<>();
     private final List<Synchronization> syncs = new ArrayList<>();
     private final List<Synchronization> interposed = new ArrayList<>();
@@ -84,9 +92,10 @@ public final class TandemTransaction implements Transaction {
     /** commit() or rollback() has begun: the other is refused. */
     private boolean finishing;
 
-    TandemTransaction(TandemTransactionManager tm, String gtrid) {
+    TandemTransaction(TandemTransactionManager tm, String gtrid, TandemTracing.TxSpans trace) {
         this.tm = tm;
         this.gtrid = gtrid;
+        this.trace = trace;
     }
 
     /** The global transaction id: 32 lowercase hex digits, the name to give `tandem status`. */
@@ -283,13 +292,25 @@ public final class TandemTransaction implements Transaction {
     }
 
     @Override
+    @SuppressWarnings("try") // the scope is never referenced: it makes the span current
     public void commit() throws RollbackException, SecurityException, IllegalStateException, SystemException {
         startFinishing("commit");
         long start = System.nanoTime();
-        try {
+        Throwable err = null;
+        // The transaction's span is current meanwhile: the coordinator's calls carry it.
+        try (Scope ignored = trace.enter()) {
             finishCommit();
+        } catch (Throwable e) {
+            err = e;
+            throw e;
         } finally {
             count(System.nanoTime() - start);
+            String outcome = switch (getStatus()) {
+                case Status.STATUS_COMMITTED -> "committed";
+                case Status.STATUS_ROLLEDBACK -> "aborted";
+                default -> "unknown";
+            };
+            trace.end(outcome, committedPath, tracedCommitPoint, coordinatorCalls, phase2Pending, err);
         }
     }
 
@@ -328,15 +349,21 @@ public final class TandemTransaction implements Transaction {
     }
 
     @Override
+    @SuppressWarnings("try") // the scope is never referenced: it makes the span current
     public void rollback() throws IllegalStateException, SystemException {
         startFinishing("roll back");
         tm.metrics().rolledBack();
         setStatus(Status.STATUS_ROLLING_BACK);
-        try {
+        Throwable err = null;
+        try (Scope ignored = trace.enter()) {
             rollbackAll(snapshot());
+        } catch (Throwable e) {
+            err = e;
+            throw e;
         } finally {
             setStatus(Status.STATUS_ROLLEDBACK);
             afterCompletion();
+            trace.end("rolled-back", null, null, 0, false, err);
         }
     }
 
@@ -454,11 +481,17 @@ public final class TandemTransaction implements Transaction {
 
     private void commitOnePhase(Enlisted w) throws RollbackException, SystemException {
         setStatus(Status.STATUS_COMMITTING);
+        committedPath = ClientMetrics.Path.ONE_PHASE; // if it commits
+        Span dspan = trace.decision("one-phase", w.res.rmName());
         try {
             w.res.commit(w.xid, true);
-            committedPath = ClientMetrics.Path.ONE_PHASE;
+            TandemTracing.end(dspan, (Throwable) null);
             setStatus(Status.STATUS_COMMITTED);
+        } catch (RuntimeException e) {
+            TandemTracing.end(dspan, e);
+            throw e;
         } catch (XAException e) {
+            TandemTracing.end(dspan, e);
             if (isRollback(e)) {
                 abort(List.of(w));
                 throw rollback(ClientMetrics.AbortStage.COMMIT, "one-phase commit on \"" + w.res.rmName() + "\" failed", e);
@@ -471,6 +504,7 @@ public final class TandemTransaction implements Transaction {
         }
     }
 
+    @SuppressWarnings("try") // the decision's scope is never referenced: it makes the span current
     private void commitTwoPhase(List<Enlisted> all, List<Enlisted> writers, List<Callable<Void>> commitReaders)
             throws RollbackException, SystemException {
         Enlisted point = commitPoint(writers);
@@ -527,15 +561,33 @@ public final class TandemTransaction implements Transaction {
                 ? () -> settled.set(CompletableFuture.supplyAsync(() -> settleOwn(prepared, true), tm.executor()))
                 : null;
         setStatus(Status.STATUS_COMMITTING);
-        CoordinatorClient.CommitResult r = tm.coordinator().commit(req.build(), tm.config().decisionTimeout(), onCommitted, ownerOf(prepared));
+        // The decision's span is current during the call: the coordinator's spans are its children.
+        Span dspan = trace.decision("coordinator", null);
+        CoordinatorClient.CommitResult r;
+        try (Scope ignored = dspan != null ? dspan.makeCurrent() : Scope.noop()) {
+            r = tm.coordinator().commit(req.build(), tm.config().decisionTimeout(), onCommitted, ownerOf(prepared));
+        } catch (RuntimeException e) {
+            TandemTracing.end(dspan, e);
+            throw e;
+        }
+        coordinatorCalls = r.calls;
+        if (dspan != null) {
+            dspan.setAttribute(TandemTracing.COORDINATOR_CALLS, (long) r.calls);
+            if (r.response != null) {
+                dspan.setAttribute(TandemTracing.OUTCOME, r.response.getOutcome().name().toLowerCase(java.util.Locale.ROOT));
+            }
+        }
+        TandemTracing.end(dspan, r.response != null ? null : r.refusal != null ? r.refusal : r.unknown != null ? r.unknown
+                : r.logFull != null ? "the coordinator's decision log stayed full: " + CoordinatorClient.describe(r.logFull) : "no decision");
         if (settled.get() != null) {
             // The durable decision was COMMIT: the outcome is known whatever the rest of the call did.
-            settled.get().join();
+            boolean own = settled.get().join();
+            phase2Pending = !own || (r.response != null && r.response.getPhase2Pending());
             setStatus(Status.STATUS_COMMITTED);
             return;
         }
         if (r.response != null && r.response.getOutcome() == Outcome.COMMITTED) {
-            settleOwn(prepared, true);
+            phase2Pending = !settleOwn(prepared, true) || r.response.getPhase2Pending();
             setStatus(Status.STATUS_COMMITTED);
             return;
         }
@@ -580,15 +632,18 @@ public final class TandemTransaction implements Transaction {
             Enlisted w = ws.get(i);
             int k = i;
             phase1.add(() -> {
+                Span sp = trace.start(TandemTracing.SPAN_PREPARE, w.res.rmName());
                 try {
                     votes[k] = w.res.prepare(w.xid);
                     w.phase = Phase.PREPARED;
-                } catch (XAException e) {
-                    if (!isRollback(e)) {
+                } catch (XAException | RuntimeException e) {
+                    TandemTracing.end(sp, e);
+                    if (e instanceof XAException xe && !isRollback(xe)) {
                         w.phase = Phase.IN_DOUBT;
                     }
                     throw e;
                 }
+                TandemTracing.end(sp, (Throwable) null);
                 return null;
             });
         }
@@ -639,6 +694,7 @@ public final class TandemTransaction implements Transaction {
             throws RollbackException, SystemException {
         SqlBranch point = (SqlBranch) cpe.res;
         committedPath = ClientMetrics.Path.COMMIT_POINT; // if it commits
+        tracedCommitPoint = point.rm;
         // Whoever settles these branches if this JVM dies is the coordinator's
         // scan, reading the commit point's decision table: it must know every
         // RM by these names, or a branch prepared there would wait for an
@@ -669,10 +725,16 @@ public final class TandemTransaction implements Transaction {
         prepareAll(all, prepared, commitReaders);
         failpoint.accept("before-commit-point"); // every other branch prepared, no decision anywhere
         setStatus(Status.STATUS_COMMITTING);
+        Span dspan = trace.decision("commit-point", point.rm);
         try {
             point.commitDecision(DecisionTable.commitStatements(point.info.dialect, gtrid, tm.config().maxTransactionAge(), table,
                     DecisionTable.participants(participants), point.xid.mysqlXid()));
+            TandemTracing.end(dspan, (Throwable) null);
+        } catch (RuntimeException e) {
+            TandemTracing.end(dspan, e);
+            throw e;
         } catch (SQLException e) {
+            TandemTracing.end(dspan, e);
             String why = DecisionTable.refused(e);
             if (DecisionTable.REFUSED_WRONG_TABLE.equals(why)) {
                 java.util.logging.Logger.getLogger("io.github.tandemtx.jta").severe("tandem: ALARM: the data source of resource manager \""
@@ -693,9 +755,15 @@ public final class TandemTransaction implements Transaction {
             // uncommitted decision row goes with it), then take the key.
             point.releaseSession();
             DecisionTable.Outcome o;
+            Span kspan = trace.start(TandemTracing.SPAN_TAKE_KEY, point.rm);
             try {
                 o = point.info.resolve(gtrid, tm.config().decisionTimeout());
+                if (kspan != null) {
+                    kspan.setAttribute(TandemTracing.OUTCOME, o == DecisionTable.Outcome.COMMIT ? "committed" : "aborted");
+                }
+                TandemTracing.end(kspan, (Throwable) null);
             } catch (SQLException re) {
+                TandemTracing.end(kspan, re);
                 // Out of time (the key-taking stops well before the decision rows'
                 // forget horizon), the row vanished, or another table answered:
                 // never an abort.
@@ -719,6 +787,8 @@ public final class TandemTransaction implements Transaction {
         failpoint.accept("after-commit-point"); // decided COMMIT; the prepared branches wait for a recoverer
         if (settlePrepared(prepared, true)) {
             point.info.forgetLater(gtrid, tm.executor());
+        } else {
+            phase2Pending = true;
         }
         setStatus(Status.STATUS_COMMITTED);
     }
@@ -733,6 +803,7 @@ public final class TandemTransaction implements Transaction {
         List<Callable<Void>> tasks = new ArrayList<>();
         for (Enlisted w : prepared) {
             tasks.add(() -> {
+                Span sp = trace.phase2(w.res.rmName(), commit);
                 try {
                     if (commit) {
                         w.res.commit(w.xid, false);
@@ -741,11 +812,17 @@ public final class TandemTransaction implements Transaction {
                     }
                 } catch (XAException e) {
                     if (e.errorCode == XAException.XAER_NOTA) {
+                        TandemTracing.end(sp, (Throwable) null);
                         return null; // a recoverer settled it already
                     }
+                    TandemTracing.end(sp, e);
                     w.res.releaseSession();
                     throw e;
+                } catch (RuntimeException e) {
+                    TandemTracing.end(sp, e);
+                    throw e;
                 }
+                TandemTracing.end(sp, (Throwable) null);
                 return null;
             });
         }
@@ -760,6 +837,7 @@ public final class TandemTransaction implements Transaction {
                 continue; // the coordinator's to settle
             }
             own.add(() -> {
+                Span sp = trace.phase2(w.res.rmName(), commit);
                 try {
                     if (commit) {
                         w.res.commit(w.xid, false);
@@ -767,9 +845,14 @@ public final class TandemTransaction implements Transaction {
                         w.res.rollback(w.xid);
                     }
                 } catch (XAException e) {
+                    TandemTracing.end(sp, e);
                     w.res.releaseSession(); // hands the branch to the coordinator
                     throw e;
+                } catch (RuntimeException e) {
+                    TandemTracing.end(sp, e);
+                    throw e;
                 }
+                TandemTracing.end(sp, (Throwable) null);
                 return null;
             });
         }

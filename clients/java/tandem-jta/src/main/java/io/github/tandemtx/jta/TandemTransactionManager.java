@@ -62,9 +62,11 @@ public final class TandemTransactionManager implements TransactionManager, UserT
     private final ScheduledExecutorService timers;
     private final TandemSynchronizationRegistry registry = new TandemSynchronizationRegistry(this);
     private final ClientMetrics metrics = new ClientMetrics();
+    private final TandemTracing tracing;
 
     private TandemTransactionManager(TandemConfig config) {
         this.config = config;
+        this.tracing = new TandemTracing(config.tracerProvider());
         this.coordinator = new CoordinatorClient(config.coordinators(), config.authToken(), config.tlsCa(), config.tlsCert(), config.tlsKey(),
                 metrics.coordinatorCalls);
         AtomicInteger n = new AtomicInteger();
@@ -234,7 +236,9 @@ public final class TandemTransactionManager implements TransactionManager, UserT
         if (tx != null) {
             throw new NotSupportedException("tandem: this thread is already in transaction " + tx.gtrid() + ": nested transactions are not supported");
         }
-        tx = new TandemTransaction(this, TandemXid.newGtrid());
+        String gtrid = TandemXid.newGtrid();
+        // The transaction's span: a child of the caller's current span (README, "Traces").
+        tx = new TandemTransaction(this, gtrid, tracing.begin(gtrid));
         Integer t = timeout.get();
         int secs = t != null ? t : config.defaultTransactionTimeout();
         if (secs > 0) {
