@@ -14,6 +14,10 @@ import io.grpc.MethodDescriptor;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import io.grpc.TlsChannelCredentials;
+import io.opentelemetry.api.trace.Span;
+import io.opentelemetry.api.trace.propagation.W3CTraceContextPropagator;
+import io.opentelemetry.context.Context;
+import io.opentelemetry.context.propagation.TextMapSetter;
 import java.io.IOException;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -189,6 +193,7 @@ final class CoordinatorClient implements AutoCloseable {
         if (authToken != null && !authToken.isEmpty()) {
             b.intercept(headers(AUTHORIZATION, "Bearer " + authToken));
         }
+        b.intercept(TRACE_CONTEXT);
         b.intercept(new ClientInterceptor() { // ClientMetrics.coordinatorCalls: every RPC, retries and probes included
             @Override
             public <Q, R> ClientCall<Q, R> interceptCall(MethodDescriptor<Q, R> m, CallOptions o, Channel next) {
@@ -828,6 +833,42 @@ final class CoordinatorClient implements AutoCloseable {
             }
         };
     }
+
+    /** Sets a W3C header in gRPC metadata, replacing any value already there (one traceparent per call). */
+    private static final TextMapSetter<Metadata> METADATA_SETTER = (md, key, value) -> {
+        if (md != null) {
+            Metadata.Key<String> k = Metadata.Key.of(key, Metadata.ASCII_STRING_MARSHALLER);
+            md.discardAll(k);
+            md.put(k, value);
+        }
+    };
+
+    /**
+     * Carries the trace context of the span current when a call is made
+     * ({@link Context#current()}: the transaction's, or its
+     * {@code tandem.decision} during the Commit) as a W3C
+     * {@code traceparent} and {@code tracestate} in the call's metadata
+     * (the Go SDK's internal/traceprop), whatever propagators the
+     * application configured: a coordinator that exports traces makes its
+     * spans children of it. A call made with no valid span context current
+     * carries nothing; the cost is then one thread-local lookup.
+     */
+    static final ClientInterceptor TRACE_CONTEXT = new ClientInterceptor() {
+        @Override
+        public <Q, R> ClientCall<Q, R> interceptCall(MethodDescriptor<Q, R> m, CallOptions o, Channel next) {
+            Context ctx = Context.current();
+            if (!Span.fromContext(ctx).getSpanContext().isValid()) {
+                return next.newCall(m, o);
+            }
+            return new ForwardingClientCall.SimpleForwardingClientCall<>(next.newCall(m, o)) {
+                @Override
+                public void start(Listener<R> l, Metadata h) {
+                    W3CTraceContextPropagator.getInstance().inject(ctx, h, METADATA_SETTER);
+                    super.start(l, h);
+                }
+            };
+        }
+    };
 
     private static ClientInterceptor earlyDecision(Runnable onCommitted) {
         return new ClientInterceptor() {
