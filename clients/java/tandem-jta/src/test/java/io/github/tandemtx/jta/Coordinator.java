@@ -20,6 +20,7 @@ final class Coordinator implements AutoCloseable {
     final String addr;
     final Path dataDir;
     private final List<String> extra;
+    private final java.util.Map<String, String> env;
     private Process proc;
     private final ByteArrayOutputStream out = new ByteArrayOutputStream();
     private final ManagedChannel channel;
@@ -30,9 +31,19 @@ final class Coordinator implements AutoCloseable {
 
     /** creds: how the test itself reaches the coordinator (its Health and Status calls). */
     Coordinator(String failpoints, io.grpc.ChannelCredentials creds, String... extra) throws Exception {
+        this(java.util.Map.of(), failpoints, creds, extra);
+    }
+
+    /** A coordinator with env added to its process's environment (e.g. OTEL_BSP_SCHEDULE_DELAY), no failpoints. */
+    static Coordinator withEnv(java.util.Map<String, String> env, String... extra) throws Exception {
+        return new Coordinator(env, null, io.grpc.InsecureChannelCredentials.create(), extra);
+    }
+
+    private Coordinator(java.util.Map<String, String> env, String failpoints, io.grpc.ChannelCredentials creds, String... extra) throws Exception {
         this.addr = "127.0.0.1:" + TestEnv.freePort();
         this.dataDir = Files.createTempDirectory("tandem-jta-coord");
         this.extra = List.of(extra);
+        this.env = java.util.Map.copyOf(env);
         this.channel = io.grpc.Grpc.newChannelBuilder(addr, creds).build();
         start(failpoints);
     }
@@ -48,6 +59,7 @@ final class Coordinator implements AutoCloseable {
         cmd.addAll(extra);
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);
         pb.environment().remove("TANDEM_FAILPOINTS");
+        pb.environment().putAll(env);
         if (failpoints != null) {
             pb.environment().put("TANDEM_FAILPOINTS", failpoints);
         }
