@@ -4,9 +4,11 @@ import io.github.tandemtx.jta.TandemConfig;
 import io.github.tandemtx.jta.TandemDataSource;
 import io.github.tandemtx.jta.TandemTransactionManager;
 import io.github.tandemtx.jta.metrics.TandemMetrics;
+import io.opentelemetry.api.OpenTelemetry;
 import jakarta.transaction.SystemException;
 import java.time.Duration;
 import javax.sql.DataSource;
+import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.beans.factory.SmartInitializingSingleton;
 import org.springframework.beans.factory.annotation.Qualifier;
 import org.springframework.beans.factory.annotation.Value;
@@ -27,11 +29,20 @@ import org.springframework.transaction.jta.JtaTransactionManager;
  */
 @Configuration(proxyBeanMethods = false)
 public class TandemJtaConfiguration {
-    /** The JTA transaction manager; its log is the coordinator's, none is kept here. */
+    /**
+     * The JTA transaction manager; its log is the coordinator's, none is kept
+     * here. Its OpenTelemetry spans (tandem.tx, …) go to the application's
+     * OpenTelemetry bean when there is one (Boot makes one with the
+     * OpenTelemetry SDK on the class path), else to the global OpenTelemetry
+     * once installed (the Java agent's); with neither, none is made.
+     */
     @Bean(destroyMethod = "close")
     TandemTransactionManager tandemTransactionManager(@Value("${tandem.coordinator}") String coordinator,
-            @Value("${tandem.decide-at:AUTO}") TandemConfig.DecideAt decideAt, @Value("${tandem.decision-timeout:30s}") Duration decisionTimeout) {
-        return TandemTransactionManager.create(TandemConfig.coordinator(coordinator).withDecideAt(decideAt).withDecisionTimeout(decisionTimeout));
+            @Value("${tandem.decide-at:AUTO}") TandemConfig.DecideAt decideAt, @Value("${tandem.decision-timeout:30s}") Duration decisionTimeout,
+            ObjectProvider<OpenTelemetry> otel) {
+        TandemConfig cfg = TandemConfig.coordinator(coordinator).withDecideAt(decideAt).withDecisionTimeout(decisionTimeout);
+        OpenTelemetry o = otel.getIfAvailable();
+        return TandemTransactionManager.create(o != null ? cfg.withOpenTelemetry(o) : cfg);
     }
 
     /** Spring's transaction manager for @Transactional, over Tandem's UserTransaction and TransactionManager. */

@@ -4,7 +4,16 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.github.tandemtx.jta.TandemTracing;
 import io.github.tandemtx.jta.TandemTransactionManager;
+import io.opentelemetry.api.OpenTelemetry;
+import io.opentelemetry.api.trace.Span;
+import io.opentelemetry.context.Scope;
+import io.opentelemetry.sdk.OpenTelemetrySdk;
+import io.opentelemetry.sdk.testing.exporter.InMemorySpanExporter;
+import io.opentelemetry.sdk.trace.SdkTracerProvider;
+import io.opentelemetry.sdk.trace.data.SpanData;
+import io.opentelemetry.sdk.trace.export.SimpleSpanProcessor;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -20,6 +29,7 @@ import org.junit.jupiter.api.Test;
 import org.springframework.boot.WebApplicationType;
 import org.springframework.boot.builder.SpringApplicationBuilder;
 import org.springframework.context.ConfigurableApplicationContext;
+import org.springframework.context.support.GenericApplicationContext;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.transaction.TransactionSystemException;
 
@@ -176,6 +186,47 @@ class SpringTransferTest {
             }
         }
         throw new AssertionError("no sample " + name + (label == null ? "" : "{" + label + "}") + " in:\n" + body);
+    }
+
+    /**
+     * With an OpenTelemetry bean in the application (here the SDK with an
+     * in-memory exporter), the transaction manager's spans go to it: a
+     * transfer under the application's span is one tandem.tx span, its
+     * child, decided at MariaDB's commit point, with its phases under it.
+     */
+    @Test
+    @SuppressWarnings("try")
+    void transfersAreTracedWithTheApplicationsOpenTelemetry() throws Exception {
+        InMemorySpanExporter exported = InMemorySpanExporter.create();
+        SdkTracerProvider tp = SdkTracerProvider.builder().addSpanProcessor(SimpleSpanProcessor.create(exported)).build();
+        OpenTelemetry otel = OpenTelemetrySdk.builder().setTracerProvider(tp).build();
+        try (TestCoordinator c = new TestCoordinator();
+                ConfigurableApplicationContext ctx = new SpringApplicationBuilder(SpringTransferApplication.class).web(WebApplicationType.NONE)
+                        .initializers(ac -> ((GenericApplicationContext) ac).registerBean("openTelemetry", OpenTelemetry.class, () -> otel))
+                        .run("--tandem.coordinator=" + c.addr)) {
+            ctx.getBean(Bank.class).setup();
+            TransferService transfers = ctx.getBean(TransferService.class);
+            Span request = tp.get("app").spanBuilder("request").startSpan();
+            try (Scope ignored = request.makeCurrent()) {
+                transfers.transfer(UUID.randomUUID().toString(), 1, 2, 10, false);
+            } finally {
+                request.end();
+            }
+            List<SpanData> trace = exported.getFinishedSpanItems().stream()
+                    .filter(sd -> sd.getTraceId().equals(request.getSpanContext().getTraceId())).toList();
+            List<SpanData> txs = trace.stream().filter(sd -> sd.getName().equals(TandemTracing.SPAN_TX)).toList();
+            assertEquals(1, txs.size(), trace::toString);
+            SpanData tx = txs.get(0);
+            assertEquals(request.getSpanContext().getSpanId(), tx.getParentSpanId(), "tandem.tx is a child of the application's span");
+            assertEquals("committed", tx.getAttributes().get(TandemTracing.OUTCOME));
+            assertEquals("commit-point", tx.getAttributes().get(TandemTracing.PATH));
+            assertEquals("maria", tx.getAttributes().get(TandemTracing.COMMIT_POINT));
+            List<String> phases = trace.stream().filter(sd -> sd.getParentSpanId().equals(tx.getSpanId()))
+                    .map(sd -> sd.getName() + " " + sd.getAttributes().get(TandemTracing.RM)).sorted().toList();
+            assertEquals(List.of("tandem.decision maria", "tandem.phase2 pg", "tandem.prepare pg"), phases);
+        } finally {
+            tp.close();
+        }
     }
 
     @Test
