@@ -12,8 +12,11 @@ import (
 )
 
 // ForgetBatch is the most gtrids one Forget statement deletes; Forget splits
-// longer lists.
-const ForgetBatch = 1000
+// longer lists. Well under MariaDB's in_predicate_conversion_threshold
+// (1000 by default): an IN list that long becomes a subquery, and the
+// DELETE then scans the whole table, locking every row it reads (so it
+// waits for any open commit point's uncommitted 'C', FORCE INDEX or not).
+const ForgetBatch = 256
 
 // Forget deletes the 'C' rows of gs (gtrids whose every other branch is
 // committed) that are at least ForgetMinAge old by the database's clock;
@@ -34,17 +37,27 @@ func (t table) forget(ctx context.Context, db *sql.DB, d rm.Driver, gs []xid.GTR
 				return n, err
 			}
 		}
-		res, err := db.ExecContext(ctx, t.forgetStatement(d, batch))
+		k, err := execBounded(ctx, db, d, gcLockWait, t.forgetStatement(d, batch))
 		if err != nil {
-			return n, t.explain("forget committed decisions", err)
+			return n, t.explainGC("forget committed decisions", err)
 		}
-		k, err := res.RowsAffected()
-		if err != nil {
-			return n, t.explain("forget committed decisions", err)
-		}
-		n += k
+		n += k[0]
 	}
 	return n, nil
+}
+
+// gcLockWait bounds how long a forget or a sweep waits for a row lock. Its
+// DELETE holds the locks it has taken while it waits, and those can block
+// a commit point's or a recoverer's INSERT of a neighbouring key (InnoDB
+// locks gaps); rows it could not delete now are deleted by a later sweep.
+const gcLockWait = time.Second
+
+// explainGC is explain, and says what a lock wait timeout means here.
+func (t table) explainGC(what string, err error) error {
+	if isLockTimeout(err) {
+		return fmt.Errorf("decision: %s: a row of %s stayed locked by another transaction for %s (an open commit point's; the rows are deleted by a later sweep): %w", what, t.name, gcLockWait, err)
+	}
+	return t.explain(what, err)
 }
 
 // SweepAborts deletes the 'A' rows older than keep by the database's clock,
@@ -70,15 +83,11 @@ func (t table) sweepAborts(ctx context.Context, db *sql.DB, d rm.Driver, keep ti
 		if err != nil || len(gs) == 0 {
 			return n, err
 		}
-		res, err := db.ExecContext(ctx, t.deleteByKey(d, old+" AND gtrid IN "+inList(gs)))
+		k, err := execBounded(ctx, db, d, gcLockWait, t.deleteByKey(d, old+" AND gtrid IN "+inList(gs)))
 		if err != nil {
-			return n, t.explain("sweep old abort decisions", err)
+			return n, t.explainGC("sweep old abort decisions", err)
 		}
-		k, err := res.RowsAffected()
-		if err != nil {
-			return n, t.explain("sweep old abort decisions", err)
-		}
-		n += k
+		n += k[0]
 		if len(gs) < ForgetBatch {
 			return n, nil
 		}

@@ -204,7 +204,10 @@ func TestForgetDoesNotWaitForAnOpenCommitPoint(t *testing.T) {
 			}
 			return gs
 		}
-		commits, aborts, mine := old(Committed, 6), old(Aborted, 6), old(Committed, 6)
+		// commits is a full batch: at MariaDB's in_predicate_conversion_threshold
+		// (1000 by default) an IN list becomes a subquery and the DELETE scans
+		// the whole table, FORCE INDEX or not.
+		commits, aborts, mine := old(Committed, ForgetBatch), old(Aborted, 6), old(Committed, 6)
 		open := e.beginCP(t, ctx)
 		open.insertC(t, ctx) // holds its key, uncommitted
 		wait := func(what string, f func(context.Context) (int64, error), want int64) {
@@ -237,6 +240,55 @@ func TestForgetDoesNotWaitForAnOpenCommitPoint(t *testing.T) {
 		}
 		if o, ok := e.lookupMust(t, open.g); !ok || o != Committed {
 			t.Errorf("the open commit point's row: %v %v, want 'C'", o, ok)
+		}
+	})
+}
+
+// A forget or a sweep meeting a row another transaction holds gives up after
+// gcLockWait, with an error that says so, and holds nothing afterwards: its
+// DELETE would otherwise wait (up to the lock wait timeout, and on at the
+// server after the client gave up) holding the locks it took meanwhile,
+// which can block commit points' and recoverers' INSERTs of nearby keys.
+func TestForgetWaitsForALockedRowAtMostItsBound(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *dbEnv) {
+		ctx := testCtx(t)
+		at := e.tab.ago(e.d, 2*time.Hour)
+		c, a := xid.New(), xid.New()
+		for g, o := range map[xid.GTRID]string{c: "C", a: "A"} {
+			if _, err := e.db.ExecContext(ctx, "INSERT INTO "+e.tab.name+" (gtrid, outcome, began_at, decided_at) VALUES ("+
+				literal(g)+", '"+o+"', "+at+", "+at+")"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		holder, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Rollback()
+		if _, err := holder.ExecContext(ctx, "SELECT gtrid FROM "+e.tab.name+" WHERE gtrid IN "+inList([]xid.GTRID{c, a})+" FOR UPDATE"); err != nil {
+			t.Fatal(err)
+		}
+		for what, f := range map[string]func(context.Context) (int64, error){
+			"Forget":      func(ctx context.Context) (int64, error) { return e.tab.forget(ctx, e.db, e.d, []xid.GTRID{c}) },
+			"SweepAborts": func(ctx context.Context) (int64, error) { return e.tab.sweepAborts(ctx, e.db, e.d, time.Hour) },
+		} {
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			start := time.Now()
+			n, err := f(wctx)
+			cancel()
+			t.Logf("%s: %s with its row locked: %d, %v after %s", e.name, what, n, err, fmtDur(time.Since(start)))
+			if !isLockTimeout(err) || !strings.Contains(err.Error(), "stayed locked by another transaction") {
+				t.Fatalf("%s with its row locked = %d, %v; want the lock wait timeout (1s), said as such", what, n, err)
+			}
+		}
+		if err := holder.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := e.tab.forget(ctx, e.db, e.d, []xid.GTRID{c}); err != nil || n != 1 {
+			t.Fatalf("Forget once the row is free = %d, %v; want 1", n, err)
+		}
+		if n, err := e.tab.sweepAborts(ctx, e.db, e.d, time.Hour); err != nil || n != 1 {
+			t.Fatalf("SweepAborts once the row is free = %d, %v; want 1", n, err)
 		}
 	})
 }

@@ -95,20 +95,36 @@ func (t table) resolve(ctx context.Context, db *sql.DB, d rm.Driver, g xid.GTRID
 }
 
 // insertAbort runs the insert of (g, 'A') and its commit on one connection.
-func (t table) insertAbort(ctx context.Context, db *sql.DB, d rm.Driver, g xid.GTRID, want xid.Owner, lockTimeout time.Duration) (err error) {
+func (t table) insertAbort(ctx context.Context, db *sql.DB, d rm.Driver, g xid.GTRID, want xid.Owner, lockTimeout time.Duration) error {
+	at := "clock_timestamp())"
+	if d == rm.MySQL {
+		at = "UTC_TIMESTAMP(6))"
+	}
+	ins := "INSERT INTO " + t.name + " (gtrid, outcome, participants, began_at) VALUES (" + literal(g) + ", 'A', " + t.checkedValue(d, "''", want) + ", " + at
+	_, err := execBounded(ctx, db, d, lockTimeout, ins)
+	return err
+}
+
+// execBounded runs stmts in one transaction of their own on one connection,
+// durably (PostgreSQL: synchronous_commit on), with every lock wait bounded
+// by lockTimeout (PostgreSQL lock_timeout; MySQL/MariaDB
+// innodb_lock_wait_timeout, whole seconds, at least 1: the session's own
+// value is restored afterwards, and a connection whose restore fails is
+// discarded, not returned to the pool). It returns the rows each statement
+// affected. A wait past the bound fails the statement (isLockTimeout) and
+// rolls the transaction back: nothing is left holding locks, on the server
+// too (a client that gives up on a statement leaves the server waiting on).
+func execBounded(ctx context.Context, db *sql.DB, d rm.Driver, lockTimeout time.Duration, stmts ...string) (affected []int64, err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer conn.Close()
 	var pre []string
-	ins := "INSERT INTO " + t.name + " (gtrid, outcome, participants, began_at) VALUES (" + literal(g) + ", 'A', " + t.checkedValue(d, "''", want) + ", "
 	if d == rm.MySQL {
-		// The session's own value is restored afterwards; a connection
-		// whose restore fails is discarded, not returned to the pool.
 		secs := max(int64((lockTimeout+time.Second-1)/time.Second), 1)
 		if _, err := conn.ExecContext(ctx, "SET @tandem_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = "+strconv.FormatInt(secs, 10)); err != nil {
-			return err
+			return nil, err
 		}
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -117,23 +133,33 @@ func (t table) insertAbort(ctx context.Context, db *sql.DB, d rm.Driver, g xid.G
 				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 			}
 		}()
-		ins += "UTC_TIMESTAMP(6))"
 	} else {
 		ms := max(lockTimeout.Milliseconds(), 1)
 		pre = []string{"SET LOCAL lock_timeout = " + strconv.FormatInt(ms, 10), "SET LOCAL synchronous_commit = on"}
-		ins += "clock_timestamp())"
 	}
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for _, s := range append(pre, ins) {
+	for _, s := range pre {
 		if _, err = tx.ExecContext(ctx, s); err != nil {
 			_ = tx.Rollback()
-			return err
+			return nil, err
 		}
 	}
-	return tx.Commit()
+	for _, s := range stmts {
+		res, err := tx.ExecContext(ctx, s)
+		var n int64
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		if err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
+		affected = append(affected, n)
+	}
+	return affected, tx.Commit()
 }
 
 // Lookup reads the recorded outcome of g. found is false when there is no
