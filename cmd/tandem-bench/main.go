@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/tandem-tx/tandem/internal/cli"
+	"github.com/tandem-tx/tandem/internal/version"
 )
 
 // shimName is the argv[0] that `tandem bench` passes; see the package doc.
@@ -68,6 +69,10 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		printBenchList(stderr)
 		return flag.ErrHelp
 	}
+	if version.IsFlag(args[0]) {
+		fmt.Fprintln(stdout, version.Line(prog))
+		return nil
+	}
 	if strings.HasPrefix(args[0], "-") {
 		// tandem-bench --workload xa ...: the database benchmark.
 		return benchmarks["db"].run(args, stdout, stderr)
@@ -95,7 +100,7 @@ func printBenchList(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, named(benchmarks[n].summary))
 	}
-	fmt.Fprint(w, named("\nRun \"tandem bench <benchmark> --help\" for a benchmark's flags.\n"+
+	fmt.Fprint(w, named("\nRun \"tandem bench <benchmark> --help\" for a benchmark's flags, \"tandem bench --version\" for the version.\n"+
 		"\"tandem bench --workload W\" and \"tandem bench --compare A,B\" are short for \"tandem bench db ...\".\n"))
 }
 

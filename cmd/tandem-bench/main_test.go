@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tandem-tx/tandem/internal/version"
 )
 
 // Through `tandem bench` (argv[0] "tandem bench") the messages name that
@@ -39,6 +41,7 @@ func TestRunExitStatusAndHelp(t *testing.T) {
 		{[]string{"ship", "--backlog", "lots"}, 2, "", `tandem-bench ship: --backlog: "lots" is not a size`, ""},
 		{[]string{"--workload", "xa", "--compare", "sql,xa"}, 2, "", "tandem-bench: give --workload or --compare, not both", ""},
 		{[]string{"db", "--nosuchflag"}, 2, "", "flag provided but not defined: -nosuchflag", ""},
+		{[]string{"--version"}, 0, "tandem-bench " + version.Get().String() + "\n", "", ""},
 	} {
 		var stdout, stderr strings.Builder
 		code := run(tc.args, &stdout, &stderr)

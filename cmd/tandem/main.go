@@ -12,6 +12,7 @@ import (
 	"sort"
 
 	"github.com/tandem-tx/tandem/internal/cli"
+	"github.com/tandem-tx/tandem/internal/version"
 )
 
 // command is one subcommand.
@@ -43,6 +44,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		printHelp(stdout)
 		return 0
 	}
+	if version.IsFlag(args[0]) {
+		args = []string{"version"}
+	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "tandem: unknown command %q\n\n", args[0])
@@ -73,7 +77,8 @@ Commands:
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprint(w, `
-Run "tandem help <command>" or "tandem <command> --help" for a command's flags.
+Run "tandem help <command>" or "tandem <command> --help" for a command's flags,
+"tandem --version" for the version.
 `)
 }
 

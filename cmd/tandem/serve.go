@@ -16,6 +16,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/server"
 	"github.com/tandem-tx/tandem/internal/standby"
 	"github.com/tandem-tx/tandem/internal/tlsconf"
+	"github.com/tandem-tx/tandem/internal/version"
 )
 
 func init() {
@@ -96,16 +97,19 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	}
 	logger := opts.Logger
 	cfg.SetDefaults()
+	build := version.Get()
 	if st, ok := s.StandbyStatus(); ok {
 		if st.Role == "standby" {
-			logger.Info("tandem standby serving: copying the primary's decision log, deciding nothing", "listen", s.Addr(), "admin", s.AdminAddr(),
+			logger.Info("tandem standby serving: copying the primary's decision log, deciding nothing", "version", build.Version,
+				"commit", build.ShortCommit(), "listen", s.Addr(), "admin", s.AdminAddr(),
 				"primary", opts.Standby.Of, "data_dir", cfg.DataDir, "pid", os.Getpid())
 		} else {
 			logger.Info("shipping the decision log to a standby", "standby_listen", opts.Standby.Listen, "transport", st.Transport,
 				"protection", st.Protection, "net_timeout", opts.Standby.NetTimeout, "cluster", st.Cluster, "epoch", st.Epoch)
 		}
 	}
-	logger.Info("tandem coordinator serving", "listen", s.Addr(), "admin", s.AdminAddr(), "data_dir", cfg.DataDir, "rms", cfg.RMNames(), "pid", os.Getpid(),
+	logger.Info("tandem coordinator serving", "version", build.Version, "commit", build.ShortCommit(),
+		"listen", s.Addr(), "admin", s.AdminAddr(), "data_dir", cfg.DataDir, "rms", cfg.RMNames(), "pid", os.Getpid(),
 		"durability", cfg.Durability, "write", cfg.Write, "batch_window", cfg.LogBatchWindow(), "visibility", cfg.Visibility, "log_size", cfg.LogSize.String())
 
 	sig := make(chan os.Signal, 1)

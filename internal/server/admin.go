@@ -14,6 +14,7 @@ import (
 	"github.com/tandem-tx/tandem/internal/console"
 	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/metrics"
+	"github.com/tandem-tx/tandem/internal/version"
 	"github.com/tandem-tx/tandem/waits"
 )
 
@@ -208,6 +209,18 @@ const (
 	// MetricForeignBranches: the in-doubt branches of another cluster.
 	MetricForeignBranches = "tandem_foreign_branches"
 )
+
+// MetricBuildInfo is always 1; its labels say which build serves: version
+// (a release's, or "dev"), commit (the full git commit hash, "+dirty" when
+// built from a modified tree, or "unknown") and goversion (package version).
+const MetricBuildInfo = "tandem_build_info"
+
+// registerBuildInfo adds MetricBuildInfo; the returned function removes it.
+func registerBuildInfo() func() {
+	v := version.Get()
+	return metrics.Gauge(MetricBuildInfo, "Always 1: the build of this coordinator (tandem version), in the labels version, commit (+dirty: built from a modified tree) and goversion.",
+		func() float64 { return 1 }, "version", v.Version, "commit", v.FullCommit(), "goversion", v.GoVersion)
+}
 
 // The commit points' gauges (coord cprecover.go, cpgc.go), labelled by reason.
 const (

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/tandem-tx/tandem/internal/config"
+	"github.com/tandem-tx/tandem/internal/version"
 	"github.com/tandem-tx/tandem/waits"
 )
 
@@ -61,9 +63,25 @@ func TestAdminListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"tandem_wait_seconds", "tandem_commit_outcomes_total", MetricPhase2Backlog, MetricLogSpaceUsed} {
+	for _, name := range []string{"tandem_wait_seconds", "tandem_commit_outcomes_total", MetricPhase2Backlog, MetricLogSpaceUsed, MetricBuildInfo} {
 		if fams[name] == nil {
 			t.Errorf("/metrics has no %s", name)
+		}
+	}
+	// The build: one series, 1, labelled as tandem version says.
+	if f := fams[MetricBuildInfo]; f != nil {
+		v := version.Get()
+		want := map[string]string{"version": v.Version, "commit": v.FullCommit(), "goversion": v.GoVersion}
+		if len(f.Metric) != 1 || f.Metric[0].GetGauge().GetValue() != 1 {
+			t.Errorf("%s: %v, want one series of value 1", MetricBuildInfo, f.Metric)
+		} else {
+			got := map[string]string{}
+			for _, l := range f.Metric[0].Label {
+				got[l.GetName()] = l.GetValue()
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s labels %v, want %v", MetricBuildInfo, got, want)
+			}
 		}
 	}
 }

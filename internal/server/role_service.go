@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tandem-tx/tandem/api"
-	"github.com/tandem-tx/tandem/internal/service"
+	"github.com/tandem-tx/tandem/internal/version"
 )
 
 // roleService is the gRPC face of the server: it hands every call to the
@@ -160,5 +160,5 @@ func (s *refusingService) Status(ctx context.Context, _ *api.StatusRequest) (*ap
 	return nil, s.refusal()
 }
 func (s *refusingService) Health(context.Context, *api.HealthRequest) (*api.HealthResponse, error) {
-	return &api.HealthResponse{Serving: false, Version: service.Version, Message: s.health()}, nil
+	return &api.HealthResponse{Serving: false, Version: version.Version(), Message: s.health()}, nil
 }

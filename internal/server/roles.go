@@ -162,8 +162,8 @@ func (s *Server) install(next role) {
 	s.roles.cur = next
 	s.svc.set(next.api())
 	s.statusOf.Store(&statusSource{get: next.status()})
-	gauges, standbyGauges := s.registerGauges(next.coordinator()), s.registerStandbyGauges()
-	s.roles.unregister = func() { gauges(); standbyGauges() }
+	gauges, standbyGauges, build := s.registerGauges(next.coordinator()), s.registerStandbyGauges(), registerBuildInfo()
+	s.roles.unregister = func() { gauges(); standbyGauges(); build() }
 }
 
 // current is the installed role; the caller holds roles.change (which every

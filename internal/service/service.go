@@ -26,13 +26,11 @@ import (
 	"github.com/tandem-tx/tandem/internal/coord"
 	"github.com/tandem-tx/tandem/internal/metrics"
 	"github.com/tandem-tx/tandem/internal/rm"
+	"github.com/tandem-tx/tandem/internal/version"
 	"github.com/tandem-tx/tandem/internal/waitwire"
 	"github.com/tandem-tx/tandem/waits"
 	"github.com/tandem-tx/tandem/xid"
 )
-
-// Version is reported by Health.
-var Version = "dev"
 
 // Service implements api.CoordinatorServer on a coordinator.
 type Service struct {
@@ -194,7 +192,7 @@ func (s *Service) Status(ctx context.Context, req *api.StatusRequest) (*api.Stat
 // resource manager's state.
 func (s *Service) Health(ctx context.Context, _ *api.HealthRequest) (*api.HealthResponse, error) {
 	serving, rms, unfinished := s.c.Health(ctx)
-	resp := &api.HealthResponse{Serving: serving, Version: Version, Unfinished: uint64(unfinished)}
+	resp := &api.HealthResponse{Serving: serving, Version: version.Version(), Unfinished: uint64(unfinished)}
 	var notes []string
 	for _, h := range rms {
 		rh := &api.RMHealth{Name: h.Name, Driver: h.Driver, Reachable: h.Err == nil}
