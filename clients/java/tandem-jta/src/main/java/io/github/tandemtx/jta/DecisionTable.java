@@ -444,9 +444,26 @@ final class DecisionTable {
      * Deletes the 'C' rows of gtrids whose every other branch is committed
      * (never an 'A' row) that are at least {@link #FORGET_MIN_AGE} old by
      * the database's clock (younger ones stay: the coordinator's sweep
-     * forgets them), in one autocommit statement on c.
+     * forgets them), in autocommit statements on c naming at most
+     * {@link #FORGET_STATEMENT_MAX} gtrids each.
      */
     static int forget(Connection c, Dialect d, List<String> gtrids) throws SQLException {
+        int n = 0;
+        for (int i = 0; i < gtrids.size(); i += FORGET_STATEMENT_MAX) {
+            n += forgetBatch(c, d, gtrids.subList(i, Math.min(gtrids.size(), i + FORGET_STATEMENT_MAX)));
+        }
+        return n;
+    }
+
+    /**
+     * The most gtrids one forget statement names: well under MariaDB's
+     * in_predicate_conversion_threshold (1000 by default), at which an IN
+     * list becomes a subquery and the DELETE scans and locks the whole
+     * table, waiting for any open commit point's uncommitted row.
+     */
+    static final int FORGET_STATEMENT_MAX = 256;
+
+    private static int forgetBatch(Connection c, Dialect d, List<String> gtrids) throws SQLException {
         if (gtrids.isEmpty()) {
             return 0;
         }
