@@ -500,28 +500,31 @@ def resolve(d: str, connect: Callable[[], Any], g: str, want: str, lock_timeout:
 
 
 def _insert_abort(d: str, conn: Any, before: List[str], body: List[str], after: List[str]) -> Optional[BaseException]:
-    """Runs the key's transaction; returns the database's error, or None."""
+    """Runs the key's transaction; returns the database's error, or None.
+    The statements after it (restoring the session's lock wait) run either way."""
     for s in before:
         _db.exec_text(d, conn, s).close()
     try:
-        _db.exec_text(d, conn, "BEGIN").close()
-        for s in body:
-            _db.exec_text(d, conn, s).close()
-        _db.exec_text(d, conn, "COMMIT").close()
-    except Exception as e:
-        if not _db.server_said_no(e):
-            raise
         try:
-            _db.exec_text(d, conn, "ROLLBACK").close()
-        except Exception:
-            pass
-        return e
-    for s in after:
-        try:
-            _db.exec_text(d, conn, s).close()
-        except Exception:
-            pass
-    return None
+            _db.exec_text(d, conn, "BEGIN").close()
+            for s in body:
+                _db.exec_text(d, conn, s).close()
+            _db.exec_text(d, conn, "COMMIT").close()
+        except Exception as e:
+            if not _db.server_said_no(e):
+                raise
+            try:
+                _db.exec_text(d, conn, "ROLLBACK").close()
+            except Exception:
+                pass
+            return e
+        return None
+    finally:
+        for s in after:
+            try:
+                _db.exec_text(d, conn, s).close()
+            except Exception:
+                pass
 
 
 def forget(d: str, conn: Any, gs: Sequence[str]) -> int:
