@@ -249,3 +249,43 @@ def test_connection_inside_a_transaction_is_refused(db, coordinator):
         cli.begin().branch("pg", pg)
     pg.close()
     cli.close()
+
+
+def test_mariadb_without_multi_statements_goes_statement_by_statement(db, coordinator):
+    """A PyMySQL connection without CLIENT.MULTI_STATEMENTS: the same paths,
+    one statement per round trip, stopping at the first error."""
+    db.table("py_nomulti")
+    cli = make_client(db, coordinator)
+    my = db.my_conn(multi=False)
+    tx = cli.begin()
+    tx.branch("pg", db.pg_conn()).execute("INSERT INTO py_nomulti VALUES (1, 'pg')")
+    tx.branch("maria", my).execute("INSERT INTO py_nomulti VALUES (1, 'maria')")
+    res = tx.commit()
+    # MariaDB: XA START, SET @tandem_began, the insert; INSERT 'C', XA END, XA COMMIT ONE PHASE.
+    assert res.path == tandem.COMMIT_POINT and res.round_trips == [("pg", 3), ("maria", 6)]
+    tx = cli.begin()
+    tx.branch("pg", db.pg_conn()).execute("INSERT INTO py_nomulti VALUES (2, 'pg')")
+    tx.branch("maria", my).execute("INSERT INTO py_nomulti VALUES (2, 'maria')")
+    with db.my.cursor() as c:
+        c.execute("INSERT INTO tandem_decision (gtrid, outcome, began_at, participants) VALUES (%s, 'A', UTC_TIMESTAMP(6), '')", (tx.gtrid,))
+    with pytest.raises(tandem.Aborted):
+        tx.commit()  # the INSERT of 'C' fails: XA END and XA COMMIT are never sent
+    assert db.count("pg", "py_nomulti", 2) == 0 and db.count("maria", "py_nomulti", 2) == 0
+    assert db.count("maria", "py_nomulti", 1) == 1 and db.prepared() == []
+    cli.close()
+
+
+def test_commit_point_writing_an_rm_the_coordinator_does_not_know_is_refused(db, coordinator):
+    """The coordinator's scan is what settles a dead client's branches: a
+    commit point's transaction writing an RM it does not know rolls back
+    before anything is prepared, naming the RM."""
+    db.table("py_unknown_rm")
+    cli = make_client(db, coordinator, extra_rms=[tandem.RM("pg2", "postgres", connect=db.pg_conn)])
+    tx = cli.begin()
+    tx.branch("pg2", db.pg_conn()).execute("INSERT INTO py_unknown_rm VALUES (1, 'pg2')")
+    tx.branch("maria", db.my_conn()).execute("INSERT INTO py_unknown_rm VALUES (1, 'maria')")
+    with pytest.raises(tandem.Aborted) as e:
+        tx.commit()
+    assert "pg2" in str(e.value) and "--rm pg2=" in str(e.value) and e.value.stage == "setup"
+    assert db.count("pg", "py_unknown_rm", 1) == 0 and db.count("maria", "py_unknown_rm", 1) == 0 and db.prepared() == []
+    cli.close()
