@@ -149,6 +149,28 @@ class Branch:
             self._check_after(sql)
             return cur
 
+    def executemany(self, sql: str, seq_of_params: Any):
+        """Runs a statement once per parameter set (the driver's
+        executemany); a write. A branch that has not begun begins first,
+        in a round trip of its own."""
+        with self._mu:
+            self._admit(sql)
+            self.wrote = True
+            try:
+                if self.state == IDLE:
+                    self._exec_steps(self._begin_sql())
+                    self.state = ACTIVE
+                self.trips += 1
+                cur = self.conn.cursor()
+                cur.executemany(sql, seq_of_params)
+                if self.rm.driver == MYSQL:
+                    self._after_mysql(cur, True)
+            except BaseException as e:
+                self._fail(e)
+                raise
+            self._check_after(sql)
+            return cur
+
     def _admit(self, sql: str) -> None:
         if self.last_err is not None:
             raise BranchFailed("tandem: rm %r: an earlier statement failed: %s" % (self.rm.name, self.last_err)) from self.last_err
@@ -192,14 +214,20 @@ class Branch:
             self._pending = cur
 
     def _drain(self) -> None:
-        """Reads the result sets a MySQL query left unread: an error among
-        them dooms the transaction."""
+        """Reads the result sets a MySQL query left unread (its cursor's, or
+        the connection's when the cursor was closed): an error among them
+        dooms the transaction."""
         cur, self._pending = self._pending, None
-        if cur is None:
+        if self.rm.driver != MYSQL:
             return
         try:
-            while cur.nextset():
-                pass
+            if cur is not None and getattr(cur, "connection", None) is not None:
+                while cur.nextset():
+                    pass
+            r = getattr(self.conn, "_result", None)
+            while r is not None and getattr(r, "has_next", False):
+                self.conn.next_result()
+                r = getattr(self.conn, "_result", None)
         except BaseException as e:
             self._fail(e)
             raise
