@@ -34,16 +34,21 @@ def engines(db):
 
 @pytest.fixture
 def uow(db, coordinator):
-    pg, my = engines(db)
-    for e in (pg, my):
+    setup = engines(db)
+    for e in setup:
         Base.metadata.drop_all(e)
         Base.metadata.create_all(e)
-    with Session(pg) as s:
+    with Session(setup[0]) as s:
         s.add(Account(id=1, owner="alice", balance=100))
         s.commit()
-    with Session(my) as s:
+    with Session(setup[1]) as s:
         s.add(Account(id=2, owner="bob", balance=100))
         s.commit()
+    for e in setup:
+        e.dispose()
+    # Engines that never connected: their first connection (the dialect's
+    # initialization included) is made through the hook.
+    pg, my = engines(db)
     cli = make_client(db, coordinator)
     yield UnitOfWork(cli, {"pg": pg, "maria": my}), pg, my
     cli.close()

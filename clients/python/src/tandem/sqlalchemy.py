@@ -71,6 +71,14 @@ def install(engine: Engine) -> Engine:
     def _connect(dialect, conn_rec, cargs, cparams):
         return _Conn(dialect.loaded_dbapi.connect(*cargs, **cparams))
 
+    # What SQLAlchemy hands the driver itself (driver_connection: psycopg's
+    # TypeInfo.fetch checks its class) is the real connection.
+    plain = engine.dialect.get_driver_connection
+
+    def _driver_connection(connection):
+        return plain(connection._t_raw if isinstance(connection, _Conn) else connection)
+
+    engine.dialect.get_driver_connection = _driver_connection
     setattr(engine, _HOOKED, True)
     engine.dispose()  # connections made before the hook are not proxies
     return engine
