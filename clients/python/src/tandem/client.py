@@ -89,6 +89,15 @@ class CommitOptions:
     decide_at: str = AUTO
 
 
+def checked_options(o: CommitOptions) -> CommitOptions:
+    """A copy of o, its values checked."""
+    if o.durability not in (None, "wait", "nowait"):
+        raise ConfigError("tandem: durability %r: use None, \"wait\" or \"nowait\"" % (o.durability,))
+    if o.visibility not in (None, "sync", "async"):
+        raise ConfigError("tandem: visibility %r: use None, \"sync\" or \"async\"" % (o.visibility,))
+    return CommitOptions(o.durability, o.visibility, parse_decide_at(o.decide_at))
+
+
 @dataclass
 class Status:
     """A coordinator's answer about a gtrid: outcome is "COMMITTED",
@@ -207,8 +216,7 @@ class Client:
             )
         self.max_txn_age = max_txn_age
         self.decision_timeout = decision_timeout
-        self.defaults = defaults or CommitOptions()
-        self.defaults.decide_at = parse_decide_at(self.defaults.decide_at)
+        self.defaults = checked_options(defaults or CommitOptions())
         self.rms: Dict[str, _RMInfo] = {}
         for r in rms:
             try:
@@ -252,8 +260,7 @@ class Client:
         Nothing is sent to a database until a branch's first statement."""
         from .tx import Tx
 
-        o = options or self.defaults
-        return Tx(self, new_gtrid(), CommitOptions(o.durability, o.visibility, parse_decide_at(o.decide_at)))
+        return Tx(self, new_gtrid(), checked_options(options or self.defaults))
 
     def transaction(self, options: Optional[CommitOptions] = None) -> "Tx":
         """A transaction to use as a context manager: committed when the block

@@ -480,9 +480,9 @@ class Tx:
     def set_options(self, opts: CommitOptions) -> None:
         """This transaction's commit modes (before its first MySQL branch
         begins, for decide_at)."""
-        from .client import parse_decide_at
+        from .client import checked_options
 
-        self.opts = CommitOptions(opts.durability, opts.visibility, parse_decide_at(opts.decide_at))
+        self.opts = checked_options(opts)
 
     # --- commit and rollback ----------------------------------------------------------------
 
