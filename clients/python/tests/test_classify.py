@@ -99,3 +99,24 @@ def test_mysql_dsn_forms():
     assert (kw["user"], kw["password"], kw["host"], kw["port"], kw["database"], kw["read_timeout"]) == ("tandem", "s3:cr@t", "127.0.0.1", 53306, "tandem_test", 5.0)
     kw = mysql_kwargs("mysql://u:p%40ss@db.example:3307/app")
     assert (kw["user"], kw["password"], kw["host"], kw["port"], kw["database"]) == ("u", "p@ss", "db.example", 3307, "app")
+
+
+def test_fast_splitters_match_the_reference_port():
+    """tandem._classify jumps between special characters; tests/ref_classify
+    is the character-by-character port of the Go code. On the corpora and on
+    random texts made of the characters that matter, both split alike."""
+    import random
+
+    import ref_classify as ref
+
+    alphabet = list("'\"`#;/*-!M$\\\n\t ;") + ["COMMIT", "BEGIN", "x", "1", "é", "$a$", "/*!", "*/", "--", "$$", "''", "rollback to a"]
+    rng = random.Random(20261126)
+    texts = [s for s, _ in CORPUS] + [s for s, _ in PG_CASES]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24))) for _ in range(5000)]
+    for t in texts:
+        for bs in (True, False):
+            assert _classify._split_mysql(t, bs) == ref._split_mysql(t, bs), (t, bs)
+            assert _classify._split_postgres(t, bs) == ref._split_postgres(t, bs), (t, bs)
+        assert _classify._words(t, "_$@.") == ref._words(t, "_$@.")
+        assert _classify.ends_transaction(t) == ref.ends_transaction(t)
+        assert _classify.pg_transaction_control(t) == ref.pg_transaction_control(t)

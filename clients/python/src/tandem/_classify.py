@@ -59,60 +59,87 @@ def _ends_tx(w: List[str]) -> bool:
     return w[0] in _IMPLICIT_COMMIT
 
 
+_WORDS = {
+    "_$@.": re.compile(r"(?:[A-Z0-9_$@.]|[^\x00-\x7f])+"),
+    "_$": re.compile(r"(?:[A-Z0-9_$]|[^\x00-\x7f])+"),
+}
+
+
 def _words(code: str, extra: str) -> List[str]:
     """Upper-case words: runs of letters, digits, the extra characters and
     non-ASCII characters."""
-    out, cur = [], []
-    for r in code.upper():
-        if ord(r) >= 0x80 or "A" <= r <= "Z" or "0" <= r <= "9" or r in extra:
-            cur.append(r)
-        elif cur:
-            out.append("".join(cur))
-            cur = []
-    if cur:
-        out.append("".join(cur))
-    return out
+    return _WORDS[extra].findall(code.upper())
+
+
+# The characters where MariaDB/MySQL text may start a quote, a comment, a
+# comment's end or a statement's end; everything between them is code.
+_MY_SPECIAL = re.compile(r"['\"`#;/*-]")
 
 
 def _split_mysql(query: str, backslash: bool) -> List[_Statement]:
     """Splits query at the semicolons outside quotes and comments, as
-    MariaDB/MySQL do; the content of executable comments is code."""
+    MariaDB/MySQL do; the content of executable comments is code. A
+    statement's code is its text with comments, quote characters and the
+    content of '…' strings blanked out (implicit.go's splitStatements,
+    jumping from one special character to the next)."""
     out: List[_Statement] = []
     code: List[str] = []
     start = 0
-    quote = ""
     n = len(query)
     i = 0
     while i < n:
+        m = _MY_SPECIAL.search(query, i)
+        if m is None:
+            code.append(query[i:])
+            break
+        j = m.start()
+        if j > i:
+            code.append(query[i:j])
+            i = j
         c = query[i]
-        rest = query[i:]
-        if quote:
-            if c == quote:
-                quote, c = "", " "
-            elif c == "\\" and backslash and quote != "`":
-                i += 1
-            if quote == "'":
-                c = " "
-        elif c in "'\"`":
-            quote = c
-            c = " "
-        elif c == "#" or (rest.startswith("--") and (len(rest) == 2 or rest[2] <= " ")):
-            while i + 1 < n and query[i + 1] != "\n":
-                i += 1
-            c = " "
-        elif rest.startswith("/*!") or rest.startswith("/*M!"):
-            i += rest.index("!")
+        if c in "'\"`":
+            q = c
+            code.append(" ")
+            i += 1
+            esc = backslash and q != "`"
+            while i < n:
+                k = query.find(q, i)
+                b = query.find("\\", i) if esc else -1
+                if b >= 0 and (k < 0 or b < k):
+                    code.append(" " * (b - i + 1) if q == "'" else query[i : b + 1])
+                    i = b + 2  # the escaped character is skipped
+                    continue
+                if k < 0:
+                    code.append(" " * (n - i) if q == "'" else query[i:])
+                    i = n
+                    break
+                code.append(" " * (k - i) if q == "'" else query[i:k])
+                code.append(" ")
+                i = k + 1
+                break
+            continue
+        if c == "#" or (c == "-" and query.startswith("--", i) and (i + 2 == n or query[i + 2] <= " ")):
+            k = query.find("\n", i)
+            i = n if k < 0 else k
+            code.append(" ")
+            continue
+        if c == "/" and (query.startswith("/*!", i) or query.startswith("/*M!", i)):
+            i = query.index("!", i)
             while i + 1 < n and "0" <= query[i + 1] <= "9":
                 i += 1
-            c = " "
-        elif rest.startswith("/*"):
-            end = rest.find("*/", 2)
-            i = n if end < 0 else i + end + 1
-            c = " "
-        elif rest.startswith("*/"):
+            code.append(" ")
             i += 1
-            c = " "
-        elif c == ";":
+            continue
+        if c == "/" and query.startswith("/*", i):
+            end = query.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            code.append(" ")
+            continue
+        if c == "*" and query.startswith("*/", i):
+            code.append(" ")
+            i += 2
+            continue
+        if c == ";":
             out.append(_Statement(query[start:i], "".join(code)))
             code = []
             start = i + 1
@@ -170,36 +197,57 @@ def _valid_dollar_tag(tag: str) -> bool:
     return True
 
 
+_PG_SPECIAL = re.compile(r"['\";$/-]")
+
+
 def _split_postgres(query: str, backslash: bool) -> List[_Statement]:
     """Splits query at the semicolons outside quotes, dollar quotes and
-    (nested) comments, as PostgreSQL's simple query protocol does."""
+    (nested) comments, as PostgreSQL's simple query protocol does; a quote,
+    comment or dollar quote becomes one blank in the statement's code
+    (pgcontrol.go's splitPostgres, jumping from one special character to
+    the next)."""
     out: List[_Statement] = []
     code: List[str] = []
     start = 0
     n = len(query)
     i = 0
     while i < n:
+        m = _PG_SPECIAL.search(query, i)
+        if m is None:
+            code.append(query[i:])
+            break
+        j = m.start()
+        if j > i:
+            code.append(query[i:j])
+            i = j
         c = query[i]
-        rest = query[i:]
         if c in "'\"":
             q = c
             i += 1
+            esc = backslash and q == "'"
             while i < n:
-                if query[i] == "\\" and backslash and q == "'":
-                    i += 2
+                k = query.find(q, i)
+                b = query.find("\\", i) if esc else -1
+                if b >= 0 and (k < 0 or b < k):
+                    i = b + 2
                     continue
-                if query[i] == q:
-                    if i + 1 < n and query[i + 1] == q:
-                        i += 2
-                        continue
+                if k < 0:
+                    i = n
                     break
-                i += 1
-            c = " "
-        elif rest.startswith("--"):
-            while i + 1 < n and query[i + 1] != "\n":
-                i += 1
-            c = " "
-        elif rest.startswith("/*"):
+                if k + 1 < n and query[k + 1] == q:
+                    i = k + 2  # a doubled quote
+                    continue
+                i = k
+                break
+            code.append(" ")
+            i += 1
+            continue
+        if c == "-" and query.startswith("--", i):
+            k = query.find("\n", i)
+            i = n if k < 0 else k
+            code.append(" ")
+            continue
+        if c == "/" and query.startswith("/*", i):
             depth = 0
             while i < n:
                 if query.startswith("/*", i):
@@ -211,15 +259,18 @@ def _split_postgres(query: str, backslash: bool) -> List[_Statement]:
                 if depth == 0:
                     break
                 i += 1
-            c = " "
-        elif c == "$" and (i == 0 or (not _is_ident(query[i - 1]) and query[i - 1] != "$")):
-            end = rest.find("$", 1)
-            tag = rest[: end + 1] if end >= 0 else ""
-            if end >= 0 and _valid_dollar_tag(tag[1:-1]):
-                close = rest.find(tag, len(tag))
-                i = n if close < 0 else i + close + len(tag) - 1
-                c = " "
-        elif c == ";":
+            code.append(" ")
+            i += 1
+            continue
+        if c == "$" and (i == 0 or (not _is_ident(query[i - 1]) and query[i - 1] != "$")):
+            end = query.find("$", i + 1)
+            if end >= 0 and _valid_dollar_tag(query[i + 1 : end]):
+                tag = query[i : end + 1]
+                close = query.find(tag, end + 1)
+                i = n if close < 0 else close + len(tag)
+                code.append(" ")
+                continue
+        if c == ";":
             out.append(_Statement(query[start:i], "".join(code)))
             code = []
             start = i + 1

@@ -553,7 +553,9 @@ class Tx:
                 except BaseException as e:
                     raise _Wrapped(b.rm.name, "read-only check", e)
 
-        err = _joined(self.client._parallel([lambda i=i: check(i) for i in range(len(begun))]))
+        # Only branches that ran nothing but queries are asked (no thread
+        # hand-off for the others).
+        err = _joined(self.client._parallel([lambda i=i: check(i) for i in range(len(begun)) if not begun[i].wrote]))
         if err is not None:
             self._abort_all(begun)
             raise self._aborted("could not classify branches", err, "setup")
@@ -575,6 +577,7 @@ class Tx:
 
             return _joined(self.client._parallel([lambda b=b: one(b) for b in readers]))
 
+        commit_readers.needed = bool(readers)  # type: ignore[attr-defined]
         if not writers:
             res.path = LOCAL
             err = commit_readers()
@@ -708,7 +711,7 @@ class Tx:
             if e is not None:
                 raise e
 
-        return _joined(self.client._parallel([lambda b=b: one(b) for b in ws] + [readers]))
+        return _joined(self.client._parallel([lambda b=b: one(b) for b in ws] + ([readers] if commit_readers.needed else [])))
 
     def _settle_prepared(self, bs: List[Branch], commit: bool) -> bool:
         """Commits (or rolls back) prepared branches on their own connections,
