@@ -9,6 +9,7 @@ maria from the same DSNs, no admin listener."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -180,8 +181,10 @@ def tandem_bin():
     out = os.path.join(d, "tandem")
     r = subprocess.run(["go", "build", "-tags", "failpoints", "-o", out, "./cmd/tandem"], cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
+        shutil.rmtree(d, ignore_errors=True)
         pytest.fail("go build -tags failpoints ./cmd/tandem failed (set TANDEM_BIN to a tandem built with -tags failpoints):\n" + r.stderr, pytrace=False)
-    return out
+    yield out
+    shutil.rmtree(d, ignore_errors=True)
 
 
 class Coordinator:
@@ -241,6 +244,12 @@ class Coordinator:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def remove(self) -> None:
+        """Stops the coordinator and removes its data directory (its log
+        takes several MB)."""
+        self.stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
 
 @pytest.fixture
 def coordinator_factory(tandem_bin, dsns):
@@ -253,7 +262,7 @@ def coordinator_factory(tandem_bin, dsns):
 
     yield make
     for c in made:
-        c.stop()
+        c.remove()
 
 
 @pytest.fixture(scope="session")
@@ -262,7 +271,7 @@ def shared_coordinator(tandem_bin, dsns):
     (a coordinator takes about a second to start)."""
     c = Coordinator(tandem_bin, dsns)
     yield c
-    c.stop()
+    c.remove()
 
 
 @pytest.fixture
