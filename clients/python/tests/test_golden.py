@@ -39,7 +39,8 @@ def test_decision_statements_are_gos(golden, d):
     before, body, after = decision.resolve_statements(d, G, TABLE, 2.0)
     # Go's transaction begin/rollback are the driver's: <begin>, <rollback> here.
     assert before + ["<begin>"] + body + ["<rollback>"] + after + [decision.lookup_query(d, G, TABLE)] == g["resolve"]
-    assert [decision.forget_statement(d, [G, OTHER])] == g["forget"]
+    before, body, after = decision.forget_statements(d, [G, OTHER])
+    assert before + ["<begin>"] + body + ["<commit>"] + after == g["forget"]
     assert [decision.read_id_query(d)] == g["read_id"]
     assert [decision.durability_query(d)] == g["durable"]
 

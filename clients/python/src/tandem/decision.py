@@ -39,8 +39,16 @@ FORGET_MIN_AGE = 30.0
 #: longer than that.
 MAX_COMMIT_POINT_AGE = 3600.0
 
-#: The most gtrids one forget statement deletes.
-FORGET_BATCH = 1000
+#: The most gtrids one forget statement deletes (below MariaDB's
+#: in_predicate_conversion_threshold, 1000, at which an IN list becomes a
+#: subquery and the DELETE scans and locks the whole table).
+FORGET_BATCH = 256
+
+#: How long a forget waits for a row lock (seconds): its DELETE holds the
+#: locks it took while it waits, which can block a commit point's or a
+#: recoverer's INSERT of a neighbouring key; rows it could not delete now are
+#: deleted by a later batch or a coordinator's sweep.
+GC_LOCK_WAIT = 1.0
 
 UNKNOWN_ID = "0" * 32
 
@@ -271,20 +279,33 @@ def abort_insert(d: str, g: str, want: str) -> str:
     return "INSERT INTO " + TABLE_NAME + " (gtrid, outcome, participants, began_at) VALUES (" + _literal(g) + ", 'A', " + checked_value(d, "''", want) + ", " + end
 
 
-def resolve_statements(d: str, g: str, want: str, lock_timeout: float) -> Tuple[List[str], List[str], List[str]]:
-    """Taking the key, as (statements before the transaction, the
-    transaction's statements, statements after it). The transaction is
-    begun and committed by the caller's driver (BEGIN ... COMMIT)."""
-    ins = abort_insert(d, g, want)
+def bounded_statements(d: str, stmts: List[str], lock_timeout: float) -> Tuple[List[str], List[str], List[str]]:
+    """stmts run as the Go package's execBounded runs them: in a transaction
+    of their own, durably (PostgreSQL: synchronous_commit on), every lock
+    wait bounded by lock_timeout (PostgreSQL lock_timeout; MySQL/MariaDB
+    innodb_lock_wait_timeout, whole seconds rounded up, at least 1, the
+    session's own value restored after). Returned as (statements before the
+    transaction, the transaction's statements, statements after it); the
+    transaction is begun and committed by the caller's driver."""
     if d == MYSQL:
-        secs = max(int(-(-lock_timeout // 1)), 1)  # whole seconds, rounded up, at least 1
+        secs = max(int(-(-lock_timeout // 1)), 1)
         return (
             ["SET @tandem_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = " + str(secs)],
-            [ins],
+            list(stmts),
             ["SET SESSION innodb_lock_wait_timeout = @tandem_lwt"],
         )
     ms = max(int(lock_timeout * 1000), 1)
-    return [], ["SET LOCAL lock_timeout = " + str(ms), "SET LOCAL synchronous_commit = on", ins], []
+    return [], ["SET LOCAL lock_timeout = " + str(ms), "SET LOCAL synchronous_commit = on"] + list(stmts), []
+
+
+def resolve_statements(d: str, g: str, want: str, lock_timeout: float) -> Tuple[List[str], List[str], List[str]]:
+    """Taking the key: its insert, bounded (bounded_statements)."""
+    return bounded_statements(d, [abort_insert(d, g, want)], lock_timeout)
+
+
+def forget_statements(d: str, gs: Sequence[str]) -> Tuple[List[str], List[str], List[str]]:
+    """Forgetting a batch: its DELETE, bounded by GC_LOCK_WAIT."""
+    return bounded_statements(d, [forget_statement(d, gs)], GC_LOCK_WAIT)
 
 
 # --- errors ---------------------------------------------------------------------
@@ -500,42 +521,62 @@ def resolve(d: str, connect: Callable[[], Any], g: str, want: str, lock_timeout:
 
 
 def _insert_abort(d: str, conn: Any, before: List[str], body: List[str], after: List[str]) -> Optional[BaseException]:
-    """Runs the key's transaction; returns the database's error, or None.
-    The statements after it (restoring the session's lock wait) run either way."""
+    """Runs the key's transaction; returns the database's error, or None."""
+    try:
+        _exec_bounded(d, conn, before, body, after)
+    except Exception as e:
+        if not _db.server_said_no(e):
+            raise
+        return e
+    return None
+
+
+def _exec_bounded(d: str, conn: Any, before: List[str], body: List[str], after: List[str]) -> int:
+    """Runs bounded_statements' three parts on conn (autocommit): the
+    transaction rolled back on an error, which is raised; the statements
+    after it (restoring the session's lock wait) run either way; a
+    connection whose restore failed is closed. Returns the rows the last
+    statement affected."""
     for s in before:
         _db.exec_text(d, conn, s).close()
     try:
         try:
             _db.exec_text(d, conn, "BEGIN").close()
+            n = 0
             for s in body:
-                _db.exec_text(d, conn, s).close()
+                cur = _db.exec_text(d, conn, s)
+                n = cur.rowcount
+                cur.close()
             _db.exec_text(d, conn, "COMMIT").close()
-        except Exception as e:
-            if not _db.server_said_no(e):
-                raise
+            return max(n, 0)
+        except Exception:
             try:
                 _db.exec_text(d, conn, "ROLLBACK").close()
             except Exception:
                 pass
-            return e
-        return None
+            raise
     finally:
         for s in after:
             try:
                 _db.exec_text(d, conn, s).close()
             except Exception:
-                pass
+                _db.close_conn(conn)
 
 
 def forget(d: str, conn: Any, gs: Sequence[str]) -> int:
-    """Deletes the 'C' rows of gs at least FORGET_MIN_AGE old; returns how many."""
+    """Deletes the 'C' rows of gs at least FORGET_MIN_AGE old, in batches of
+    FORGET_BATCH, each in a transaction of its own whose lock waits last at
+    most GC_LOCK_WAIT; returns how many rows it deleted."""
     n = 0
     for i in range(0, len(gs), FORGET_BATCH):
         batch = list(gs[i : i + FORGET_BATCH])
         try:
-            cur = _db.exec_text(d, conn, forget_statement(d, batch))
+            n += _exec_bounded(d, conn, *forget_statements(d, batch))
         except Exception as e:
+            if _is_lock_timeout(e):
+                raise DecisionError(
+                    "decision: forget committed decisions: a row of %s stayed locked by another transaction for %ss (an open commit point's; "
+                    "the rows are deleted by a later batch or sweep): %s" % (TABLE_NAME, GC_LOCK_WAIT, e)
+                ) from e
             raise _explain("forget committed decisions", e) from e
-        n += max(cur.rowcount, 0)
-        cur.close()
     return n
