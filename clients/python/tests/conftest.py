@@ -176,7 +176,8 @@ def free_addr() -> str:
 def tandem_bin():
     b = os.environ.get("TANDEM_BIN")
     if b:
-        return b
+        yield b
+        return
     d = tempfile.mkdtemp(prefix="tandem-py-bin")
     out = os.path.join(d, "tandem")
     r = subprocess.run(["go", "build", "-tags", "failpoints", "-o", out, "./cmd/tandem"], cwd=ROOT, capture_output=True, text=True)
