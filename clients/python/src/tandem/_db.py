@@ -1,0 +1,304 @@
+"""What the client knows of each kind of database: the SQL of every step of a
+branch's life (the Go package internal/rm's dialects, statement for
+statement), and how to tell the database's own answer from a broken
+connection, for psycopg 3 (PostgreSQL) and PyMySQL (MySQL/MariaDB)."""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence
+
+from .xid import BranchName
+
+POSTGRES = "postgres"
+MYSQL = "mysql"
+
+
+def parse_driver(s: str) -> str:
+    """The driver of a resource manager: "postgres" or "mysql" (aliases as
+    the coordinator's: postgresql, pgx; mariadb)."""
+    if s in ("postgres", "postgresql", "pgx"):
+        return POSTGRES
+    if s in ("mysql", "mariadb"):
+        return MYSQL
+    raise ValueError("tandem: unknown driver %r: use %r or %r" % (s, POSTGRES, MYSQL))
+
+
+class PrepareRolledBack(Exception):
+    """PostgreSQL answered PREPARE TRANSACTION with ROLLBACK: the transaction
+    had failed, and is rolled back (a definite answer)."""
+
+
+# --- errors -----------------------------------------------------------------
+
+
+def pg_code(e: BaseException) -> Optional[str]:
+    """The SQLSTATE of a psycopg error the server sent, else None."""
+    code = getattr(e, "sqlstate", None)
+    if code and _is_psycopg_error(e):
+        return code
+    return None
+
+
+def my_code(e: BaseException) -> int:
+    """The error number of a MySQL/MariaDB server error (PyMySQL), else 0.
+    Numbers 2000-2999 are the client library's own (lost connection, …):
+    not the server's answer."""
+    if not _is_pymysql_error(e):
+        return 0
+    args = getattr(e, "args", ())
+    if args and isinstance(args[0], int):
+        n = args[0]
+        if 0 < n < 2000 or n >= 3000:
+            return n
+    return 0
+
+
+def my_message(e: BaseException) -> str:
+    args = getattr(e, "args", ())
+    return str(args[1]) if len(args) > 1 else str(e)
+
+
+def server_said_no(e: BaseException) -> bool:
+    """Whether the database itself answered e (so the statement's effect is
+    known), as opposed to a broken connection or a timeout."""
+    return pg_code(e) is not None or my_code(e) != 0 or isinstance(e, PrepareRolledBack)
+
+
+def pg_statement_failed(e: BaseException) -> bool:
+    """Whether e is PostgreSQL's ERROR for a statement (the simple protocol
+    skips the statements after it; a failed COMMIT rolls back). A FATAL or
+    PANIC is not: it ends the session, and can come after a COMMIT ran."""
+    if pg_code(e) is None:
+        return False
+    diag = getattr(e, "diag", None)
+    sev = getattr(diag, "severity_nonlocalized", None) or getattr(diag, "severity", None)
+    return sev == "ERROR"
+
+
+def _is_psycopg_error(e: BaseException) -> bool:
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(e, psycopg.Error)
+
+
+def _is_pymysql_error(e: BaseException) -> bool:
+    try:
+        import pymysql
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(e, pymysql.err.MySQLError)
+
+
+# --- dialects -----------------------------------------------------------------
+
+
+class Dialect:
+    driver = ""
+    session_bound = False
+
+    def begin(self, b: BranchName) -> str:
+        raise NotImplementedError
+
+    def prepare(self, b: BranchName) -> List[str]:
+        raise NotImplementedError
+
+    def commit_one_phase(self, b: BranchName) -> List[str]:
+        raise NotImplementedError
+
+    def rollback_active(self, b: BranchName) -> List[str]:
+        raise NotImplementedError
+
+    def commit_prepared(self, b: BranchName) -> str:
+        raise NotImplementedError
+
+    def rollback_prepared(self, b: BranchName) -> str:
+        raise NotImplementedError
+
+    def read_only_query(self) -> str:
+        return ""
+
+    def is_not_found(self, e: BaseException) -> bool:
+        raise NotImplementedError
+
+
+class PostgresDialect(Dialect):
+    """PostgreSQL's two-phase commit: a branch is an ordinary transaction
+    (BEGIN) that PREPARE TRANSACTION 'gid' turns into a prepared one, settled
+    later from any session of the same role."""
+
+    driver = POSTGRES
+    session_bound = False
+
+    def begin(self, b):
+        return "BEGIN"
+
+    def prepare(self, b):
+        return ["PREPARE TRANSACTION '" + b.postgres_gid() + "'"]
+
+    def commit_one_phase(self, b):
+        return ["COMMIT"]
+
+    def rollback_active(self, b):
+        return ["ROLLBACK"]
+
+    def commit_prepared(self, b):
+        return "COMMIT PREPARED '" + b.postgres_gid() + "'"
+
+    def rollback_prepared(self, b):
+        return "ROLLBACK PREPARED '" + b.postgres_gid() + "'"
+
+    def read_only_query(self):
+        return "SELECT txid_current_if_assigned() IS NULL"
+
+    def is_not_found(self, e):
+        # 42704 undefined_object: "prepared transaction with identifier ... does not exist"
+        return pg_code(e) == "42704"
+
+
+class MySQLDialect(Dialect):
+    """The XA statements of MySQL and MariaDB. MariaDB keeps a prepared XA
+    branch bound to the preparing session until it ends (session_bound):
+    only that session can settle it meanwhile."""
+
+    driver = MYSQL
+    session_bound = True
+
+    def begin(self, b):
+        return "XA START " + b.mysql_xid()
+
+    def prepare(self, b):
+        x = b.mysql_xid()
+        return ["XA END " + x, "XA PREPARE " + x]
+
+    def commit_one_phase(self, b):
+        x = b.mysql_xid()
+        return ["XA END " + x, "XA COMMIT " + x + " ONE PHASE"]
+
+    def rollback_active(self, b):
+        x = b.mysql_xid()
+        return ["XA END " + x, "XA ROLLBACK " + x]
+
+    def commit_prepared(self, b):
+        return "XA COMMIT " + b.mysql_xid()
+
+    def rollback_prepared(self, b):
+        return "XA ROLLBACK " + b.mysql_xid()
+
+    def is_not_found(self, e):
+        return my_code(e) == 1397  # XAER_NOTA: Unknown XID
+
+
+def dialect_for(driver: str) -> Dialect:
+    return PostgresDialect() if driver == POSTGRES else MySQLDialect()
+
+
+# --- connections ----------------------------------------------------------------
+
+
+def multi_statements(driver: str, conn: Any) -> bool:
+    """Whether statements joined with "; " go in one round trip on conn:
+    always on PostgreSQL (the simple query protocol, no parameters), on
+    MySQL/MariaDB when PyMySQL was given client_flag=CLIENT.MULTI_STATEMENTS.
+    Either way the server stops at the first failing statement."""
+    if driver == POSTGRES:
+        return True
+    from pymysql.constants import CLIENT
+
+    return bool(getattr(conn, "client_flag", 0) & CLIENT.MULTI_STATEMENTS)
+
+
+def exec_text(driver: str, conn: Any, sql: str):
+    """Runs sql (one statement, or several joined with "; " where the
+    connection allows) with no parameters, reading every result, and raises
+    the first error (the server ran nothing after it). Returns the cursor."""
+    cur = conn.cursor()
+    try:
+        if driver == POSTGRES:
+            cur.execute(sql, prepare=False)  # no parameters: the simple query protocol
+        else:
+            cur.execute(sql)
+            while cur.nextset():
+                pass
+    except BaseException:
+        _close_quietly(cur)
+        raise
+    return cur
+
+
+def read_row(driver: str, conn: Any, sql: str) -> Optional[Sequence[Any]]:
+    """The first row of sql on conn, or None."""
+    cur = conn.cursor()
+    try:
+        if driver == POSTGRES:
+            cur.execute(sql, prepare=False)
+        else:
+            cur.execute(sql)
+        row = cur.fetchone()
+        if driver == MYSQL:
+            while cur.nextset():
+                pass
+        return row
+    finally:
+        _close_quietly(cur)
+
+
+def make_autocommit(driver: str, conn: Any) -> None:
+    """Puts an application's connection in autocommit mode, so that the
+    client runs its own BEGIN / XA START. Refuses one with an open
+    transaction (its work would be committed or lost)."""
+    if driver == POSTGRES:
+        from psycopg import pq
+
+        st = conn.info.transaction_status
+        if st != pq.TransactionStatus.IDLE:
+            raise ValueError(
+                "tandem: the PostgreSQL connection is inside a transaction (status %s): commit or roll it back "
+                "before giving it to a global transaction" % (st.name,)
+            )
+        if not conn.autocommit:
+            conn.autocommit = True
+        return
+    from pymysql.constants import SERVER_STATUS
+
+    if conn.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
+        raise ValueError(
+            "tandem: the MySQL/MariaDB connection is inside a transaction: commit or roll it back (or open it with "
+            "autocommit=True) before giving it to a global transaction"
+        )
+    if not conn.get_autocommit():
+        conn.autocommit(True)
+
+
+def pg_tx_status(conn: Any) -> str:
+    """PostgreSQL's transaction status as the backend last said (no round
+    trip): 'I' idle, 'T' in a transaction block, 'E' failed, '' unknown or busy."""
+    from psycopg import pq
+
+    st = conn.info.transaction_status
+    return {
+        pq.TransactionStatus.IDLE: "I",
+        pq.TransactionStatus.INTRANS: "T",
+        pq.TransactionStatus.INERROR: "E",
+    }.get(st, "")
+
+
+def close_conn(conn: Any) -> None:
+    """Ends the session now (the database rolls back an open transaction; a
+    session-bound prepared branch is detached, for any connection, the
+    coordinator's included, to settle). Never raises."""
+    try:
+        if hasattr(conn, "_force_close"):  # PyMySQL: drop the socket, no COM_QUIT round trip
+            conn._force_close()
+        else:
+            conn.close()
+    except Exception:
+        pass
+
+
+def _close_quietly(cur: Any) -> None:
+    try:
+        cur.close()
+    except Exception:
+        pass

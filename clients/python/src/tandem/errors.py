@@ -1,0 +1,82 @@
+"""The exceptions of the Tandem client. Every one is a TandemError.
+
+- Aborted: the global transaction rolled back everywhere; nothing of it is
+  committed. Safe to retry the whole unit of work.
+- OutcomeUnknown: it may have committed or not, and the client could not
+  find out in time. It is never half-committed: ask the coordinator
+  (Client.status(gtrid), or `tandem status GTRID`) later; do not redo the
+  work blindly. Its gtrid names the transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class TandemError(Exception):
+    """Base class of the client's exceptions."""
+
+
+class Aborted(TandemError):
+    """The transaction rolled back everywhere (the Go SDK's ErrAborted).
+
+    stage says where, in one word: "statement", "setup", "prepare",
+    "commit", "decided-abort", "refused", "no-coordinator", or "other"."""
+
+    def __init__(self, gtrid: str, reason: str, cause: Optional[BaseException] = None, stage: str = "other"):
+        self.gtrid = gtrid
+        self.reason = reason
+        self.cause = cause
+        self.stage = stage
+        msg = "tandem: transaction %s aborted: %s" % (gtrid, reason)
+        if cause is not None:
+            msg += ": " + _text(cause)
+        super().__init__(msg)
+
+
+class OutcomeUnknown(TandemError):
+    """The outcome could not be learnt (the Go SDK's ErrOutcomeUnknown).
+    Nothing was rolled back after the ambiguous answer: the transaction is
+    committed everywhere or nowhere, and the coordinator (or the commit
+    point's decision table) knows which."""
+
+    def __init__(self, gtrid: str, cause: object):
+        self.gtrid = gtrid
+        self.cause = cause
+        super().__init__(
+            "tandem: outcome of transaction %s unknown (ask the coordinator: tandem status %s): %s" % (gtrid, gtrid, _text(cause))
+        )
+
+
+class TxDone(TandemError):
+    """A statement, commit or branch on a transaction that is finishing or finished."""
+
+
+class BranchFailed(TandemError):
+    """A statement of the branch failed earlier: the transaction can only roll back."""
+
+
+class StatementRefused(BranchFailed):
+    """A statement refused before it was sent: it would end the branch's
+    transaction (transaction control on PostgreSQL, an implicit commit on a
+    MariaDB/MySQL commit point). The transaction can only roll back."""
+
+
+class UnknownRM(TandemError):
+    """The resource manager's name is not among the client's RMs."""
+
+
+class NoCoordinator(TandemError):
+    """Two or more branches wrote, none can be the commit point, and the
+    client names no coordinator to decide them."""
+
+
+class ConfigError(TandemError):
+    """The client's configuration is wrong (raised by Client())."""
+
+
+def _text(e: object) -> str:
+    if isinstance(e, BaseException):
+        s = str(e).strip()
+        return s if s else type(e).__name__
+    return str(e)

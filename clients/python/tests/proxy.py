@@ -1,0 +1,92 @@
+"""A TCP proxy for the tests that breaks a connection at a chosen moment:
+armed with a byte pattern, it cuts the connection whose client sends it,
+either before forwarding it (the server never sees the statement) or after
+the server's reply to it (the statement ran; the client never hears)."""
+
+import socket
+import threading
+from typing import Optional
+
+from conftest import free_addr
+
+
+class Proxy:
+    def __init__(self, upstream_host: str, upstream_port: int):
+        self.upstream = (upstream_host, upstream_port)
+        host, port = free_addr().split(":")
+        self.host, self.port = host, int(port)
+        self.listener = socket.create_server((host, self.port))
+        self.pattern: Optional[bytes] = None
+        self.mode = ""
+        self.cut = threading.Event()
+        self._closing = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def arm(self, pattern: bytes, mode: str) -> None:
+        """mode "before": cut before forwarding the packet that holds
+        pattern; "after": forward it, wait for the server's reply, drop the
+        reply and cut."""
+        self.pattern, self.mode = pattern, mode
+
+    def close(self) -> None:
+        self._closing = True
+        self.listener.close()
+
+    def _accept(self):
+        while not self._closing:
+            try:
+                c, _ = self.listener.accept()
+            except OSError:
+                return
+            s = socket.create_connection(self.upstream)
+            threading.Thread(target=self._client_to_server, args=(c, s), daemon=True).start()
+            threading.Thread(target=self._server_to_client, args=(c, s), daemon=True).start()
+
+    @staticmethod
+    def _shut(*socks):
+        for x in socks:
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            x.close()
+
+    def _client_to_server(self, c, s):
+        while True:
+            try:
+                data = c.recv(65536)
+            except OSError:
+                return
+            if not data:
+                self._shut(c, s)
+                return
+            if self.pattern is not None and self.pattern in data and not self.cut.is_set():
+                self.pattern = None
+                if self.mode == "before":
+                    self.cut.set()
+                    self._shut(c, s)
+                    return
+                self.cut.set()  # the server-to-client pump drops the reply, then cuts
+                s.sendall(data)
+                continue
+            try:
+                s.sendall(data)
+            except OSError:
+                return
+
+    def _server_to_client(self, c, s):
+        while True:
+            try:
+                data = s.recv(65536)
+            except OSError:
+                return
+            if not data:
+                self._shut(c, s)
+                return
+            if self.cut.is_set() and self.mode == "after":
+                self._shut(c, s)  # the reply to the statement: dropped
+                return
+            try:
+                c.sendall(data)
+            except OSError:
+                return

@@ -1,0 +1,193 @@
+"""The coordinator's path when things go wrong: an ambiguous answer is an
+unknown outcome, never a rollback; the outcome is what the coordinator
+settles; the client follows the primary across a list of coordinators.
+Real coordinators, and a scripted fake one (a gRPC server in this process)
+for a standby's refusal and the ambiguity rules."""
+
+import re
+import threading
+from concurrent import futures
+
+import grpc
+import pytest
+
+import tandem
+from conftest import eventually, free_addr, make_client
+from tandem._pb import tandem_pb2 as pb
+from tandem._pb import tandem_pb2_grpc as pb_grpc
+from test_commit import write_both
+
+
+class FakeCoordinator(pb_grpc.CoordinatorServicer):
+    """A scripted coordinator: health() answers Health; commit is a list of
+    answers for successive Commit calls: a grpc.StatusCode (refused with
+    it; with the tandem-not-primary trailer when not_primary is set)."""
+
+    def __init__(self, cluster: str, serving: bool, role: str = "primary", commit=(), not_primary: str = ""):
+        self.cluster, self.serving, self.role = cluster, serving, role
+        self.commit_answers = list(commit)
+        self.not_primary = not_primary
+        self.commits = 0
+        self.addr = free_addr()
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pb_grpc.add_CoordinatorServicer_to_server(self, self.server)
+        self.server.add_insecure_port(self.addr)
+        self.server.start()
+        self.mu = threading.Lock()
+
+    def stop(self):
+        self.server.stop(0)
+
+    def Health(self, request, context):
+        return pb.HealthResponse(
+            serving=self.serving, message="role=%s cluster=%s epoch=1" % (self.role, self.cluster),
+            rms=[pb.RMHealth(name="pg", reachable=True), pb.RMHealth(name="maria", reachable=True)],
+        )
+
+    def _refuse(self, context, code):
+        if self.not_primary:
+            context.set_trailing_metadata((("tandem-not-primary", self.not_primary),))
+        context.abort(code, "fake coordinator: %s" % code.name)
+
+    def Commit(self, request, context):
+        with self.mu:
+            self.commits += 1
+            a = self.commit_answers.pop(0) if self.commit_answers else grpc.StatusCode.FAILED_PRECONDITION
+        self._refuse(context, a)
+
+    def Status(self, request, context):
+        self._refuse(context, grpc.StatusCode.FAILED_PRECONDITION)
+
+    def Abort(self, request, context):
+        self._refuse(context, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+def cluster_of(coord) -> str:
+    with grpc.insecure_channel(coord.addr) as ch:
+        h = pb_grpc.CoordinatorStub(ch).Health(pb.HealthRequest(), timeout=5)
+    return re.search(r"cluster=(\S+)", h.message).group(1)
+
+
+def test_coordinator_dying_after_its_decision_is_unknown_then_committed(db, coordinator_factory):
+    """The coordinator dies right after its durable COMMIT record: the client
+    cannot learn the outcome, says so naming the gtrid, and rolls nothing
+    back; the restarted coordinator commits both branches."""
+    coord = coordinator_factory(failpoints="after-commit-record=kill")
+    db.table("py_unknown")
+    cli = make_client(db, coord, decide_at="coordinator", decision_timeout=2.0)
+    tx = cli.begin()
+    write_both(tx, db, "py_unknown", 1)
+    with pytest.raises(tandem.OutcomeUnknown) as e:
+        tx.commit()
+    assert e.value.gtrid == tx.gtrid and tx.gtrid in str(e.value)
+    left = db.prepared_for(tx.gtrid)
+    assert len(left) == 2, "nothing may be rolled back after an ambiguous answer; prepared: %s" % left
+    assert db.count("pg", "py_unknown", 1) == 0 and db.count("maria", "py_unknown", 1) == 0
+    coord.kill()
+    coord.start()
+    eventually(15, "both branches committed by the restarted coordinator",
+               lambda: db.count("pg", "py_unknown", 1) == 1 and db.count("maria", "py_unknown", 1) == 1)
+    assert cli.status(tx.gtrid).outcome == "COMMITTED"
+    eventually(10, "nothing left prepared", lambda: db.prepared_for(tx.gtrid) == [])
+    cli.close()
+
+
+def test_unreachable_coordinator_is_unknown_and_its_orphans_are_rolled_back(db, coordinator_factory):
+    """The coordinator is gone when the Commit is sent: the outcome is
+    unknown (the decision could have been written by an attempt that went
+    unanswered); the coordinator, back, never got the Commit and rolls the
+    prepared branches back after its orphan timeout."""
+    coord = coordinator_factory()
+    db.table("py_gone")
+    cli = make_client(db, coord, decide_at="coordinator", decision_timeout=1.5)
+    pg, my = db.pg_conn(), db.my_conn()
+    tx = cli.begin()
+    write_both(tx, db, "py_gone", 1, pg, my)
+    tx.commit()  # learns the cluster's identity
+    tx = cli.begin()
+    write_both(tx, db, "py_gone", 2, pg, my)
+    coord.kill()
+    with pytest.raises(tandem.OutcomeUnknown) as e:
+        tx.commit()
+    assert e.value.gtrid == tx.gtrid
+    assert len(db.prepared_for(tx.gtrid)) == 2
+    coord.start()
+    eventually(15, "the orphans rolled back", lambda: db.prepared_for(tx.gtrid) == [])
+    assert db.count("pg", "py_gone", 2) == 0 and db.count("maria", "py_gone", 2) == 0
+    cli.close()
+
+
+def test_follows_the_primary_past_an_unreachable_address(db, coordinator):
+    db.table("py_follow1")
+    cli = tandem.Client(
+        rms=[tandem.RM("pg", "postgres", connect=db.pg_conn), tandem.RM("maria", "mysql", connect=db.my_conn)],
+        coordinators=[free_addr(), coordinator.addr],
+        defaults=tandem.CommitOptions(decide_at="coordinator"),
+        decision_timeout=10,
+    )
+    tx = cli.begin()
+    write_both(tx, db, "py_follow1", 1)
+    res = tx.commit()
+    assert res.path == tandem.TWO_PHASE
+    assert cli.current_coordinator() == coordinator.addr
+    assert db.count("pg", "py_follow1", 1) == 1 and db.count("maria", "py_follow1", 1) == 1
+    cli.close()
+
+
+def test_follows_the_primary_past_a_standby(db, coordinator):
+    """A standby refuses the Commit (tandem-not-primary, FAILED_PRECONDITION,
+    nothing written): the client finds the primary by Health and commits there."""
+    standby = FakeCoordinator(cluster_of(coordinator), serving=False, role="standby", not_primary="standby")
+    db.table("py_follow2")
+    cli = tandem.Client(
+        rms=[tandem.RM("pg", "postgres", connect=db.pg_conn), tandem.RM("maria", "mysql", connect=db.my_conn)],
+        coordinators=[standby.addr, coordinator.addr],
+        defaults=tandem.CommitOptions(decide_at="coordinator"),
+    )
+    tx = cli.begin()
+    write_both(tx, db, "py_follow2", 1)
+    res = tx.commit()
+    assert res.path == tandem.TWO_PHASE and standby.commits == 1
+    assert cli.current_coordinator() == coordinator.addr
+    assert db.count("pg", "py_follow2", 1) == 1 and db.count("maria", "py_follow2", 1) == 1
+    assert cli.status(tx.gtrid).outcome == "COMMITTED"
+    cli.close()
+    standby.stop()
+
+
+def test_a_refusal_after_an_unanswered_attempt_is_unknown_never_a_rollback(db):
+    fake = FakeCoordinator("0123456789abcdef0123456789abcdef", serving=True,
+                           commit=[grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.PERMISSION_DENIED])
+    db.table("py_ambig")
+    cli = tandem.Client(
+        rms=[tandem.RM("pg", "postgres", connect=db.pg_conn), tandem.RM("maria", "mysql", connect=db.my_conn)],
+        coordinator=fake.addr, defaults=tandem.CommitOptions(decide_at="coordinator"), decision_timeout=5,
+    )
+    tx = cli.begin()
+    write_both(tx, db, "py_ambig", 1)
+    try:
+        with pytest.raises(tandem.OutcomeUnknown) as e:
+            tx.commit()
+        assert "does not settle it" in str(e.value) and fake.commits == 2
+        assert len(db.prepared_for(tx.gtrid)) == 2, "rolled back after an ambiguous answer"
+    finally:
+        db.rollback_leftovers()
+        cli.close()
+        fake.stop()
+
+
+def test_a_refusal_first_is_an_abort(db):
+    fake = FakeCoordinator("0123456789abcdef0123456789abcdef", serving=True, commit=[grpc.StatusCode.PERMISSION_DENIED])
+    db.table("py_refused")
+    cli = tandem.Client(
+        rms=[tandem.RM("pg", "postgres", connect=db.pg_conn), tandem.RM("maria", "mysql", connect=db.my_conn)],
+        coordinator=fake.addr, defaults=tandem.CommitOptions(decide_at="coordinator"), decision_timeout=5,
+    )
+    tx = cli.begin()
+    write_both(tx, db, "py_refused", 1)
+    with pytest.raises(tandem.Aborted) as e:
+        tx.commit()
+    assert e.value.stage == "refused" and fake.commits == 1
+    assert db.prepared_for(tx.gtrid) == []
+    cli.close()
+    fake.stop()
