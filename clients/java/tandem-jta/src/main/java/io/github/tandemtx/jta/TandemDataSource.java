@@ -232,6 +232,21 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         return this;
     }
 
+    /** The most connections open at once ({@link #setMaxPoolSize}). */
+    public int maxPoolSize() {
+        return maxPoolSize;
+    }
+
+    /** How long {@link #getConnection()} waits for a free connection ({@link #setAcquireTimeout}). */
+    public java.time.Duration acquireTimeout() {
+        return java.time.Duration.ofMillis(acquireTimeoutMillis);
+    }
+
+    /** Whether the source is taken for a pool of its own ({@link #setSourcePools}). */
+    public boolean sourcePools() {
+        return sourcePools;
+    }
+
     @Override
     public Connection getConnection() throws SQLException {
         TandemTransaction tx = tm.current();
