@@ -81,12 +81,13 @@ class JpaPaymentTest {
         for (Throwable t = e; t != null; t = t.getCause()) {
             chain.append(t).append('\n');
         }
+        System.out.println("aFailureAtTheFlushRollsBackBoth: " + chain.toString().replace('\n', '|'));
         assertTrue(chain.toString().toLowerCase().contains("duplicate"), chain.toString());
         assertEquals(90, payments.balance(13), "only the first debit stays");
         assertEquals(10, payments.totalPaid(13));
     }
 
-    /** The example's own run: exits 0 when every wallet's debits equal its payments. */
+    /** A payment the wallet cannot cover writes nothing on either database. */
     @Test
     void insufficientFundsWriteNothing() {
         payments.open(14, "dee", 20);
