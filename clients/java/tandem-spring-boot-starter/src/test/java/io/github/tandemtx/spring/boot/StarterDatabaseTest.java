@@ -13,6 +13,7 @@ import org.springframework.boot.actuate.health.Health;
 import org.springframework.boot.actuate.health.Status;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
 import org.springframework.boot.autoconfigure.transaction.TransactionAutoConfiguration;
+import org.springframework.boot.context.properties.ConfigurationProperties;
 import org.springframework.boot.jdbc.DataSourceBuilder;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 import org.springframework.context.annotation.Bean;
@@ -52,6 +53,51 @@ class StarterDatabaseTest {
         @Bean
         DataSource maria() {
             return DataSourceBuilder.create().url(JdbcUrls.maria()).build();
+        }
+    }
+
+    /** The README's configuration: Hikari pools bound from app.datasource.* as Boot binds one. */
+    @Configuration(proxyBeanMethods = false)
+    static class ReadmeApplication {
+        @Bean
+        @ConfigurationProperties("app.datasource.pg")
+        DataSource pg() {
+            return DataSourceBuilder.create().type(HikariDataSource.class).build();
+        }
+
+        @Bean
+        @ConfigurationProperties("app.datasource.maria")
+        DataSource maria() {
+            return DataSourceBuilder.create().type(HikariDataSource.class).build();
+        }
+    }
+
+    /**
+     * The README's configuration as written: the pools' settings bound from
+     * properties before the starter sizes them (maximum-pool-size 5: a
+     * TandemDataSource of 4), a transaction writing both.
+     */
+    @Test
+    void theReadmesConfiguration() throws Exception {
+        try (TestCoordinator c = new TestCoordinator()) {
+            new ApplicationContextRunner()
+                    .withConfiguration(AutoConfigurations.of(TandemAutoConfiguration.class, TransactionAutoConfiguration.class))
+                    .withUserConfiguration(ReadmeApplication.class)
+                    .withPropertyValues("app.datasource.pg.jdbc-url=" + JdbcUrls.pg(), "app.datasource.pg.maximum-pool-size=5",
+                            "app.datasource.maria.jdbc-url=" + JdbcUrls.maria(), "tandem.coordinators=" + c.addr)
+                    .run(ctx -> {
+                        assertThat(ctx).hasNotFailed();
+                        TandemDataSource pg = ctx.getBean("pg", TandemDataSource.class), maria = ctx.getBean("maria", TandemDataSource.class);
+                        assertThat(pg.maxPoolSize()).isEqualTo(4);
+                        assertThat(maria.maxPoolSize()).isEqualTo(9);
+                        String id = UUID.randomUUID().toString();
+                        ctx.getBean(TransactionTemplate.class).executeWithoutResult(s -> {
+                            new JdbcTemplate(pg).update("INSERT INTO " + TABLE + " (id) VALUES (?)", id);
+                            new JdbcTemplate(maria).update("INSERT INTO " + TABLE + " (id) VALUES (?)", id);
+                        });
+                        assertThat(count(pg, id)).isEqualTo(1);
+                        assertThat(count(maria, id)).isEqualTo(1);
+                    });
         }
     }
 

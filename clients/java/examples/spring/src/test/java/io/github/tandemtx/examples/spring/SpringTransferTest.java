@@ -233,6 +233,16 @@ class SpringTransferTest {
             assertEquals(2, sample(body, "tandem_client_commit_seconds_count", "path=\"commit-point\""), body);
             assertEquals(1, sample(body, "tandem_client_rollbacks_total", null), body);
             assertEquals(0, sample(body, "tandem_client_aborts_total", "stage=\"statement\""), body);
+
+            // The starter's health indicator, among Boot's (show-details=always in application.properties).
+            HttpResponse<String> health = HttpClient.newHttpClient().send(
+                    HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/actuator/health")).build(), HttpResponse.BodyHandlers.ofString());
+            assertEquals(200, health.statusCode(), health::body);
+            assertTrue(health.body().contains("\"tandem\":{\"status\":\"UP\""), health.body());
+            assertTrue(health.body().contains("\"role\":\"primary\""), health.body());
+            if (Boolean.getBoolean("tandem.printScrape")) {
+                System.out.println(health.body());
+            }
         }
     }
 
