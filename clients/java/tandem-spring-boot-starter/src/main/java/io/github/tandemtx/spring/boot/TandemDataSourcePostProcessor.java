@@ -85,7 +85,7 @@ public class TandemDataSourcePostProcessor implements DestructionAwareBeanPostPr
         } else if (s != null) {
             t.setAcquireTimeout(s.acquireTimeout());
         }
-        if (s != null && max >= s.sourceMax()) {
+        if (s != null && p.getMaxPoolSize() != null && max >= s.sourceMax()) {
             LOG.warning("tandem: DataSource '" + beanName + "': tandem.datasources." + beanName + ".max-pool-size=" + max
                     + " is not below HikariCP's maximum-pool-size " + s.sourceMax()
                     + ": a thread may wait in Hikari while the transaction manager's own connection (deleting decided rows) is out");

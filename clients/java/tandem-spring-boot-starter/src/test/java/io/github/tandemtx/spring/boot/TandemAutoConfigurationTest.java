@@ -101,6 +101,18 @@ class TandemAutoConfigurationTest {
     }
 
     @Test
+    void bootsTransactionCustomizationsApply() {
+        runner.withConfiguration(AutoConfigurations.of(
+                org.springframework.boot.autoconfigure.transaction.TransactionManagerCustomizationAutoConfiguration.class))
+                .withPropertyValues("spring.transaction.default-timeout=7s", "spring.transaction.rollback-on-commit-failure=true").run(ctx -> {
+                    assertThat(ctx).hasNotFailed();
+                    JtaTransactionManager jta = ctx.getBean(JtaTransactionManager.class);
+                    assertThat(jta.getDefaultTimeout()).isEqualTo(7);
+                    assertThat(jta.isRollbackOnCommitFailure()).isTrue();
+                });
+    }
+
+    @Test
     void aTransactionManagerOfTheApplicationsOwnIsKept() {
         runner.withUserConfiguration(OwnTransactionManager.class).run(ctx -> {
             assertThat(ctx).hasNotFailed();
