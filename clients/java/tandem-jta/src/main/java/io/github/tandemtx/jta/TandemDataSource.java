@@ -17,7 +17,6 @@ import java.sql.Statement;
 import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.logging.Logger;
 import javax.sql.CommonDataSource;
 import javax.sql.DataSource;
@@ -99,18 +98,17 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
     private final Kind kind;
     private final CommonDataSource source;
     private final ResourceManager info;
+    /** Connections kept for the next transaction: only over a source that does not pool ({@link #giveBack}). */
     private final ConcurrentLinkedDeque<Physical> idle = new ConcurrentLinkedDeque<>();
-    /** Threads past the idle check, opening a connection from the source (maybe waiting in the source's own pool). */
-    private final AtomicInteger opening = new AtomicInteger();
     private volatile Semaphore permits = new Semaphore(DEFAULT_MAX_POOL_SIZE);
     private volatile int maxPoolSize = DEFAULT_MAX_POOL_SIZE;
     private volatile long acquireTimeoutMillis = 30_000;
     private volatile boolean closed;
     /**
-     * The source is a pool of its own (HikariCP, DBCP, …): closing one of its
-     * connections lends it to a thread waiting there ({@link #giveBack}).
-     * With a driver's plain data source, closing would end the session and
-     * the next transaction would log in again.
+     * The source is a pool of its own (HikariCP, DBCP, …): a connection
+     * whose transaction is over goes back to it ({@link #giveBack}). With a
+     * driver's plain data source, closing would end the session and the
+     * next transaction would log in again: it is kept idle here.
      */
     private volatile boolean sourcePools;
     /** The source has given a connection: later ones are opened concurrently. */
@@ -216,10 +214,12 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
     /**
      * Says whether the source pools its connections (detected for HikariCP,
      * DBCP2, Tomcat JDBC, c3p0, Agroal, Vibur and UCP, also behind a wrapper
-     * that answers {@code isWrapperFor}). A pooling source smaller than this
-     * pool gets a clean connection back at once when a thread waits in it,
-     * instead of this pool keeping it idle; a plain source keeps its
-     * sessions here (closing one would mean a new login).
+     * that answers {@code isWrapperFor}). A pooling source gets every clean
+     * connection back as soon as its transaction is over, and keeps the idle
+     * ones itself (checking them before lending them again, retiring them at
+     * their lifetime, lending them to whoever waits there); this pool then
+     * keeps none idle. A plain source's sessions are kept idle here (closing
+     * one would mean a new login).
      */
     public TandemDataSource setSourcePools(boolean pools) {
         sourcePools = pools;
@@ -230,6 +230,21 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
     public TandemDataSource setAcquireTimeout(java.time.Duration d) {
         acquireTimeoutMillis = d.toMillis();
         return this;
+    }
+
+    /** The most connections open at once ({@link #setMaxPoolSize}). */
+    public int maxPoolSize() {
+        return maxPoolSize;
+    }
+
+    /** How long {@link #getConnection()} waits for a free connection ({@link #setAcquireTimeout}). */
+    public java.time.Duration acquireTimeout() {
+        return java.time.Duration.ofMillis(acquireTimeoutMillis);
+    }
+
+    /** Whether the source is taken for a pool of its own ({@link #setSourcePools}). */
+    public boolean sourcePools() {
+        return sourcePools;
     }
 
     @Override
@@ -289,17 +304,7 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
             s.release();
             throw e;
         }
-        // About to open from the source. Counted before a second look at
-        // the idle ones: a connection given back from now on either is found
-        // there or goes back to the source, where this thread may be waiting
-        // (giveBack). Only threads that open from the source count: one that
-        // finds an idle connection never makes a giver close its own.
-        opening.incrementAndGet();
         try {
-            Physical p = pollIdle();
-            if (p != null) {
-                return p;
-            }
             if (!primed) {
                 // The source's first connection is opened by one thread at a
                 // time: a driver's data source that configures itself at first
@@ -316,8 +321,6 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         } catch (SQLException | RuntimeException e) {
             s.release();
             throw e;
-        } finally {
-            opening.decrementAndGet();
         }
     }
 
@@ -344,14 +347,15 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
 
     /**
      * Takes back a connection whose transaction is over. A reusable one (its
-     * session is outside any transaction: {@link SqlBranch#reusable()}) is
-     * kept idle, or, when the source pools ({@link #setSourcePools}) and
-     * another thread is opening a connection from it, given back to the
-     * source: that thread may be waiting for it
-     * in the source's own pool (HikariCP smaller than this pool), where
-     * keeping it idle here would leave it waiting out the pool's timeout.
-     * Any other is discarded ({@link Physical#discard}): a session whose
-     * state is unknown never goes back to a pool.
+     * session is outside any transaction: {@link SqlBranch#reusable()}) goes
+     * back to the source when the source pools ({@link #setSourcePools}):
+     * the source's pool keeps it idle, checks it before lending it again and
+     * lends it to a thread that may be waiting there (HikariCP smaller than
+     * this pool); kept idle here as well, it would be lent again unchecked
+     * (its session possibly ended by the server meanwhile) and counted in use
+     * by the source's pool. Over a plain source it is kept idle here. Any
+     * other is discarded ({@link Physical#discard}): a session whose state is
+     * unknown never goes back to a pool.
      */
     private void giveBack(Physical p, boolean reusable) {
         try {
@@ -367,14 +371,11 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
                 p.conn.rollback();
                 p.conn.setAutoCommit(true);
             }
-            if (sourcePools && opening.get() > 0) {
+            if (sourcePools) {
                 p.close();
                 return;
             }
             idle.addFirst(p);
-            if (sourcePools && opening.get() > 0 && idle.remove(p)) {
-                p.close(); // a thread started opening after the check above and missed p
-            }
         } catch (SQLException | RuntimeException e) {
             p.discard();
         } finally {

@@ -236,4 +236,44 @@ class PoolTest {
                     + "; want at most the pool size, " + max);
         }
     }
+
+    /**
+     * Over a pooling source, a connection whose transaction ended is the
+     * pool's again at once, not kept idle here as well: the pool checks it
+     * before lending it again (Hikari: isValid after 500 ms idle), retires
+     * it at its maxLifetime, and counts it idle. Before, a connection kept
+     * idle here was lent unchecked (Hikari counted it active): its backend
+     * terminated while it was idle, the next transaction failed on it.
+     */
+    @Test
+    void aConnectionIdleOverHikariIsHikarisToCheck() throws Exception {
+        try (HikariDataSource pgPool = hikari("pg-pool-idle", TestEnv.pgSource(), 2);
+                TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(coord.addr));
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", pgPool)) {
+            int pid;
+            tm.begin();
+            try (Connection c = pg.getConnection(); Statement st = c.createStatement()) {
+                st.executeUpdate("INSERT INTO jta_rows (id, v) VALUES ('" + TandemJtaTest.id() + "', 1)");
+                try (ResultSet rs = st.executeQuery("SELECT pg_backend_pid()")) {
+                    rs.next();
+                    pid = rs.getInt(1);
+                }
+            }
+            tm.commit();
+            assertEquals(0, pgPool.getHikariPoolMXBean().getActiveConnections(), "the connection is Hikari's again (idle there)");
+
+            try (Connection admin = TestEnv.pg(); Statement st = admin.createStatement()) {
+                st.execute("SELECT pg_terminate_backend(" + pid + ")");
+            }
+            Thread.sleep(700); // past Hikari's 500 ms without a check
+
+            String id = TandemJtaTest.id();
+            tm.begin();
+            try (Connection c = pg.getConnection(); Statement st = c.createStatement()) {
+                st.executeUpdate("INSERT INTO jta_rows (id, v) VALUES ('" + id + "', 1)");
+            }
+            tm.commit();
+            assertTrue(TestEnv.pgHas(id), "committed on a connection Hikari checked");
+        }
+    }
 }

@@ -9,6 +9,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.ThreadLocalRandom;
+import javax.sql.DataSource;
 import org.springframework.beans.factory.annotation.Qualifier;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.stereotype.Component;
@@ -25,7 +26,7 @@ public class Bank {
     static final String ACCOUNTS = "tandem_spring_accounts";
     static final String JOURNAL = "tandem_spring_journal";
     static final int ACCOUNT_COUNT = 10;
-    static final long INITIAL_BALANCE = 1000;
+    static final long INITIAL_BALANCE = 10_000;
 
     /** What a run did, and the invariants it broke (none, or the example is wrong). */
     public record Report(int committed, int failedOnPurpose, int insufficient, List<String> errors, List<String> violations) {
@@ -45,9 +46,9 @@ public class Bank {
     private final JdbcTemplate maria;
     private final TransferService transfers;
 
-    public Bank(@Qualifier("pgJdbc") JdbcTemplate pgJdbc, @Qualifier("mariaJdbc") JdbcTemplate mariaJdbc, TransferService transfers) {
-        this.pg = pgJdbc;
-        this.maria = mariaJdbc;
+    public Bank(@Qualifier("pg") DataSource pg, @Qualifier("maria") DataSource maria, TransferService transfers) {
+        this.pg = new JdbcTemplate(pg);
+        this.maria = new JdbcTemplate(maria);
         this.transfers = transfers;
     }
 
@@ -67,7 +68,7 @@ public class Bank {
     /**
      * Sets up, runs n transfers on the given number of threads (every fifth
      * fails on purpose; the amounts, at most 50, never overdraw an account
-     * within ACCOUNT_COUNT × 20 transfers), then one that overdraws and must
+     * within ACCOUNT_COUNT × 200 transfers), then one that overdraws and must
      * be refused, and checks.
      */
     public Report run(int n, int threads) throws InterruptedException {

@@ -1,5 +1,6 @@
 package io.github.tandemtx.examples.spring;
 
+import javax.sql.DataSource;
 import org.springframework.beans.factory.annotation.Qualifier;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.stereotype.Service;
@@ -31,9 +32,9 @@ public class TransferService {
     private final JdbcTemplate pg;
     private final JdbcTemplate maria;
 
-    public TransferService(@Qualifier("pgJdbc") JdbcTemplate pgJdbc, @Qualifier("mariaJdbc") JdbcTemplate mariaJdbc) {
-        this.pg = pgJdbc;
-        this.maria = mariaJdbc;
+    public TransferService(@Qualifier("pg") DataSource pg, @Qualifier("maria") DataSource maria) {
+        this.pg = new JdbcTemplate(pg);
+        this.maria = new JdbcTemplate(maria);
     }
 
     /**

@@ -1,11 +1,17 @@
 package io.github.tandemtx.examples.spring;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import com.zaxxer.hikari.HikariDataSource;
+import io.github.tandemtx.jta.TandemDataSource;
 import io.github.tandemtx.jta.TandemTracing;
 import io.github.tandemtx.jta.TandemTransactionManager;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Timer;
+import io.micrometer.core.instrument.distribution.HistogramSnapshot;
 import io.opentelemetry.api.OpenTelemetry;
 import io.opentelemetry.api.trace.Span;
 import io.opentelemetry.context.Scope;
@@ -23,8 +29,10 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
+import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import javax.sql.DataSource;
 import org.junit.jupiter.api.Test;
 import org.springframework.boot.WebApplicationType;
 import org.springframework.boot.builder.SpringApplicationBuilder;
@@ -43,7 +51,7 @@ class SpringTransferTest {
     @Test
     void transfersThroughSpringKeepTheInvariants() throws Exception {
         try (TestCoordinator c = new TestCoordinator()) {
-            Bank.Report r = SpringTransferApplication.run("--tandem.coordinator=" + c.addr, "--example.transfers=40", "--example.threads=4");
+            Bank.Report r = SpringTransferApplication.run("--tandem.coordinators=" + c.addr, "--example.transfers=40", "--example.threads=4");
             assertTrue(r.ok(), () -> r + "\ncoordinator:\n" + c.output());
             assertEquals(32, r.committed(), r::toString);
             assertEquals(8, r.failedOnPurpose(), () -> "every fifth transfer fails on purpose after writing both databases: " + r);
@@ -53,17 +61,77 @@ class SpringTransferTest {
 
     /**
      * Sixteen threads on Spring Boot's default pool (HikariCP, 10
-     * connections) under each TandemDataSource (16): none waits out
-     * Hikari's 30 s connection timeout (it did: "Connection is not
-     * available, request timed out after 30006ms").
+     * connections) under each TandemDataSource (the starter's 9): none waits
+     * out Hikari's 30 s connection timeout (it did, under a TandemDataSource
+     * of 16: "Connection is not available, request timed out after 30006ms").
      */
     @Test
     void sixteenThreadsOnBootsDefaultPool() throws Exception {
         try (TestCoordinator c = new TestCoordinator()) {
-            Bank.Report r = SpringTransferApplication.run("--tandem.coordinator=" + c.addr, "--example.transfers=80", "--example.threads=16");
+            Bank.Report r = SpringTransferApplication.run("--tandem.coordinators=" + c.addr, "--example.transfers=80", "--example.threads=16");
             assertTrue(r.ok(), () -> r + "\ncoordinator:\n" + c.output());
             assertEquals(64, r.committed(), r::toString);
             assertEquals(16, r.failedOnPurpose(), r::toString);
+        }
+    }
+
+    /**
+     * Sixty-four threads on Spring Boot's default pool sizes: HikariCP's 10
+     * connections per database, the starter's TandemDataSource of 9 over
+     * each. 640 transfers: every one commits or fails as it should, none
+     * waits out a timeout (Tandem's acquire timeout is Hikari's 30 s, and
+     * Hikari counts no connection timeout). The threads beyond the pool
+     * wait for a TandemDataSource permit, holding no connection, rather than
+     * inside Hikari: Hikari's own acquire time (its Micrometer timer) stays
+     * short. Prints the time taken and Hikari's acquire times.
+     */
+    @Test
+    void sixtyFourThreadsOnBootsDefaultPoolSizes() throws Exception {
+        int transfers = 640, threads = 64;
+        List<String> args = new java.util.ArrayList<>(List.of("--tandem.coordinators=PLACEHOLDER",
+                "--management.metrics.distribution.percentiles.hikaricp.connections.acquire=0.5,0.99"));
+        args.addAll(List.of(System.getProperty("tandem.example.args", "").split(" ")).stream().filter(a -> !a.isEmpty()).toList());
+        try (TestCoordinator c = new TestCoordinator();
+                ConfigurableApplicationContext ctx = new SpringApplicationBuilder(SpringTransferApplication.class).web(WebApplicationType.NONE)
+                        .run(args.stream().map(a -> a.replace("PLACEHOLDER", c.addr)).toArray(String[]::new))) {
+            TandemDataSource pg = ctx.getBean("pg", TandemDataSource.class), maria = ctx.getBean("maria", TandemDataSource.class);
+            HikariDataSource pgPool = pg.unwrap(HikariDataSource.class), mariaPool = maria.unwrap(HikariDataSource.class);
+            Bank bank = ctx.getBean(Bank.class);
+            bank.setup(); // starts Hikari's pools, which then fill to their minimum idle (10) in the background
+            long end = System.currentTimeMillis() + 10_000;
+            while ((pgPool.getHikariPoolMXBean().getTotalConnections() < 10 || mariaPool.getHikariPoolMXBean().getTotalConnections() < 10)
+                    && System.currentTimeMillis() < end) {
+                Thread.sleep(20); // so that the acquire times below are not the pools' first logins
+            }
+            long t0 = System.nanoTime();
+            Bank.Report r = bank.run(transfers, threads);
+            long ms = (System.nanoTime() - t0) / 1_000_000;
+            MeterRegistry registry = ctx.getBean(MeterRegistry.class);
+            StringBuilder hikari = new StringBuilder();
+            double timeouts = 0;
+            for (HikariDataSource h : List.of(pgPool, mariaPool)) {
+                Timer acquire = registry.find("hikaricp.connections.acquire").tag("pool", h.getPoolName()).timer();
+                assertNotNull(acquire, "Boot binds Hikari's metrics");
+                HistogramSnapshot snap = acquire.takeSnapshot();
+                hikari.append(String.format(" %s: %d acquisitions, p50 %.2f ms, p99 %.2f ms, max %.1f ms;", h.getPoolName(), snap.count(),
+                        snap.percentileValues()[0].value(TimeUnit.MILLISECONDS), snap.percentileValues()[1].value(TimeUnit.MILLISECONDS),
+                        snap.max(TimeUnit.MILLISECONDS)));
+                timeouts += registry.find("hikaricp.connections.timeout").tag("pool", h.getPoolName()).counter().count();
+            }
+            System.out.printf("sixtyFourThreadsOnBootsDefaultPoolSizes: %d transfers on %d threads in %d ms (%.0f/s): %s; "
+                    + "Hikari %d and %d connections, TandemDataSources %d and %d; Hikari's acquire times:%s connection timeouts %.0f%n",
+                    transfers, threads, ms, transfers * 1000.0 / ms, r, pgPool.getMaximumPoolSize(), mariaPool.getMaximumPoolSize(),
+                    pg.maxPoolSize(), maria.maxPoolSize(), hikari, timeouts);
+            assertTrue(r.ok(), () -> r + "\ncoordinator:\n" + c.output());
+            assertEquals(transfers * 4 / 5, r.committed(), r::toString);
+            assertEquals(transfers / 5, r.failedOnPurpose(), r::toString);
+            assertEquals(0, timeouts, "no thread waited out Hikari's connection timeout");
+            assertTrue(ms < 60_000, "no stall: " + ms + " ms");
+            if (args.size() == 2) { // the defaults (not a comparison run with tandem.example.args)
+                assertEquals(10, pgPool.getMaximumPoolSize(), "Boot's default pool");
+                assertEquals(9, pg.maxPoolSize(), "Hikari's size less the manager's own connection");
+                assertEquals(9, maria.maxPoolSize());
+            }
         }
     }
 
@@ -81,11 +149,11 @@ class SpringTransferTest {
     void aCoordinatorStoppedForOneTransferLeavesBootsPoolHealthy() throws Exception {
         try (TestCoordinator c = new TestCoordinator();
                 ConfigurableApplicationContext ctx = new SpringApplicationBuilder(SpringTransferApplication.class).web(WebApplicationType.NONE)
-                        .run("--tandem.coordinator=" + c.addr, "--tandem.decide-at=COORDINATOR", "--tandem.decision-timeout=3s")) {
+                        .run("--tandem.coordinators=" + c.addr, "--tandem.decide-at=COORDINATOR", "--tandem.decision-timeout=3s")) {
             Bank bank = ctx.getBean(Bank.class);
             TransferService transfers = ctx.getBean(TransferService.class);
-            JdbcTemplate pg = ctx.getBean("pgJdbc", JdbcTemplate.class);
-            JdbcTemplate maria = ctx.getBean("mariaJdbc", JdbcTemplate.class);
+            JdbcTemplate pg = new JdbcTemplate(ctx.getBean("pg", DataSource.class));
+            JdbcTemplate maria = new JdbcTemplate(ctx.getBean("maria", DataSource.class));
             TandemTransactionManager tandem = ctx.getBean(TandemTransactionManager.class);
             bank.setup();
             Set<String> committed = new HashSet<>();
@@ -153,7 +221,7 @@ class SpringTransferTest {
     @Test
     void prometheusEndpointServesTandemMetrics() throws Exception {
         try (TestCoordinator c = new TestCoordinator();
-                ConfigurableApplicationContext ctx = SpringTransferApplication.serve("--tandem.coordinator=" + c.addr, "--server.port=0")) {
+                ConfigurableApplicationContext ctx = SpringTransferApplication.serve("--tandem.coordinators=" + c.addr, "--server.port=0")) {
             ctx.getBean(Bank.class).setup();
             TransferService transfers = ctx.getBean(TransferService.class);
             transfers.transfer(UUID.randomUUID().toString(), 1, 2, 10, false);
@@ -175,6 +243,16 @@ class SpringTransferTest {
             assertEquals(2, sample(body, "tandem_client_commit_seconds_count", "path=\"commit-point\""), body);
             assertEquals(1, sample(body, "tandem_client_rollbacks_total", null), body);
             assertEquals(0, sample(body, "tandem_client_aborts_total", "stage=\"statement\""), body);
+
+            // The starter's health indicator, among Boot's (show-details=always in application.properties).
+            HttpResponse<String> health = HttpClient.newHttpClient().send(
+                    HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/actuator/health")).build(), HttpResponse.BodyHandlers.ofString());
+            assertEquals(200, health.statusCode(), health::body);
+            assertTrue(health.body().contains("\"tandem\":{\"status\":\"UP\""), health.body());
+            assertTrue(health.body().contains("\"role\":\"primary\""), health.body());
+            if (Boolean.getBoolean("tandem.printScrape")) {
+                System.out.println(health.body());
+            }
         }
     }
 
@@ -203,7 +281,7 @@ class SpringTransferTest {
         try (TestCoordinator c = new TestCoordinator();
                 ConfigurableApplicationContext ctx = new SpringApplicationBuilder(SpringTransferApplication.class).web(WebApplicationType.NONE)
                         .initializers(ac -> ((GenericApplicationContext) ac).registerBean("openTelemetry", OpenTelemetry.class, () -> otel))
-                        .run("--tandem.coordinator=" + c.addr)) {
+                        .run("--tandem.coordinators=" + c.addr)) {
             ctx.getBean(Bank.class).setup();
             TransferService transfers = ctx.getBean(TransferService.class);
             Span request = tp.get("app").spanBuilder("request").startSpan();
@@ -232,7 +310,7 @@ class SpringTransferTest {
     @Test
     void anUnreachableCoordinatorStopsTheApplicationAtStart() throws Exception {
         String addr = "127.0.0.1:" + TestCoordinator.freePort();
-        Exception e = assertThrows(Exception.class, () -> SpringTransferApplication.run("--tandem.coordinator=" + addr));
+        Exception e = assertThrows(Exception.class, () -> SpringTransferApplication.run("--tandem.coordinators=" + addr));
         String all = chain(e);
         assertTrue(all.contains("the coordinator at " + addr + " did not answer Health"), all);
     }

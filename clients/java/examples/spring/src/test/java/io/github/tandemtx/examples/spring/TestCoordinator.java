@@ -119,11 +119,16 @@ final class TestCoordinator implements AutoCloseable {
     }
 
     @Override
-    public void close() throws Exception {
+    public void close() throws IOException {
         if (proc.isAlive()) {
             proc.destroy();
-            if (!proc.waitFor(15, TimeUnit.SECONDS)) {
-                proc.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+            try {
+                if (!proc.waitFor(15, TimeUnit.SECONDS)) {
+                    proc.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+                }
+            } catch (InterruptedException e) {
+                proc.destroyForcibly();
+                Thread.currentThread().interrupt();
             }
         }
         try (var s = Files.walk(dataDir)) {

@@ -1,0 +1,194 @@
+package io.github.tandemtx.spring.boot;
+
+import io.github.tandemtx.jta.TandemDataSource;
+import io.github.tandemtx.jta.TandemTransactionManager;
+import io.github.tandemtx.jta.TandemXid;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+import javax.sql.DataSource;
+import org.springframework.beans.BeansException;
+import org.springframework.beans.factory.BeanFactory;
+import org.springframework.beans.factory.BeanFactoryAware;
+import org.springframework.beans.factory.config.ConfigurableBeanFactory;
+import org.springframework.beans.factory.config.DestructionAwareBeanPostProcessor;
+import org.springframework.core.Ordered;
+import org.springframework.util.ClassUtils;
+
+/**
+ * Makes every DataSource bean of the application an enlisting
+ * {@link TandemDataSource} over it (connections taken inside a JTA
+ * transaction join it), named by {@code tandem.datasources.BEAN.rm} or the
+ * bean's name, and sized with its source: over a HikariCP pool, its pool
+ * size is Hikari's {@code maximumPoolSize} less one (at least one) and its
+ * wait Hikari's {@code connectionTimeout} (README, "Pools"). Not wrapped: a
+ * bean that already is a TandemDataSource (or wraps one), or one with
+ * {@code tandem.datasources.BEAN.enabled=false}.
+ *
+ * <p>The bean named BEAN is then the TandemDataSource: inject it as a
+ * {@code DataSource} ({@code unwrap(HikariDataSource.class)} reaches the
+ * pool). On shutdown the TandemDataSource is closed, then its source (the
+ * pool the application declared) if it is {@link AutoCloseable}, before
+ * the transaction manager.
+ */
+public class TandemDataSourcePostProcessor implements DestructionAwareBeanPostProcessor, BeanFactoryAware, Ordered {
+    private static final Logger LOG = Logger.getLogger(TandemDataSourcePostProcessor.class.getName());
+    private static final boolean HIKARI = ClassUtils.isPresent("com.zaxxer.hikari.HikariDataSource", TandemDataSourcePostProcessor.class.getClassLoader());
+
+    private ConfigurableBeanFactory beanFactory;
+    /** The TandemDataSources made here, and the source each wraps. */
+    private final Map<TandemDataSource, DataSource> made = new ConcurrentHashMap<>();
+
+    @Override
+    public void setBeanFactory(BeanFactory beanFactory) {
+        this.beanFactory = (ConfigurableBeanFactory) beanFactory;
+    }
+
+    /** After the pool's own properties are bound (Boot binds @ConfigurationProperties before initialization), so its size is known. */
+    @Override
+    public Object postProcessAfterInitialization(Object bean, String beanName) throws BeansException {
+        if (!(bean instanceof DataSource ds) || bean instanceof TandemDataSource || wrapsTandem(ds)) {
+            return bean;
+        }
+        TandemProperties props = beanFactory.getBean(TandemProperties.class);
+        if (!props.isEnabled()) {
+            return bean;
+        }
+        TandemProperties.DataSourceProperties p = props.dataSource(beanName);
+        if (!p.isEnabled()) {
+            return bean;
+        }
+        String rm = p.getRm() != null ? p.getRm() : beanName;
+        try {
+            TandemXid.validateRmName(rm);
+        } catch (IllegalArgumentException e) {
+            throw new InvalidTandemSettingException("tandem.datasources." + beanName + ".rm", "DataSource bean '" + beanName
+                    + "' is named as its resource manager, but '" + rm + "' is not a resource manager name (1 to 32 of a-z, 0-9, '_', '-' not first): "
+                    + "set tandem.datasources." + beanName + ".rm to its name in the coordinator's --rm NAME=…");
+        }
+        TandemProperties.Kind kind = p.getKind() != null ? p.getKind() : kind(beanName, ds);
+        String tmName = tmBeanName();
+        TandemTransactionManager tm = beanFactory.getBean(tmName, TandemTransactionManager.class);
+        TandemDataSource t = kind == TandemProperties.Kind.POSTGRES ? TandemDataSource.postgres(tm, rm, ds) : TandemDataSource.mariadb(tm, rm, ds);
+        Sizing s = HIKARI ? HikariSizing.of(ds) : null;
+        if (s != null) {
+            t.setSourcePools(true);
+        }
+        int max = p.getMaxPoolSize() != null ? p.getMaxPoolSize() : s != null ? s.maxPoolSize() : TandemDataSource.DEFAULT_MAX_POOL_SIZE;
+        t.setMaxPoolSize(max);
+        if (p.getAcquireTimeout() != null) {
+            t.setAcquireTimeout(p.getAcquireTimeout());
+        } else if (s != null) {
+            t.setAcquireTimeout(s.acquireTimeout());
+        }
+        if (s != null && p.getMaxPoolSize() != null && max >= s.sourceMax()) {
+            LOG.warning("tandem: DataSource '" + beanName + "': tandem.datasources." + beanName + ".max-pool-size=" + max
+                    + " is not below HikariCP's maximum-pool-size " + s.sourceMax()
+                    + ": a thread may wait in Hikari while the transaction manager's own connection (deleting decided rows) is out");
+        }
+        made.put(t, ds);
+        // Destroyed before the transaction manager it registered with.
+        beanFactory.registerDependentBean(tmName, beanName);
+        LOG.fine(() -> "tandem: DataSource '" + beanName + "' enlists as resource manager \"" + rm + "\" (" + kind + ", pool " + max + ")");
+        return t;
+    }
+
+    private String tmBeanName() {
+        String[] names = ((org.springframework.beans.factory.ListableBeanFactory) beanFactory).getBeanNamesForType(TandemTransactionManager.class, false, false);
+        if (names.length != 1) {
+            throw new IllegalStateException("tandem: want one TandemTransactionManager bean for the DataSources to enlist with, found "
+                    + (names.length == 0 ? "none" : String.join(", ", names)));
+        }
+        return names[0];
+    }
+
+    private static boolean wrapsTandem(DataSource ds) {
+        try {
+            return ds.isWrapperFor(TandemDataSource.class);
+        } catch (SQLException | RuntimeException e) {
+            return false;
+        }
+    }
+
+    /**
+     * The database behind ds: from HikariCP's URL, driver or data source
+     * class, from ds's own class (pgjdbc's, MariaDB Connector/J's), else
+     * from a connection's metadata.
+     */
+    static TandemProperties.Kind kind(String beanName, DataSource ds) {
+        TandemProperties.Kind k = HIKARI ? HikariSizing.kind(ds) : null;
+        if (k == null) {
+            k = kindOfName(ds.getClass().getName());
+        }
+        if (k != null) {
+            return k;
+        }
+        try (Connection c = ds.getConnection()) {
+            String product = c.getMetaData().getDatabaseProductName().toLowerCase(Locale.ROOT);
+            if (product.contains("postgres")) {
+                return TandemProperties.Kind.POSTGRES;
+            }
+            if (product.contains("mariadb") || product.contains("mysql")) {
+                return TandemProperties.Kind.MARIADB;
+            }
+            throw new InvalidTandemSettingException("tandem.datasources." + beanName + ".kind", "DataSource bean '" + beanName + "' is " + product
+                    + ": Tandem enlists PostgreSQL and MariaDB (MySQL) only; leave it out with tandem.datasources." + beanName + ".enabled=false");
+        } catch (SQLException e) {
+            LOG.log(Level.FINE, "tandem: could not open a connection of " + beanName, e);
+            throw new InvalidTandemSettingException("tandem.datasources." + beanName + ".kind", "the database behind DataSource bean '" + beanName
+                    + "' cannot be told from its class (" + ds.getClass().getName() + ") and a connection to ask it failed (" + e.getMessage()
+                    + "): set tandem.datasources." + beanName + ".kind=POSTGRES or MARIADB");
+        }
+    }
+
+    /** POSTGRES or MARIADB from a JDBC URL, a driver's or a data source's class name; null when it names neither. */
+    static TandemProperties.Kind kindOfName(String s) {
+        if (s == null) {
+            return null;
+        }
+        String l = s.toLowerCase(Locale.ROOT);
+        if (l.startsWith("jdbc:postgresql:") || l.startsWith("org.postgresql.")) {
+            return TandemProperties.Kind.POSTGRES;
+        }
+        if (l.startsWith("jdbc:mariadb:") || l.startsWith("jdbc:mysql:") || l.startsWith("org.mariadb.")) {
+            return TandemProperties.Kind.MARIADB;
+        }
+        return null;
+    }
+
+    @Override
+    public boolean requiresDestruction(Object bean) {
+        return bean instanceof TandemDataSource t && made.containsKey(t);
+    }
+
+    /** Closes the TandemDataSource, then the pool under it, which the container no longer sees. */
+    @Override
+    public void postProcessBeforeDestruction(Object bean, String beanName) {
+        if (!(bean instanceof TandemDataSource t)) {
+            return;
+        }
+        DataSource source = made.remove(t);
+        t.close();
+        if (source instanceof AutoCloseable c) {
+            try {
+                c.close();
+            } catch (Exception e) {
+                LOG.log(Level.WARNING, "tandem: closing the pool under DataSource '" + beanName + "' failed", e);
+            }
+        }
+    }
+
+    /** Early among the post-processors, but after Boot's binding of @ConfigurationProperties (which runs before initialization anyway). */
+    @Override
+    public int getOrder() {
+        return Ordered.LOWEST_PRECEDENCE - 100;
+    }
+
+    /** How a pooling source is sized. */
+    record Sizing(int sourceMax, int maxPoolSize, java.time.Duration acquireTimeout) {
+    }
+}
