@@ -184,12 +184,30 @@ final class DecisionTable {
 
     /**
      * True when e is the database's answer, false when the connection broke
-     * or timed out (the statement may or may not have run).
+     * or timed out, or the server ended the session (sessionEnded): the
+     * statement may or may not have run.
      */
     static boolean serverAnswered(SQLException e) {
         String st = e.getSQLState();
         return !(e instanceof SQLNonTransientConnectionException || e instanceof SQLTransientConnectionException
-                || e instanceof SQLTimeoutException || st == null || st.startsWith("08"));
+                || e instanceof SQLTimeoutException || st == null || st.startsWith("08") || sessionEnded(e));
+    }
+
+    /**
+     * Whether e is the server ending the session or interrupting the
+     * statement, not refusing it: PostgreSQL's operator intervention (class
+     * 57P: a backend told to terminate sends 57P01 once its commit is done),
+     * MariaDB/MySQL's "server shutdown in progress" (1053), "query execution
+     * was interrupted" (1317), "connection was killed" (1927) and MySQL's
+     * "session was killed" (3169). A COMMIT answered so may have run.
+     */
+    static boolean sessionEnded(SQLException e) {
+        String st = e.getSQLState();
+        if (st != null && st.startsWith("57P")) {
+            return true;
+        }
+        int code = e.getErrorCode();
+        return code == 1053 || code == 1317 || code == 1927 || code == 3169;
     }
 
     /**
