@@ -55,7 +55,7 @@ const gcLockWait = time.Second
 // explainGC is explain, and says what a lock wait timeout means here.
 func (t table) explainGC(what string, err error) error {
 	if isLockTimeout(err) {
-		return fmt.Errorf("decision: %s: a row of %s stayed locked by another transaction for %s (an open commit point's; the rows are deleted by a later sweep): %w", what, t.name, gcLockWait, err)
+		return fmt.Errorf("decision: %s: a lock on %s was not granted within %s (a row held by an open commit point, or the table by LOCK TABLES or DDL); a later sweep deletes the rows: %w", what, t.name, gcLockWait, err)
 	}
 	return t.explain(what, err)
 }

@@ -108,7 +108,8 @@ func (t table) insertAbort(ctx context.Context, db *sql.DB, d rm.Driver, g xid.G
 // execBounded runs stmts in one transaction of their own on one connection,
 // durably (PostgreSQL: synchronous_commit on), with every lock wait bounded
 // by lockTimeout (PostgreSQL lock_timeout; MySQL/MariaDB
-// innodb_lock_wait_timeout, whole seconds, at least 1: the session's own
+// innodb_lock_wait_timeout and lock_wait_timeout for table locks, whole
+// seconds, at least 1: the session's own
 // value is restored afterwards, and a connection whose restore fails is
 // discarded, not returned to the pool). It returns the rows each statement
 // affected. A wait past the bound fails the statement (isLockTimeout) and
@@ -123,13 +124,17 @@ func execBounded(ctx context.Context, db *sql.DB, d rm.Driver, lockTimeout time.
 	var pre []string
 	if d == rm.MySQL {
 		secs := max(int64((lockTimeout+time.Second-1)/time.Second), 1)
-		if _, err := conn.ExecContext(ctx, "SET @tandem_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = "+strconv.FormatInt(secs, 10)); err != nil {
+		// Row locks (innodb_lock_wait_timeout) and table locks: LOCK
+		// TABLES, DDL, a backup stage (metadata locks, lock_wait_timeout).
+		n := strconv.FormatInt(secs, 10)
+		if _, err := conn.ExecContext(ctx, "SET @tandem_lwt = @@SESSION.innodb_lock_wait_timeout, @tandem_mdl = @@SESSION.lock_wait_timeout, "+
+			"SESSION innodb_lock_wait_timeout = "+n+", SESSION lock_wait_timeout = "+n); err != nil {
 			return nil, err
 		}
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			if _, rerr := conn.ExecContext(rctx, "SET SESSION innodb_lock_wait_timeout = @tandem_lwt"); rerr != nil {
+			if _, rerr := conn.ExecContext(rctx, "SET SESSION innodb_lock_wait_timeout = @tandem_lwt, SESSION lock_wait_timeout = @tandem_mdl"); rerr != nil {
 				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 			}
 		}()
