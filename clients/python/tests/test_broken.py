@@ -76,3 +76,46 @@ def test_postgres_commit_point_broken_during_its_decision(db, coordinator, mode)
     finally:
         proxy.close()
         cli.close()
+
+
+def test_key_horizon_passed_before_the_first_key(db, monkeypatch):
+    """The commit point's decision ran (its 'C' row committed, the MariaDB
+    branch committed) but the reply never came, and by the time the error
+    surfaces the key horizon has passed and the 'C' row is gone (deleted
+    here by hand, as a forget would 30 s later). Taking the key now would
+    insert 'A' and succeed, reporting Aborted for a transaction committed
+    at MariaDB: past the horizon the outcome must be unknown at once, with
+    no key taken (the Go SDK sets the horizon's deadline before its first
+    attempt)."""
+    import time
+
+    import tandem.client
+    from tandem.tx import Branch
+
+    monkeypatch.setattr(tandem.client, "KEY_HORIZON", 0.3)
+    orig = Branch._commit_decision
+
+    def decided_then_lost(self, stmts):
+        orig(self, stmts)  # the INSERT 'C' and the commit ran
+        with db.my.cursor() as c:  # test-only: the row forgotten
+            c.execute("DELETE FROM tandem_decision WHERE gtrid = %s", (self.tx.gtrid,))
+        time.sleep(0.5)  # the reply comes after the horizon
+        raise pymysql.err.OperationalError(2013, "Lost connection to server during query")
+
+    monkeypatch.setattr(Branch, "_commit_decision", decided_then_lost)
+    db.table("py_horizon")
+    cli = make_client(db, None)
+    tx = cli.begin()
+    tx.branch("pg", db.pg_conn()).execute("INSERT INTO py_horizon VALUES (1, 'pg')")
+    tx.branch("maria", db.my_conn()).execute("INSERT INTO py_horizon VALUES (1, 'maria')")
+    try:
+        with pytest.raises(tandem.OutcomeUnknown) as e:
+            tx.commit()
+        assert e.value.gtrid == tx.gtrid
+        assert db.decision_row("maria", tx.gtrid) is None, "a key was taken past the horizon"
+        assert db.count("maria", "py_horizon", 1) == 1
+        assert [p.split(" ")[0] for p in db.prepared_for(tx.gtrid)] == ["pg"]  # left to a recoverer, not rolled back
+    finally:
+        for p in db.prepared_for(tx.gtrid):  # it committed: finish it as a recoverer would have
+            db.pg.execute("COMMIT PREPARED '" + p.split(" ", 1)[1] + "'")
+        cli.close()

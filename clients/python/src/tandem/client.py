@@ -594,13 +594,27 @@ class Client:
         """Learns the outcome of g from the commit point's table by taking
         the key, retrying while the commit point's transaction is still
         open, within the decision timeout and never past KEY_HORIZON after
-        the decision was sent."""
+        the decision was sent (decided, time.monotonic()).
+
+        The horizon is checked before every attempt, the first included: a
+        key taken after the 'C' row could have been forgotten would record
+        'A' for a transaction committed everywhere. Past it (or the decision
+        timeout) a TandemError is raised without touching the table, and the
+        caller reports the outcome unknown. An attempt's lock wait ends at
+        the horizon too."""
         if info.connect is None:
             raise TandemError("no RM.connect for %r to take the decision key with" % info.name)
-        deadline = min(self._deadline(None), decided + KEY_HORIZON)
+        horizon = decided + KEY_HORIZON
+        deadline = min(self._deadline(None), horizon)
         while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TandemError(
+                    "the decision was sent %.1fs ago, past the %.0fs within which its key may be taken (its 'C' row may have been "
+                    "forgotten since), or the decision timeout passed: not taken" % (time.monotonic() - decided, KEY_HORIZON)
+                )
             try:
-                return decision.resolve(info.driver, lambda: info.connect(), g, table, 2.0)
+                return decision.resolve(info.driver, lambda: info.connect(), g, table, max(0.1, min(2.0, left)))
             except decision.Pending:
                 if time.monotonic() + 0.1 >= deadline:
                     raise
