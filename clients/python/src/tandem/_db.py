@@ -284,6 +284,26 @@ def pg_tx_status(conn: Any) -> str:
     }.get(st, "")
 
 
+def my_thread_id(conn: Any) -> Optional[int]:
+    """The server's id of a PyMySQL connection's session (from its
+    handshake; no round trip), None when closed. A reconnect changes it."""
+    if getattr(conn, "_sock", None) is None:
+        return None
+    try:
+        return int(conn.thread_id())
+    except Exception:
+        return None
+
+
+def my_in_transaction(conn: Any) -> bool:
+    """Whether the server's last answer on a PyMySQL connection said its
+    session is inside a transaction (SERVER_STATUS_IN_TRANS; no round
+    trip). An XA branch sets it from XA START to its end."""
+    from pymysql.constants import SERVER_STATUS
+
+    return bool(getattr(conn, "server_status", 0) & SERVER_STATUS.SERVER_STATUS_IN_TRANS)
+
+
 def close_conn(conn: Any) -> None:
     """Ends the session now (the database rolls back an open transaction; a
     session-bound prepared branch is detached, for any connection, the

@@ -56,6 +56,14 @@ class BranchFailed(TandemError):
     """A statement of the branch failed earlier: the transaction can only roll back."""
 
 
+class SessionChanged(BranchFailed):
+    """The branch's connection is no longer on the session (or inside the
+    transaction) where the branch began -- a MySQL/MariaDB driver that
+    reconnected, say: the branch's work is gone with the old session and
+    a statement sent now would commit on its own. Raised before anything is
+    sent; the transaction can only roll back."""
+
+
 class StatementRefused(BranchFailed):
     """A statement refused before it was sent: it would end the branch's
     transaction (transaction control on PostgreSQL, an implicit commit on a

@@ -35,6 +35,7 @@ from .errors import (
     BranchFailed,
     NoCoordinator,
     OutcomeUnknown,
+    SessionChanged,
     StatementRefused,
     TandemError,
     TxDone,
@@ -116,6 +117,7 @@ class Branch:
         self.last_err: Optional[BaseException] = None
         self._mu = threading.RLock()
         self._pending = None  # a MySQL cursor whose later result sets are not read yet
+        self._session: Optional[int] = None  # MySQL: the thread id of the session the branch began on
 
     @property
     def name(self) -> str:
@@ -158,6 +160,7 @@ class Branch:
             self.wrote = True
             try:
                 if self.state == IDLE:
+                    self._note_session()
                     self._exec_steps(self._begin_sql())
                     self.state = ACTIVE
                 self.trips += 1
@@ -177,7 +180,7 @@ class Branch:
         if self.state > ACTIVE:
             raise TxDone("tandem: rm %r: the transaction is finishing or finished" % self.rm.name)
         self._drain()
-        self._check_pg_status("")
+        self._check_session("")
         if self.state == IDLE:
             self._choose_begin()
         stmt = ""
@@ -260,6 +263,7 @@ class Branch:
             cur = self.conn.cursor()
             cur.execute(sql, params)
             return cur
+        self._note_session()
         if _db.multi_statements(MYSQL, self.conn):
             self.trips += 1
             self.state = ACTIVE  # the begin runs first; if the statement fails the branch is active and rolled back
@@ -278,13 +282,27 @@ class Branch:
         return cur
 
     def _check_after(self, sql: str) -> None:
-        self._check_pg_status(sql)
+        self._check_session(sql)
 
-    def _check_pg_status(self, after: str) -> None:
-        """An active PostgreSQL branch must still be inside its transaction
-        block, as the backend last said (no round trip): idle or failed
-        dooms the transaction."""
-        if self.rm.driver != POSTGRES or self.state != ACTIVE:
+    def _note_session(self) -> None:
+        """Notes, just before a MySQL/MariaDB branch's XA START is sent, the
+        session it goes to (its thread id, known without a round trip)."""
+        if self.rm.driver == MYSQL:
+            self._session = _db.my_thread_id(self.conn)
+
+    def _check_session(self, after: str) -> None:
+        """An active branch must still be its own transaction on its own
+        session, as the server last said (no round trip); otherwise the
+        transaction is doomed before anything more is sent. MySQL/MariaDB:
+        the same session as at XA START (thread id), still inside a
+        transaction -- PyMySQL reconnects on ping(reconnect=True) (by
+        default in 1.1.0), and the new session is in autocommit, where a
+        branch's statement would commit on its own. PostgreSQL: still inside
+        the transaction block."""
+        if self.state != ACTIVE:
+            return
+        if self.rm.driver == MYSQL:
+            self._check_mysql_session()
             return
         st = _db.pg_tx_status(self.conn)
         if st in ("", "T"):
@@ -301,6 +319,26 @@ class Branch:
                 "nothing more is sent on it, and the global transaction is rolled back everywhere at commit" % (self.rm.name, st, what, where)
             )
         )
+
+    def _check_mysql_session(self) -> None:
+        if self._session is None:
+            return
+        now = _db.my_thread_id(self.conn)
+        why = ""
+        if now != self._session:
+            why = "its session is not the one the branch began on (thread id %s, now %s): the driver reconnected (ping(reconnect=True)?)" % (
+                self._session,
+                now,
+            )
+        elif not _db.my_in_transaction(self.conn):
+            why = "the server says its session is outside any transaction"
+        if why:
+            raise self._fail(
+                SessionChanged(
+                    "tandem: rm %r: %s; the branch's work went with the old session and anything sent now would commit on its own: "
+                    "nothing more is sent on it, and the global transaction is rolled back everywhere at commit" % (self.rm.name, why)
+                )
+            )
 
     def _fail(self, e: BaseException) -> BaseException:
         if self.last_err is None:
@@ -393,6 +431,12 @@ class Branch:
             self._drain()
         except BaseException:
             pass
+        if was == ACTIVE and self.rm.driver == MYSQL and self._session is not None and _db.my_thread_id(self.conn) != self._session:
+            # Its XA branch lives (active, never prepared) only on the old
+            # session, which the server rolls back as it ends; nothing of it
+            # can be reached from this one.
+            self.state = ROLLED_BACK
+            return
         if was == ACTIVE:
             try:
                 self._exec_steps(d.rollback_active(self.id))
@@ -536,7 +580,7 @@ class Tx:
         for b in self.branches:  # enlisted, begun or not
             try:
                 b._drain()
-                b._check_pg_status("")
+                b._check_session("")
             except BaseException:
                 pass  # recorded as the branch's error
             if b.last_err is not None:
