@@ -59,9 +59,32 @@ def my_message(e: BaseException) -> str:
 
 
 def server_said_no(e: BaseException) -> bool:
-    """Whether the database itself answered e (so the statement's effect is
-    known), as opposed to a broken connection or a timeout."""
+    """Whether the database itself refused the statement with e (so its
+    effect is known: it did not happen), as opposed to a broken connection,
+    a timeout, or an error that ended the session (session_ended), which
+    can come after the statement ran."""
+    if session_ended(e):
+        return False
     return pg_code(e) is not None or my_code(e) != 0 or isinstance(e, PrepareRolledBack)
+
+
+#: MySQL/MariaDB errors that end the session or interrupt the statement
+#: rather than refuse it: server shutdown in progress (1053), query execution
+#: was interrupted (1317), connection was killed (1927), MySQL's session was
+#: killed (3169). The Go SDK's sessionEnded.
+MY_SESSION_ENDED = (1053, 1317, 1927, 3169)
+
+
+def session_ended(e: BaseException) -> bool:
+    """Whether e is the server ending the session (PostgreSQL's FATAL or
+    PANIC: 57P01 comes once a backend terminated while its commit waited
+    for a synchronous standby has committed locally; MySQL/MariaDB's
+    MY_SESSION_ENDED). A COMMIT answered so may have run."""
+    if pg_code(e) is not None:
+        diag = getattr(e, "diag", None)
+        sev = getattr(diag, "severity_nonlocalized", None) or getattr(diag, "severity", None)
+        return sev in ("FATAL", "PANIC")
+    return my_code(e) in MY_SESSION_ENDED
 
 
 def pg_statement_failed(e: BaseException) -> bool:

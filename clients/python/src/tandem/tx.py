@@ -644,8 +644,10 @@ class Tx:
     # --- one phase (commit_onephase.go) -------------------------------------------------------
 
     def _commit_one_phase(self, w: Branch) -> int:
-        """The only writer commits alone. The database's refusal is an abort;
-        a broken call is an unknown outcome, never rolled back."""
+        """The only writer commits alone. The database's refusal (an ERROR) is
+        an abort; a broken call, or an error that ended the session (a
+        PostgreSQL FATAL, MariaDB's 1927 connection killed, …: it can come
+        after the COMMIT ran), is an unknown outcome, never rolled back."""
         try:
             w._exec_steps(w.rm.dialect.commit_one_phase(w.id))
         except BaseException as e:
