@@ -151,7 +151,7 @@ def test_one_phase_commit_answered_by_an_ended_session_is_unknown(db, side):
         proxy = Proxy(info.get("host", "127.0.0.1"), int(info.get("port", 5432)))
         conn = psycopg.connect(db.pg_dsn, host=proxy.host, port=proxy.port, autocommit=True)
         rm, tside = "pg", "pg"
-        proxy_args = (b"Q\x00\x00\x00\x0bCOMMIT\x00", "replace", _pg_fatal("57P01", "terminating connection due to administrator command"))
+        proxy_args = (b"; COMMIT\x00", "replace", _pg_fatal("57P01", "terminating connection due to administrator command"))
     else:
         kw = mysql_kwargs(db.my_dsn)
         proxy = Proxy(kw["host"], kw["port"])

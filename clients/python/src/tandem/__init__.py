@@ -17,6 +17,7 @@ or by a Tandem coordinator, with the Go SDK's commit paths and names.
 from .client import AUTO, COORDINATOR, Client, CommitOptions, RM, Status, parse_decide_at
 from .errors import (
     Aborted,
+    BranchEndedOutside,
     BranchFailed,
     ConfigError,
     NoCoordinator,
@@ -38,6 +39,7 @@ __all__ = [
     "TWO_PHASE",
     "Aborted",
     "Branch",
+    "BranchEndedOutside",
     "BranchFailed",
     "Client",
     "CommitOptions",

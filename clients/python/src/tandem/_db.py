@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
 
-from .xid import BranchName
+from .xid import BranchName, check_gtrid
 
 POSTGRES = "postgres"
 MYSQL = "mysql"
@@ -305,6 +305,42 @@ def pg_tx_status(conn: Any) -> str:
         pq.TransactionStatus.INTRANS: "T",
         pq.TransactionStatus.INERROR: "E",
     }.get(st, "")
+
+
+#: The custom setting a PostgreSQL branch's transaction carries from its
+#: BEGIN (SET LOCAL, gone when the transaction ends): what tells the branch's
+#: transaction from another on the same session.
+PG_MARKER = "tandem.branch"
+PG_GUARD_TEXT = "tandem: this session's transaction is not the branch's"
+
+
+def pg_mark(gtrid: str) -> str:
+    """The statement sent with a PostgreSQL branch's BEGIN: marks the
+    transaction as gtrid's."""
+    return "SET LOCAL " + PG_MARKER + " = '" + check_gtrid(gtrid) + "'"
+
+
+def pg_guard(gtrid: str) -> str:
+    """A statement that fails (22P02, PG_GUARD_TEXT) unless the session's
+    transaction carries gtrid's mark: sent in the same round trip before
+    PREPARE TRANSACTION, a commit point's decision or a one-phase COMMIT, so
+    that the simple query protocol skips them on another transaction. (The
+    cast is outside the CASE: a constant ELSE arm would be folded, and fail,
+    at planning.)"""
+    return (
+        "SELECT (CASE WHEN current_setting('" + PG_MARKER + "', true) = '" + check_gtrid(gtrid) + "' THEN '1' ELSE '"
+        + PG_GUARD_TEXT.replace("'", "''") + "' END)::int"
+    )
+
+
+def pg_marked(gtrid: str) -> str:
+    """An SQL boolean: whether the session's transaction carries gtrid's mark."""
+    return "coalesce(current_setting('" + PG_MARKER + "', true), '') = '" + check_gtrid(gtrid) + "'"
+
+
+def pg_guard_failed(e: BaseException) -> bool:
+    """Whether e is pg_guard's refusal."""
+    return pg_code(e) == "22P02" and PG_GUARD_TEXT in str(e)
 
 
 def my_thread_id(conn: Any) -> Optional[int]:

@@ -32,6 +32,7 @@ from ._db import MYSQL, POSTGRES, PrepareRolledBack
 from .client import AUTO, COORDINATOR, RM_, CommitOptions, _RMInfo
 from .errors import (
     Aborted,
+    BranchEndedOutside,
     BranchFailed,
     NoCoordinator,
     OutcomeUnknown,
@@ -118,6 +119,7 @@ class Branch:
         self._mu = threading.RLock()
         self._pending = None  # a MySQL cursor whose later result sets are not read yet
         self._session: Optional[int] = None  # MySQL: the thread id of the session the branch began on
+        self.ended_outside = ""  # why the branch's transaction ended outside the client ("" it did not)
 
     @property
     def name(self) -> str:
@@ -249,13 +251,15 @@ class Branch:
                 self.trips += 1
                 cur = self.conn.cursor()
                 cur.execute("; ".join(begin + [sql]), prepare=False)
-                cur.nextset()  # from BEGIN's result to the statement's
+                for _ in begin:
+                    cur.nextset()  # from BEGIN's (and the mark's) result to the statement's
                 return cur
             if psycopg.Pipeline.is_supported():
                 self.trips += 1
                 cur = self.conn.cursor()
                 with self.conn.pipeline():
-                    self.conn.execute(begin[0], prepare=False)
+                    for b in begin:
+                        self.conn.execute(b, prepare=False)
                     cur.execute(sql, params)
                 return cur
             self._exec_steps(begin)
@@ -304,21 +308,63 @@ class Branch:
         if self.rm.driver == MYSQL:
             self._check_mysql_session()
             return
+        where = " after %s" % _classify.quote(_classify.clip(after)) if after else ""
+        if getattr(self.conn, "closed", False):
+            raise self._ended(
+                "its connection was closed (psycopg's `with conn:` commits and closes it at the end of its block; conn.close() rolls back)", where
+            )
         st = _db.pg_tx_status(self.conn)
         if st in ("", "T"):
             return
-        what = (
-            "failed: a statement failed inside it, so PostgreSQL will only roll it back"
-            if st == "E"
-            else "idle: a statement ended its transaction block (what it wrote before was committed or rolled back by that statement, and anything after would autocommit)"
-        )
-        where = " after %s" % _classify.quote(_classify.clip(after)) if after else ""
+        if st == "I":
+            raise self._ended(
+                "its session is outside any transaction: the transaction was committed or rolled back by conn.commit() / conn.rollback(), "
+                "psycopg's `with conn:` or psycopg_pool's `with pool.connection():` at the end of their block, or a statement that ended it",
+                where,
+            )
+        what = "failed: a statement failed inside it, so PostgreSQL will only roll it back"
         raise self._fail(
             BranchFailed(
                 "tandem: rm %r: the branch is outside its transaction (the backend's transaction status is %r, %s)%s: "
                 "nothing more is sent on it, and the global transaction is rolled back everywhere at commit" % (self.rm.name, st, what, where)
             )
         )
+
+    def _ended(self, why: str, where: str = "") -> BaseException:
+        """Records that the branch's transaction ended outside the client
+        (the split hazard BranchEndedOutside reports at commit) and returns
+        the error that dooms the transaction."""
+        if not self.ended_outside:
+            self.ended_outside = why
+        return self._fail(
+            BranchFailed(
+                "tandem: rm %r: the branch's transaction ended outside the client%s: %s; nothing more is sent on it, and at commit "
+                "the other branches are rolled back" % (self.rm.name, where, why)
+            )
+        )
+
+    def _guarded(self, stmts: Sequence[str]) -> List[str]:
+        """stmts preceded, on PostgreSQL, by the guard that stops them (in
+        the same round trip) on a transaction that is not the branch's."""
+        if self.rm.driver == POSTGRES:
+            return [_db.pg_guard(self.tx.gtrid)] + list(stmts)
+        return list(stmts)
+
+    def _guard_met(self, e: BaseException) -> bool:
+        """Whether e is the guard's refusal; if so the branch is recorded as
+        ended outside the client."""
+        if self.rm.driver == POSTGRES and _db.pg_guard_failed(e):
+            self._guard_met_text()
+            return True
+        return False
+
+    def _guard_met_text(self) -> None:
+        if not self.ended_outside:
+            self.ended_outside = (
+                "another transaction runs on its session (the connection went back to a pool, psycopg_pool's `with "
+                "pool.connection():` commits at the end of its block, and was taken again?), or the branch's mark "
+                "(SET LOCAL %s) was reset (RESET ALL?)" % _db.PG_MARKER
+            )
 
     def _check_mysql_session(self) -> None:
         if self._session is None:
@@ -366,6 +412,8 @@ class Branch:
     def _begin_sql(self) -> List[str]:
         if self.self_cp:
             return decision.begin_statements(MYSQL, self.id.mysql_xid())
+        if self.rm.driver == POSTGRES:
+            return [self.rm.dialect.begin(self.id), _db.pg_mark(self.tx.gtrid)]
         return [self.rm.dialect.begin(self.id)]
 
     def _exec_steps(self, stmts: Sequence[str]) -> None:
@@ -385,8 +433,13 @@ class Branch:
         q = self.rm.dialect.read_only_query()
         if not q:
             return False
+        if self.rm.driver == POSTGRES:
+            q += ", " + _db.pg_marked(self.tx.gtrid)  # and whether the transaction is the branch's, in the same round trip
         self.trips += 1
         row = _db.read_row(self.rm.driver, self.conn, q)
+        if self.rm.driver == POSTGRES and not row[1]:
+            self._guard_met_text()
+            return False
         return bool(row[0])
 
     def _prepare(self) -> None:
@@ -395,7 +448,12 @@ class Branch:
         stmts = self.rm.dialect.prepare(self.id)
         if self.rm.driver == POSTGRES:
             self.trips += 1
-            cur = _db.exec_text(POSTGRES, self.conn, stmts[0])
+            try:
+                cur = _db.exec_text(POSTGRES, self.conn, "; ".join(self._guarded(stmts)))
+            except BaseException as e:
+                self._guard_met(e)
+                raise
+            cur.nextset()  # from the guard's result to PREPARE's
             tag = cur.statusmessage
             cur.close()
             if tag != "PREPARE TRANSACTION":
@@ -410,9 +468,21 @@ class Branch:
         they go one by one, stopping at the first error."""
         if self.rm.driver == POSTGRES:
             self.trips += 1
-            _db.exec_text(POSTGRES, self.conn, "; ".join(stmts)).close()
+            try:
+                _db.exec_text(POSTGRES, self.conn, "; ".join(self._guarded(stmts))).close()
+            except BaseException as e:
+                self._guard_met(e)
+                raise
             return
         self._exec_steps(stmts)
+
+    def _commit_one_phase(self) -> None:
+        """The only writer's one-phase commit (guarded on PostgreSQL)."""
+        try:
+            self._exec_steps(self._guarded(self.rm.dialect.commit_one_phase(self.id)))
+        except BaseException as e:
+            self._guard_met(e)
+            raise
 
     def _release_session(self) -> None:
         """Closes the branch's connection: an open transaction is rolled back
@@ -424,6 +494,17 @@ class Branch:
         """Ends the branch, whatever state it reached."""
         d = self.rm.dialect
         if self.state in (IDLE, COMMITTED, ROLLED_BACK, HANDED_OVER):
+            return
+        if self.ended_outside:
+            # Its transaction is not on the session any more: a ROLLBACK now
+            # would end whatever runs there (another user's transaction).
+            self.state = HANDED_OVER
+            self.tx.client._warn(
+                "transaction %s: the branch on %s ended outside the client (%s): nothing was sent to roll it back; what it wrote may have been committed",
+                self.tx.gtrid,
+                self.rm.name,
+                self.ended_outside,
+            )
             return
         err: Optional[BaseException] = None
         was = self.state
@@ -576,6 +657,17 @@ class Tx:
             e.__cause__ = cause
         return e
 
+    def _ended_outside(self, bs: Sequence[Branch]) -> None:
+        """Raises BranchEndedOutside, after rolling back bs but those branches,
+        when a branch's transaction ended outside the client."""
+        gone = [b for b in self.branches if b.ended_outside]
+        if not gone:
+            return
+        for b in gone:
+            b.state = HANDED_OVER  # nothing more is sent on its session
+        self._abort_all([b for b in bs if not b.ended_outside])
+        raise BranchEndedOutside(self.gtrid, [b.rm.name for b in gone], "; ".join("%s: %s" % (b.rm.name, b.ended_outside) for b in gone))
+
     def _commit(self, res: Result, begun: List[Branch], deadline: float) -> int:
         for b in self.branches:  # enlisted, begun or not
             try:
@@ -583,6 +675,8 @@ class Tx:
                 b._check_session("")
             except BaseException:
                 pass  # recorded as the branch's error
+        self._ended_outside(begun)
+        for b in self.branches:
             if b.last_err is not None:
                 self._abort_all(begun)
                 raise self._aborted("branch on %r failed earlier" % b.rm.name, b.last_err, "statement")
@@ -600,6 +694,7 @@ class Tx:
         # Only branches that ran nothing but queries are asked (no thread
         # hand-off for the others).
         err = _joined(self.client._parallel([lambda i=i: check(i) for i in range(len(begun)) if not begun[i].wrote]))
+        self._ended_outside(begun)
         if err is not None:
             self._abort_all(begun)
             raise self._aborted("could not classify branches", err, "setup")
@@ -649,8 +744,9 @@ class Tx:
         PostgreSQL FATAL, MariaDB's 1927 connection killed, …: it can come
         after the COMMIT ran), is an unknown outcome, never rolled back."""
         try:
-            w._exec_steps(w.rm.dialect.commit_one_phase(w.id))
+            w._commit_one_phase()
         except BaseException as e:
+            self._ended_outside([w])
             if _db.server_said_no(e):
                 self._abort_all([w])
                 raise self._aborted("one-phase commit on %r failed" % w.rm.name, e, "commit")
@@ -747,7 +843,7 @@ class Tx:
                 _failpoint.inject("before-prepare")
                 b._prepare()
             except BaseException as e:
-                b.state = ACTIVE if _db.server_said_no(e) else IN_DOUBT
+                b.state = HANDED_OVER if b.ended_outside else ACTIVE if _db.server_said_no(e) else IN_DOUBT
                 raise _Wrapped(b.rm.name, "prepare", e)
             b.state = PREPARED
             _failpoint.inject("after-prepare")
@@ -872,12 +968,13 @@ class Tx:
             # A pinned PostgreSQL commit point that ran nothing begins before
             # any branch prepares (now(), the age check's origin, comes first).
             try:
-                cp._exec_steps(["BEGIN"])
+                cp._exec_steps(cp._begin_sql())
             except BaseException as e:
                 self._abort_all(all_)
                 raise self._aborted("could not begin the commit point " + cp.rm.name, e, "setup")
             cp.state = ACTIVE
         err = self._prepare_all(prepared, commit_readers)
+        self._ended_outside(all_)
         if err is not None:
             self._abort_all(all_)
             raise self._aborted("phase 1 failed", err, "prepare")
@@ -894,6 +991,9 @@ class Tx:
         except BaseException as e:
             derr = e
         _failpoint.inject("after-commit-point")  # decided COMMIT: the prepared branches wait for a recoverer
+        if derr is not None and cp.ended_outside:
+            cp.rm.cp.give_back(forget)
+            self._ended_outside(all_)  # the guard stopped the decision: nothing recorded
         if derr is None:
             cp.state = COMMITTED
         elif decision.refused(derr) is not None or (cp.rm.driver == POSTGRES and _db.pg_statement_failed(derr)):
@@ -970,6 +1070,7 @@ class Tx:
             self._abort_all(begun)
             raise self._aborted("the branches cannot be named after the coordinator's cluster; nothing was prepared", e, "setup")
         err = self._prepare_all(writers, commit_readers)
+        self._ended_outside(begun)
         if err is not None:
             self._abort_all(begun)
             raise self._aborted("phase 1 failed", err, "prepare")
