@@ -23,18 +23,26 @@ class Proxy:
         self.reply: Optional[bytes] = None
         self.cut = threading.Event()
         self._closing = False
+        self._socks = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def arm(self, pattern: bytes, mode: str, reply: Optional[bytes] = None) -> None:
         """mode "before": cut before forwarding the packet that holds
         pattern; "after": forward it, wait for the server's reply, drop the
         reply and cut; "replace": as "after", but send reply to the client
-        instead of the server's before cutting."""
+        instead of the server's before cutting; "hold": never forward it
+        nor anything after it, and keep the connection open (a server that
+        went silent)."""
         self.pattern, self.mode, self.reply = pattern, mode, reply
 
     def close(self) -> None:
         self._closing = True
         self.listener.close()
+
+    def cut_all(self) -> None:
+        """Ends every proxied connection now."""
+        for c, s in list(self._socks):
+            self._shut(c, s)
 
     def _accept(self):
         while not self._closing:
@@ -43,6 +51,7 @@ class Proxy:
             except OSError:
                 return
             s = socket.create_connection(self.upstream)
+            self._socks.append((c, s))
             threading.Thread(target=self._client_to_server, args=(c, s), daemon=True).start()
             threading.Thread(target=self._server_to_client, args=(c, s), daemon=True).start()
 
@@ -70,11 +79,24 @@ class Proxy:
                     self.cut.set()
                     self._shut(c, s)
                     return
+                if self.mode == "hold":
+                    self.cut.set()
+                    self._hold(c)
+                    return
                 self.cut.set()  # the server-to-client pump drops the reply, then cuts
                 s.sendall(data)
                 continue
             try:
                 s.sendall(data)
+            except OSError:
+                return
+
+    def _hold(self, c):
+        """Reads and drops what the client sends until it hangs up."""
+        while True:
+            try:
+                if not c.recv(65536):
+                    return
             except OSError:
                 return
 

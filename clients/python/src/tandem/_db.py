@@ -5,7 +5,9 @@ connection, for psycopg 3 (PostgreSQL) and PyMySQL (MySQL/MariaDB)."""
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+import os
+import socket
+from typing import Any, Callable, List, Optional, Sequence
 
 from .xid import BranchName, check_gtrid
 
@@ -361,6 +363,38 @@ def my_in_transaction(conn: Any) -> bool:
     from pymysql.constants import SERVER_STATUS
 
     return bool(getattr(conn, "server_status", 0) & SERVER_STATUS.SERVER_STATUS_IN_TRANS)
+
+
+def interrupter(driver: str, conn: Any) -> Optional[Callable[[], None]]:
+    """A function that, called from another thread, makes a call blocked on
+    conn return at once with a connection error: it shuts the connection's
+    socket down (both directions; the driver's own thread then reads EOF
+    and closes it). Made on the connection's thread, before the call (it
+    reads the socket there). None when conn has no open socket."""
+    if driver == MYSQL:
+        sock = getattr(conn, "_sock", None)
+        if sock is None:
+            return None
+
+        def stop_my():
+            sock.shutdown(socket.SHUT_RDWR)
+
+        return stop_my
+    try:
+        fd = conn.pgconn.socket
+    except Exception:
+        return None
+    if fd is None or fd < 0:
+        return None
+
+    def stop_pg():
+        s = socket.socket(fileno=os.dup(fd))
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        finally:
+            s.close()
+
+    return stop_pg
 
 
 def close_conn(conn: Any) -> None:

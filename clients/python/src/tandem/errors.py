@@ -21,7 +21,8 @@ class Aborted(TandemError):
     """The transaction rolled back everywhere (the Go SDK's ErrAborted).
 
     stage says where, in one word: "statement", "setup", "prepare",
-    "commit", "decided-abort", "refused", "no-coordinator", or "other"."""
+    "commit", "decided-abort", "refused", "no-coordinator", "closed" (the
+    client was closed before the decision was sent), or "other"."""
 
     def __init__(self, gtrid: str, reason: str, cause: Optional[BaseException] = None, stage: str = "other"):
         self.gtrid = gtrid

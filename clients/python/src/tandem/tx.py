@@ -20,6 +20,7 @@ commit) commits locally and leaves the protocol.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from concurrent.futures import Future
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple
 
 from . import _classify, _db, _failpoint, decision
-from ._coord import GaveUp, LogFull, NoPrimary, Rejected, UnknownAfter, Failed
+from ._coord import Closed, GaveUp, LogFull, NoPrimary, Rejected, UnknownAfter, Failed
 from ._db import MYSQL, POSTGRES, PrepareRolledBack
 from .client import AUTO, COORDINATOR, RM_, CommitOptions, _RMInfo
 from .errors import (
@@ -42,6 +43,12 @@ from .errors import (
     TxDone,
 )
 from .xid import BranchName, commit_point_self
+
+#: The longest a database call of phase 2 (committing or rolling back a
+#: prepared branch) or of a rollback may take (seconds), as the Go SDK's:
+#: past it the connection is cut (its socket shut down), and the branch is
+#: left to the coordinator's recovery.
+PHASE2_TIMEOUT = 10.0
 
 LOCAL = "local"
 ONE_PHASE = "one-phase"
@@ -87,6 +94,11 @@ def _joined(errs: Sequence[Optional[BaseException]]) -> Optional[BaseException]:
     if not errs:
         return None
     return errs[0] if len(errs) == 1 else _Joined(errs)
+
+
+class PhaseTimeout(Exception):
+    """A bounded database call (phase 2, rollback) got no answer in time; its
+    connection was cut."""
 
 
 class _Wrapped(Exception):
@@ -484,6 +496,27 @@ class Branch:
             self._guard_met(e)
             raise
 
+    @contextlib.contextmanager
+    def _bounded(self):
+        """Bounds the database calls of its block by PHASE2_TIMEOUT: past it
+        the connection's socket is shut down (from the client's watchdog
+        thread) and the block's call fails with PhaseTimeout."""
+        limit = PHASE2_TIMEOUT
+        stop = _db.interrupter(self.rm.driver, self.conn)
+        w = self.tx.client._watchdog.start(limit, stop) if stop is not None else None
+        try:
+            yield
+        except BaseException as e:
+            if w is not None and w.cancel():
+                raise PhaseTimeout("rm %r: no answer within %gs: the connection was cut (%s)" % (self.rm.name, limit, e)) from e
+            raise
+        if w is not None:
+            w.cancel()
+
+    def _bounded_steps(self, stmts: Sequence[str]) -> None:
+        with self._bounded():
+            self._exec_steps(stmts)
+
     def _release_session(self) -> None:
         """Closes the branch's connection: an open transaction is rolled back
         by the database, a session-bound prepared branch detached for the
@@ -509,7 +542,8 @@ class Branch:
         err: Optional[BaseException] = None
         was = self.state
         try:
-            self._drain()
+            with self._bounded():
+                self._drain()
         except BaseException:
             pass
         if was == ACTIVE and self.rm.driver == MYSQL and self._session is not None and _db.my_thread_id(self.conn) != self._session:
@@ -520,19 +554,19 @@ class Branch:
             return
         if was == ACTIVE:
             try:
-                self._exec_steps(d.rollback_active(self.id))
+                self._bounded_steps(d.rollback_active(self.id))
             except BaseException as e:
                 err = e
                 if self.rm.driver == MYSQL and _db.server_said_no(e):
                     # XA END may fail when the branch already ended (a failed XA PREPARE): the rollback alone.
                     try:
-                        self._exec_steps([d.rollback_prepared(self.id)])
+                        self._bounded_steps([d.rollback_prepared(self.id)])
                         err = None
                     except BaseException as e2:
                         err = e2
         else:  # PREPARED, IN_DOUBT
             try:
-                self._exec_steps([d.rollback_prepared(self.id)])
+                self._bounded_steps([d.rollback_prepared(self.id)])
             except BaseException as e:
                 err = e
         if err is not None and was == ACTIVE:
@@ -561,6 +595,7 @@ class Tx:
         self.branches: List[Branch] = []
         self.cp: Optional[Branch] = None  # the commit point chosen at a MySQL branch's begin
         self.unnamed_xa = False  # a MySQL branch began named with no commit point: the coordinator decides
+        self._deciding = False  # the decision (one-phase COMMIT, commit point's, Commit RPC) may have been sent
 
     def __enter__(self) -> "Tx":
         return self
@@ -625,7 +660,18 @@ class Tx:
         res = Result(self.gtrid)
         state = _UNKNOWN
         try:
-            state = self._commit(res, [b for b in self.branches if b.state != IDLE], deadline)
+            try:
+                state = self._commit(res, [b for b in self.branches if b.state != IDLE], deadline)
+            except TandemError:
+                raise
+            except Exception as e:
+                # Neither the database's nor the coordinator's answer (a bug,
+                # a close() the paths did not expect): before the decision
+                # could be sent everything rolls back; after, unknown.
+                if not self._deciding:
+                    self._abort_all([b for b in self.branches if b.state != IDLE])
+                    raise self._aborted("the commit failed before its decision was sent (%s)" % type(e).__name__, e, "other")
+                raise OutcomeUnknown(self.gtrid, "the commit failed after its decision may have been sent: %s: %s" % (type(e).__name__, e)) from e
         except Aborted:
             state = _ABORTED
             raise
@@ -743,6 +789,7 @@ class Tx:
         an abort; a broken call, or an error that ended the session (a
         PostgreSQL FATAL, MariaDB's 1927 connection killed, …: it can come
         after the COMMIT ran), is an unknown outcome, never rolled back."""
+        self._deciding = True
         try:
             w._commit_one_phase()
         except BaseException as e:
@@ -865,7 +912,7 @@ class Tx:
             d = b.rm.dialect
             stmt = d.commit_prepared(b.id) if commit else d.rollback_prepared(b.id)
             try:
-                b._exec_steps([stmt])
+                b._bounded_steps([stmt])
             except BaseException as e:
                 if not d.is_not_found(e):
                     if d.session_bound:
@@ -985,6 +1032,7 @@ class Tx:
         xa = cp.id.mysql_xid() if cp.self_cp else ""
         stmts = decision.commit_statements(cp.rm.driver, self.gtrid, cp_id, parts, c.max_txn_age, forget, xa)
         decided = time.monotonic()
+        self._deciding = True
         derr: Optional[BaseException] = None
         try:
             cp._commit_decision(stmts)
@@ -1108,9 +1156,13 @@ class Tx:
         calls_before = c.coords.calls
         resp = None
         rpc_err: Optional[BaseException] = None
+        if c.coords.closed:
+            self._abort_all(begun)
+            raise self._aborted("the client was closed (Client.close()) before the Commit was sent; the branches were rolled back", stage="closed")
+        self._deciding = True
         try:
             resp, _ = c.coords.commit(req, owner, deadline, on_committed if has_bound else None)
-        except (UnknownAfter, GaveUp, Failed, NoPrimary, LogFull, Rejected) as e:
+        except (UnknownAfter, GaveUp, Failed, NoPrimary, LogFull, Rejected, Closed) as e:
             rpc_err = e
         _failpoint.inject("after-commit-rpc")  # decided: session-bound branches wait for the coordinator
         res.coordinator_calls = c.coords.calls - calls_before
@@ -1132,6 +1184,9 @@ class Tx:
         if resp is not None:
             self._release_own(writers)
             raise OutcomeUnknown(self.gtrid, "coordinator answered outcome %s" % pb.Outcome.Name(resp.outcome))
+        if isinstance(rpc_err, Closed) and rpc_err.ambiguous is None:
+            self._abort_all(begun)
+            raise self._aborted("the client was closed (Client.close()) before any Commit attempt reached a coordinator; the branches were rolled back", rpc_err, "closed")
         if isinstance(rpc_err, NoPrimary):
             self._abort_all(begun)
             raise self._aborted("no coordinator served as the primary; nothing was decided and the branches were rolled back", rpc_err, "no-coordinator")
