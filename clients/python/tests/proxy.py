@@ -1,7 +1,9 @@
 """A TCP proxy for the tests that breaks a connection at a chosen moment:
 armed with a byte pattern, it cuts the connection whose client sends it,
 either before forwarding it (the server never sees the statement) or after
-the server's reply to it (the statement ran; the client never hears)."""
+the server's reply to it (the statement ran; the client never hears), or
+replacing that reply with one of the test's (a forged error: the statement
+ran, the client hears that it failed)."""
 
 import socket
 import threading
@@ -18,19 +20,29 @@ class Proxy:
         self.listener = socket.create_server((host, self.port))
         self.pattern: Optional[bytes] = None
         self.mode = ""
+        self.reply: Optional[bytes] = None
         self.cut = threading.Event()
         self._closing = False
+        self._socks = []
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def arm(self, pattern: bytes, mode: str) -> None:
+    def arm(self, pattern: bytes, mode: str, reply: Optional[bytes] = None) -> None:
         """mode "before": cut before forwarding the packet that holds
         pattern; "after": forward it, wait for the server's reply, drop the
-        reply and cut."""
-        self.pattern, self.mode = pattern, mode
+        reply and cut; "replace": as "after", but send reply to the client
+        instead of the server's before cutting; "hold": never forward it
+        nor anything after it, and keep the connection open (a server that
+        went silent)."""
+        self.pattern, self.mode, self.reply = pattern, mode, reply
 
     def close(self) -> None:
         self._closing = True
         self.listener.close()
+
+    def cut_all(self) -> None:
+        """Ends every proxied connection now."""
+        for c, s in list(self._socks):
+            self._shut(c, s)
 
     def _accept(self):
         while not self._closing:
@@ -39,6 +51,7 @@ class Proxy:
             except OSError:
                 return
             s = socket.create_connection(self.upstream)
+            self._socks.append((c, s))
             threading.Thread(target=self._client_to_server, args=(c, s), daemon=True).start()
             threading.Thread(target=self._server_to_client, args=(c, s), daemon=True).start()
 
@@ -66,11 +79,24 @@ class Proxy:
                     self.cut.set()
                     self._shut(c, s)
                     return
+                if self.mode == "hold":
+                    self.cut.set()
+                    self._hold(c)
+                    return
                 self.cut.set()  # the server-to-client pump drops the reply, then cuts
                 s.sendall(data)
                 continue
             try:
                 s.sendall(data)
+            except OSError:
+                return
+
+    def _hold(self, c):
+        """Reads and drops what the client sends until it hangs up."""
+        while True:
+            try:
+                if not c.recv(65536):
+                    return
             except OSError:
                 return
 
@@ -83,7 +109,12 @@ class Proxy:
             if not data:
                 self._shut(c, s)
                 return
-            if self.cut.is_set() and self.mode == "after":
+            if self.cut.is_set() and self.mode in ("after", "replace"):
+                if self.mode == "replace" and self.reply:
+                    try:
+                        c.sendall(self.reply)
+                    except OSError:
+                        pass
                 self._shut(c, s)  # the reply to the statement: dropped
                 return
             try:

@@ -17,10 +17,12 @@ or by a Tandem coordinator, with the Go SDK's commit paths and names.
 from .client import AUTO, COORDINATOR, Client, CommitOptions, RM, Status, parse_decide_at
 from .errors import (
     Aborted,
+    BranchEndedOutside,
     BranchFailed,
     ConfigError,
     NoCoordinator,
     OutcomeUnknown,
+    SessionChanged,
     StatementRefused,
     TandemError,
     TxDone,
@@ -37,6 +39,7 @@ __all__ = [
     "TWO_PHASE",
     "Aborted",
     "Branch",
+    "BranchEndedOutside",
     "BranchFailed",
     "Client",
     "CommitOptions",
@@ -45,6 +48,7 @@ __all__ = [
     "OutcomeUnknown",
     "RM",
     "Result",
+    "SessionChanged",
     "StatementRefused",
     "Status",
     "TandemError",

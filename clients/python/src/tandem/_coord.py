@@ -152,6 +152,19 @@ class Failed(Exception):
     refusal nor retryable): the outcome is unknown."""
 
 
+class Closed(Exception):
+    """The client was closed during the Commit. ambiguous is None when no
+    attempt can have reached a coordinator's log (nothing decided), else
+    the unanswered attempt's description (the outcome is unknown)."""
+
+    def __init__(self, ambiguous: Optional[str]):
+        self.ambiguous = ambiguous
+        super().__init__(
+            "the client was closed during the Commit"
+            + (" after an attempt that ended without an answer (%s)" % ambiguous if ambiguous else ", before any attempt reached a coordinator")
+        )
+
+
 class _Endpoint:
     def __init__(self, addr: str, channel: grpc.Channel):
         self.addr = addr
@@ -201,8 +214,10 @@ class Coordinators:
         self.cluster = ""  # the cluster followed, learnt from the first answer naming one
         self._floor = 0  # the highest epoch moved to
         self._pool = ThreadPoolExecutor(max_workers=max(2, len(self.eps)), thread_name_prefix="tandem-probe")
+        self.closed = False
 
     def close(self) -> None:
+        self.closed = True
         for ep in self.eps:
             ep.channel.close()
         self._pool.shutdown(wait=False)
@@ -362,6 +377,18 @@ class Coordinators:
     # --- Commit ------------------------------------------------------------------
 
     def commit(self, req, owner: str, deadline: float, on_committed: Optional[Callable[[], None]] = None):
+        """_commit; a close() meanwhile (grpc's ValueError on a closed
+        channel, the probe pool's RuntimeError) raises Closed, saying
+        whether an attempt may have reached a coordinator's log."""
+        seen: List[str] = []
+        try:
+            return self._commit(req, owner, deadline, on_committed, seen)
+        except (ValueError, RuntimeError) as e:
+            if not self.closed:
+                raise
+            raise Closed(seen[0] if seen else None) from e
+
+    def _commit(self, req, owner: str, deadline: float, on_committed: Optional[Callable[[], None]], seen: List[str]):
         """Sends Commit, retrying while the coordinator is unreachable (or its
         log full) until the deadline, following the primary. Returns (reply,
         calls). With on_committed, asks for the early decision and runs it
@@ -435,6 +462,7 @@ class Coordinators:
             definite = refused_here or is_rejection(err) or code_of(err) == grpc.StatusCode.RESOURCE_EXHAUSTED
             if ambiguous is None and not definite and not ask_status:
                 ambiguous = describe(ep.addr, err)
+                seen.append(ambiguous)
             retry = refused_here or retryable(err)
             if self.may_have_moved(err, trailer):
                 nxt, moved = self.move_from(ep, err, deadline)

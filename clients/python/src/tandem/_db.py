@@ -5,9 +5,11 @@ connection, for psycopg 3 (PostgreSQL) and PyMySQL (MySQL/MariaDB)."""
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+import os
+import socket
+from typing import Any, Callable, List, Optional, Sequence
 
-from .xid import BranchName
+from .xid import BranchName, check_gtrid
 
 POSTGRES = "postgres"
 MYSQL = "mysql"
@@ -59,9 +61,32 @@ def my_message(e: BaseException) -> str:
 
 
 def server_said_no(e: BaseException) -> bool:
-    """Whether the database itself answered e (so the statement's effect is
-    known), as opposed to a broken connection or a timeout."""
+    """Whether the database itself refused the statement with e (so its
+    effect is known: it did not happen), as opposed to a broken connection,
+    a timeout, or an error that ended the session (session_ended), which
+    can come after the statement ran."""
+    if session_ended(e):
+        return False
     return pg_code(e) is not None or my_code(e) != 0 or isinstance(e, PrepareRolledBack)
+
+
+#: MySQL/MariaDB errors that end the session or interrupt the statement
+#: rather than refuse it: server shutdown in progress (1053), query execution
+#: was interrupted (1317), connection was killed (1927), MySQL's session was
+#: killed (3169). The Go SDK's sessionEnded.
+MY_SESSION_ENDED = (1053, 1317, 1927, 3169)
+
+
+def session_ended(e: BaseException) -> bool:
+    """Whether e is the server ending the session (PostgreSQL's FATAL or
+    PANIC: 57P01 comes once a backend terminated while its commit waited
+    for a synchronous standby has committed locally; MySQL/MariaDB's
+    MY_SESSION_ENDED). A COMMIT answered so may have run."""
+    if pg_code(e) is not None:
+        diag = getattr(e, "diag", None)
+        sev = getattr(diag, "severity_nonlocalized", None) or getattr(diag, "severity", None)
+        return sev in ("FATAL", "PANIC")
+    return my_code(e) in MY_SESSION_ENDED
 
 
 def pg_statement_failed(e: BaseException) -> bool:
@@ -282,6 +307,94 @@ def pg_tx_status(conn: Any) -> str:
         pq.TransactionStatus.INTRANS: "T",
         pq.TransactionStatus.INERROR: "E",
     }.get(st, "")
+
+
+#: The custom setting a PostgreSQL branch's transaction carries from its
+#: BEGIN (SET LOCAL, gone when the transaction ends): what tells the branch's
+#: transaction from another on the same session.
+PG_MARKER = "tandem.branch"
+PG_GUARD_TEXT = "tandem: this session's transaction is not the branch's"
+
+
+def pg_mark(gtrid: str) -> str:
+    """The statement sent with a PostgreSQL branch's BEGIN: marks the
+    transaction as gtrid's."""
+    return "SET LOCAL " + PG_MARKER + " = '" + check_gtrid(gtrid) + "'"
+
+
+def pg_guard(gtrid: str) -> str:
+    """A statement that fails (22P02, PG_GUARD_TEXT) unless the session's
+    transaction carries gtrid's mark: sent in the same round trip before
+    PREPARE TRANSACTION, a commit point's decision or a one-phase COMMIT, so
+    that the simple query protocol skips them on another transaction. (The
+    cast is outside the CASE: a constant ELSE arm would be folded, and fail,
+    at planning.)"""
+    return (
+        "SELECT (CASE WHEN current_setting('" + PG_MARKER + "', true) = '" + check_gtrid(gtrid) + "' THEN '1' ELSE '"
+        + PG_GUARD_TEXT.replace("'", "''") + "' END)::int"
+    )
+
+
+def pg_marked(gtrid: str) -> str:
+    """An SQL boolean: whether the session's transaction carries gtrid's mark."""
+    return "coalesce(current_setting('" + PG_MARKER + "', true), '') = '" + check_gtrid(gtrid) + "'"
+
+
+def pg_guard_failed(e: BaseException) -> bool:
+    """Whether e is pg_guard's refusal."""
+    return pg_code(e) == "22P02" and PG_GUARD_TEXT in str(e)
+
+
+def my_thread_id(conn: Any) -> Optional[int]:
+    """The server's id of a PyMySQL connection's session (from its
+    handshake; no round trip), None when closed. A reconnect changes it."""
+    if getattr(conn, "_sock", None) is None:
+        return None
+    try:
+        return int(conn.thread_id())
+    except Exception:
+        return None
+
+
+def my_in_transaction(conn: Any) -> bool:
+    """Whether the server's last answer on a PyMySQL connection said its
+    session is inside a transaction (SERVER_STATUS_IN_TRANS; no round
+    trip). An XA branch sets it from XA START to its end."""
+    from pymysql.constants import SERVER_STATUS
+
+    return bool(getattr(conn, "server_status", 0) & SERVER_STATUS.SERVER_STATUS_IN_TRANS)
+
+
+def interrupter(driver: str, conn: Any) -> Optional[Callable[[], None]]:
+    """A function that, called from another thread, makes a call blocked on
+    conn return at once with a connection error: it shuts the connection's
+    socket down (both directions; the driver's own thread then reads EOF
+    and closes it). Made on the connection's thread, before the call (it
+    reads the socket there). None when conn has no open socket."""
+    if driver == MYSQL:
+        sock = getattr(conn, "_sock", None)
+        if sock is None:
+            return None
+
+        def stop_my():
+            sock.shutdown(socket.SHUT_RDWR)
+
+        return stop_my
+    try:
+        fd = conn.pgconn.socket
+    except Exception:
+        return None
+    if fd is None or fd < 0:
+        return None
+
+    def stop_pg():
+        s = socket.socket(fileno=os.dup(fd))
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        finally:
+            s.close()
+
+    return stop_pg
 
 
 def close_conn(conn: Any) -> None:

@@ -7,6 +7,7 @@ transaction (Tx) and its branches are used by one thread at a time."""
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -108,6 +109,73 @@ class Status:
     phase2_pending: bool
     decided_at: float
     message: str
+
+
+class _Watch:
+    """One bounded call: fire runs once if the call outlives its time."""
+
+    def __init__(self, fire: Callable[[], None]):
+        self._mu = threading.Lock()
+        self._fire = fire
+        self.done = False
+        self.fired = False
+
+    def expire(self) -> None:
+        with self._mu:
+            if self.done:
+                return
+            self.done = self.fired = True
+            try:
+                self._fire()
+            except Exception:
+                pass
+
+    def cancel(self) -> bool:
+        """Ends the watch (the call returned); reports whether it had fired."""
+        with self._mu:
+            self.done = True
+            return self.fired
+
+
+class _Watchdog:
+    """A single thread that interrupts the calls that outlive their bound
+    (started at the first one). Starting a watch costs a lock and a heap
+    push: no thread per call, and no wake-up unless the new watch ends
+    before every other."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._heap: List[Tuple[float, int, _Watch]] = []
+        self._seq = 0
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self, seconds: float, fire: Callable[[], None]) -> _Watch:
+        w = _Watch(fire)
+        with self._cv:
+            self._seq += 1
+            heapq.heappush(self._heap, (time.monotonic() + seconds, self._seq, w))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tandem-watchdog", daemon=True)
+                self._thread.start()
+            if self._heap[0][2] is w:
+                self._cv.notify()
+        return w
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while True:
+                    while self._heap and self._heap[0][2].done:
+                        heapq.heappop(self._heap)
+                    if not self._heap:
+                        self._cv.wait()
+                        continue
+                    left = self._heap[0][0] - time.monotonic()
+                    if left <= 0:
+                        w = heapq.heappop(self._heap)[2]
+                        break
+                    self._cv.wait(left)
+            w.expire()
 
 
 class _CPState:
@@ -252,6 +320,7 @@ class Client:
         self._rms_known: Optional[Dict[str, str]] = None
         self._rms_next = 0.0
         self._closed = False
+        self._watchdog = _Watchdog()
 
     # --- public ------------------------------------------------------------------
 
@@ -304,7 +373,11 @@ class Client:
         return self.coords.calls if self.coords else 0
 
     def close(self) -> None:
-        """Closes the channels to the coordinators. Safe to call twice."""
+        """Closes the channels to the coordinators. Safe to call twice. A
+        commit running meanwhile ends as usual: Aborted when the close came
+        before its decision could be sent (a Commit RPC never sent), else
+        committed or OutcomeUnknown; its work on the databases (prepares,
+        phase 2) goes on, on the calling thread."""
         if self._closed:
             return
         self._closed = True
@@ -340,7 +413,12 @@ class Client:
             except BaseException as e:  # collected, reported by the caller
                 out[i] = e
 
-        futs = [self._pool.submit(run, i) for i in range(len(fns) - 1)]
+        futs = []
+        for i in range(len(fns) - 1):
+            try:
+                futs.append(self._pool.submit(run, i))
+            except RuntimeError:  # the pool was shut down (close()): on this thread
+                run(i)
         if fns:
             run(len(fns) - 1)
         for f in futs:
@@ -384,7 +462,7 @@ class Client:
                 ep = e
                 try:
                     h = cs.health(e, 2.0)
-                except grpc.RpcError as x:
+                except (grpc.RpcError, ValueError) as x:  # ValueError: the channel closed (Client.close())
                     err = x
                     continue
                 err = None
@@ -428,7 +506,7 @@ class Client:
             ep = self.coords.current()
             try:
                 h = self.coords.health(ep, 2.0)
-            except grpc.RpcError as e:
+            except (grpc.RpcError, ValueError) as e:  # ValueError: the channel closed (Client.close())
                 self._warn("could not ask the coordinator which resource managers it recovers; commit points go on without it: %s", describe(ep.addr, e))
                 return answer()
             if h.rms:
@@ -567,7 +645,11 @@ class Client:
             if start:
                 s.forgetting = True
         if start:
-            self._pool.submit(self._forget_rows, info)
+            try:
+                self._pool.submit(self._forget_rows, info)
+            except RuntimeError:  # closed: a later client's commits or the coordinator's sweep forget them
+                with s.mu:
+                    s.forgetting = False
 
     def _forget_rows(self, info: _RMInfo) -> None:
         s = info.cp
@@ -594,13 +676,27 @@ class Client:
         """Learns the outcome of g from the commit point's table by taking
         the key, retrying while the commit point's transaction is still
         open, within the decision timeout and never past KEY_HORIZON after
-        the decision was sent."""
+        the decision was sent (decided, time.monotonic()).
+
+        The horizon is checked before every attempt, the first included: a
+        key taken after the 'C' row could have been forgotten would record
+        'A' for a transaction committed everywhere. Past it (or the decision
+        timeout) a TandemError is raised without touching the table, and the
+        caller reports the outcome unknown. An attempt's lock wait ends at
+        the horizon too."""
         if info.connect is None:
             raise TandemError("no RM.connect for %r to take the decision key with" % info.name)
-        deadline = min(self._deadline(None), decided + KEY_HORIZON)
+        horizon = decided + KEY_HORIZON
+        deadline = min(self._deadline(None), horizon)
         while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TandemError(
+                    "the decision was sent %.1fs ago, past the %.0fs within which its key may be taken (its 'C' row may have been "
+                    "forgotten since), or the decision timeout passed: not taken" % (time.monotonic() - decided, KEY_HORIZON)
+                )
             try:
-                return decision.resolve(info.driver, lambda: info.connect(), g, table, 2.0)
+                return decision.resolve(info.driver, lambda: info.connect(), g, table, max(0.1, min(2.0, left)))
             except decision.Pending:
                 if time.monotonic() + 0.1 >= deadline:
                     raise

@@ -21,7 +21,8 @@ class Aborted(TandemError):
     """The transaction rolled back everywhere (the Go SDK's ErrAborted).
 
     stage says where, in one word: "statement", "setup", "prepare",
-    "commit", "decided-abort", "refused", "no-coordinator", or "other"."""
+    "commit", "decided-abort", "refused", "no-coordinator", "closed" (the
+    client was closed before the decision was sent), or "other"."""
 
     def __init__(self, gtrid: str, reason: str, cause: Optional[BaseException] = None, stage: str = "other"):
         self.gtrid = gtrid
@@ -48,12 +49,44 @@ class OutcomeUnknown(TandemError):
         )
 
 
+class BranchEndedOutside(TandemError):
+    """A branch's transaction was ended outside the client before commit:
+    the application (or its library) committed it, rolled it back or closed
+    its connection -- psycopg's `with conn:` commits and closes at the end
+    of its block, psycopg_pool's `with pool.connection():` commits and gives
+    the connection back -- or another transaction runs on its session now.
+    Not Aborted, not OutcomeUnknown: what that branch wrote may have been
+    committed on its own. Everything else was rolled back (nothing was
+    prepared, decided or committed on the session's other transaction);
+    the global transaction may therefore be SPLIT. A programming error:
+    keep a branch's connection open and its transaction untouched until
+    tx.commit() or tx.rollback() returns. rms names the branches."""
+
+    def __init__(self, gtrid: str, rms, reason: str):
+        self.gtrid = gtrid
+        self.rms = list(rms)
+        self.reason = reason
+        super().__init__(
+            "tandem: transaction %s: the transaction of its branch on %s ended outside the client before commit (%s); "
+            "the other branches were rolled back, and what that branch wrote may have been committed on its own: "
+            "the transaction may be split" % (gtrid, ", ".join(repr(r) for r in self.rms), reason)
+        )
+
+
 class TxDone(TandemError):
     """A statement, commit or branch on a transaction that is finishing or finished."""
 
 
 class BranchFailed(TandemError):
     """A statement of the branch failed earlier: the transaction can only roll back."""
+
+
+class SessionChanged(BranchFailed):
+    """The branch's connection is no longer on the session (or inside the
+    transaction) where the branch began -- a MySQL/MariaDB driver that
+    reconnected, say: the branch's work is gone with the old session and
+    a statement sent now would commit on its own. Raised before anything is
+    sent; the transaction can only roll back."""
 
 
 class StatementRefused(BranchFailed):

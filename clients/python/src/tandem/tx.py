@@ -20,6 +20,7 @@ commit) commits locally and leaves the protocol.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from concurrent.futures import Future
@@ -27,19 +28,27 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple
 
 from . import _classify, _db, _failpoint, decision
-from ._coord import GaveUp, LogFull, NoPrimary, Rejected, UnknownAfter, Failed
+from ._coord import Closed, GaveUp, LogFull, NoPrimary, Rejected, UnknownAfter, Failed
 from ._db import MYSQL, POSTGRES, PrepareRolledBack
 from .client import AUTO, COORDINATOR, RM_, CommitOptions, _RMInfo
 from .errors import (
     Aborted,
+    BranchEndedOutside,
     BranchFailed,
     NoCoordinator,
     OutcomeUnknown,
+    SessionChanged,
     StatementRefused,
     TandemError,
     TxDone,
 )
 from .xid import BranchName, commit_point_self
+
+#: The longest a database call of phase 2 (committing or rolling back a
+#: prepared branch) or of a rollback may take (seconds), as the Go SDK's:
+#: past it the connection is cut (its socket shut down), and the branch is
+#: left to the coordinator's recovery.
+PHASE2_TIMEOUT = 10.0
 
 LOCAL = "local"
 ONE_PHASE = "one-phase"
@@ -87,6 +96,11 @@ def _joined(errs: Sequence[Optional[BaseException]]) -> Optional[BaseException]:
     return errs[0] if len(errs) == 1 else _Joined(errs)
 
 
+class PhaseTimeout(Exception):
+    """A bounded database call (phase 2, rollback) got no answer in time; its
+    connection was cut."""
+
+
 class _Wrapped(Exception):
     """An error with the RM it came from named."""
 
@@ -116,6 +130,8 @@ class Branch:
         self.last_err: Optional[BaseException] = None
         self._mu = threading.RLock()
         self._pending = None  # a MySQL cursor whose later result sets are not read yet
+        self._session: Optional[int] = None  # MySQL: the thread id of the session the branch began on
+        self.ended_outside = ""  # why the branch's transaction ended outside the client ("" it did not)
 
     @property
     def name(self) -> str:
@@ -158,6 +174,7 @@ class Branch:
             self.wrote = True
             try:
                 if self.state == IDLE:
+                    self._note_session()
                     self._exec_steps(self._begin_sql())
                     self.state = ACTIVE
                 self.trips += 1
@@ -177,7 +194,7 @@ class Branch:
         if self.state > ACTIVE:
             raise TxDone("tandem: rm %r: the transaction is finishing or finished" % self.rm.name)
         self._drain()
-        self._check_pg_status("")
+        self._check_session("")
         if self.state == IDLE:
             self._choose_begin()
         stmt = ""
@@ -246,13 +263,15 @@ class Branch:
                 self.trips += 1
                 cur = self.conn.cursor()
                 cur.execute("; ".join(begin + [sql]), prepare=False)
-                cur.nextset()  # from BEGIN's result to the statement's
+                for _ in begin:
+                    cur.nextset()  # from BEGIN's (and the mark's) result to the statement's
                 return cur
             if psycopg.Pipeline.is_supported():
                 self.trips += 1
                 cur = self.conn.cursor()
                 with self.conn.pipeline():
-                    self.conn.execute(begin[0], prepare=False)
+                    for b in begin:
+                        self.conn.execute(b, prepare=False)
                     cur.execute(sql, params)
                 return cur
             self._exec_steps(begin)
@@ -260,6 +279,7 @@ class Branch:
             cur = self.conn.cursor()
             cur.execute(sql, params)
             return cur
+        self._note_session()
         if _db.multi_statements(MYSQL, self.conn):
             self.trips += 1
             self.state = ACTIVE  # the begin runs first; if the statement fails the branch is active and rolled back
@@ -278,29 +298,105 @@ class Branch:
         return cur
 
     def _check_after(self, sql: str) -> None:
-        self._check_pg_status(sql)
+        self._check_session(sql)
 
-    def _check_pg_status(self, after: str) -> None:
-        """An active PostgreSQL branch must still be inside its transaction
-        block, as the backend last said (no round trip): idle or failed
-        dooms the transaction."""
-        if self.rm.driver != POSTGRES or self.state != ACTIVE:
+    def _note_session(self) -> None:
+        """Notes, just before a MySQL/MariaDB branch's XA START is sent, the
+        session it goes to (its thread id, known without a round trip)."""
+        if self.rm.driver == MYSQL:
+            self._session = _db.my_thread_id(self.conn)
+
+    def _check_session(self, after: str) -> None:
+        """An active branch must still be its own transaction on its own
+        session, as the server last said (no round trip); otherwise the
+        transaction is doomed before anything more is sent. MySQL/MariaDB:
+        the same session as at XA START (thread id), still inside a
+        transaction -- PyMySQL reconnects on ping(reconnect=True) (by
+        default in 1.1.0), and the new session is in autocommit, where a
+        branch's statement would commit on its own. PostgreSQL: still inside
+        the transaction block."""
+        if self.state != ACTIVE:
             return
+        if self.rm.driver == MYSQL:
+            self._check_mysql_session()
+            return
+        where = " after %s" % _classify.quote(_classify.clip(after)) if after else ""
+        if getattr(self.conn, "closed", False):
+            raise self._ended(
+                "its connection was closed (psycopg's `with conn:` commits and closes it at the end of its block; conn.close() rolls back)", where
+            )
         st = _db.pg_tx_status(self.conn)
         if st in ("", "T"):
             return
-        what = (
-            "failed: a statement failed inside it, so PostgreSQL will only roll it back"
-            if st == "E"
-            else "idle: a statement ended its transaction block (what it wrote before was committed or rolled back by that statement, and anything after would autocommit)"
-        )
-        where = " after %s" % _classify.quote(_classify.clip(after)) if after else ""
+        if st == "I":
+            raise self._ended(
+                "its session is outside any transaction: the transaction was committed or rolled back by conn.commit() / conn.rollback(), "
+                "psycopg's `with conn:` or psycopg_pool's `with pool.connection():` at the end of their block, or a statement that ended it",
+                where,
+            )
+        what = "failed: a statement failed inside it, so PostgreSQL will only roll it back"
         raise self._fail(
             BranchFailed(
                 "tandem: rm %r: the branch is outside its transaction (the backend's transaction status is %r, %s)%s: "
                 "nothing more is sent on it, and the global transaction is rolled back everywhere at commit" % (self.rm.name, st, what, where)
             )
         )
+
+    def _ended(self, why: str, where: str = "") -> BaseException:
+        """Records that the branch's transaction ended outside the client
+        (the split hazard BranchEndedOutside reports at commit) and returns
+        the error that dooms the transaction."""
+        if not self.ended_outside:
+            self.ended_outside = why
+        return self._fail(
+            BranchFailed(
+                "tandem: rm %r: the branch's transaction ended outside the client%s: %s; nothing more is sent on it, and at commit "
+                "the other branches are rolled back" % (self.rm.name, where, why)
+            )
+        )
+
+    def _guarded(self, stmts: Sequence[str]) -> List[str]:
+        """stmts preceded, on PostgreSQL, by the guard that stops them (in
+        the same round trip) on a transaction that is not the branch's."""
+        if self.rm.driver == POSTGRES:
+            return [_db.pg_guard(self.tx.gtrid)] + list(stmts)
+        return list(stmts)
+
+    def _guard_met(self, e: BaseException) -> bool:
+        """Whether e is the guard's refusal; if so the branch is recorded as
+        ended outside the client."""
+        if self.rm.driver == POSTGRES and _db.pg_guard_failed(e):
+            self._guard_met_text()
+            return True
+        return False
+
+    def _guard_met_text(self) -> None:
+        if not self.ended_outside:
+            self.ended_outside = (
+                "another transaction runs on its session (the connection went back to a pool, psycopg_pool's `with "
+                "pool.connection():` commits at the end of its block, and was taken again?), or the branch's mark "
+                "(SET LOCAL %s) was reset (RESET ALL?)" % _db.PG_MARKER
+            )
+
+    def _check_mysql_session(self) -> None:
+        if self._session is None:
+            return
+        now = _db.my_thread_id(self.conn)
+        why = ""
+        if now != self._session:
+            why = "its session is not the one the branch began on (thread id %s, now %s): the driver reconnected (ping(reconnect=True)?)" % (
+                self._session,
+                now,
+            )
+        elif not _db.my_in_transaction(self.conn):
+            why = "the server says its session is outside any transaction"
+        if why:
+            raise self._fail(
+                SessionChanged(
+                    "tandem: rm %r: %s; the branch's work went with the old session and anything sent now would commit on its own: "
+                    "nothing more is sent on it, and the global transaction is rolled back everywhere at commit" % (self.rm.name, why)
+                )
+            )
 
     def _fail(self, e: BaseException) -> BaseException:
         if self.last_err is None:
@@ -328,6 +424,8 @@ class Branch:
     def _begin_sql(self) -> List[str]:
         if self.self_cp:
             return decision.begin_statements(MYSQL, self.id.mysql_xid())
+        if self.rm.driver == POSTGRES:
+            return [self.rm.dialect.begin(self.id), _db.pg_mark(self.tx.gtrid)]
         return [self.rm.dialect.begin(self.id)]
 
     def _exec_steps(self, stmts: Sequence[str]) -> None:
@@ -347,8 +445,13 @@ class Branch:
         q = self.rm.dialect.read_only_query()
         if not q:
             return False
+        if self.rm.driver == POSTGRES:
+            q += ", " + _db.pg_marked(self.tx.gtrid)  # and whether the transaction is the branch's, in the same round trip
         self.trips += 1
         row = _db.read_row(self.rm.driver, self.conn, q)
+        if self.rm.driver == POSTGRES and not row[1]:
+            self._guard_met_text()
+            return False
         return bool(row[0])
 
     def _prepare(self) -> None:
@@ -357,7 +460,12 @@ class Branch:
         stmts = self.rm.dialect.prepare(self.id)
         if self.rm.driver == POSTGRES:
             self.trips += 1
-            cur = _db.exec_text(POSTGRES, self.conn, stmts[0])
+            try:
+                cur = _db.exec_text(POSTGRES, self.conn, "; ".join(self._guarded(stmts)))
+            except BaseException as e:
+                self._guard_met(e)
+                raise
+            cur.nextset()  # from the guard's result to PREPARE's
             tag = cur.statusmessage
             cur.close()
             if tag != "PREPARE TRANSACTION":
@@ -372,9 +480,42 @@ class Branch:
         they go one by one, stopping at the first error."""
         if self.rm.driver == POSTGRES:
             self.trips += 1
-            _db.exec_text(POSTGRES, self.conn, "; ".join(stmts)).close()
+            try:
+                _db.exec_text(POSTGRES, self.conn, "; ".join(self._guarded(stmts))).close()
+            except BaseException as e:
+                self._guard_met(e)
+                raise
             return
         self._exec_steps(stmts)
+
+    def _commit_one_phase(self) -> None:
+        """The only writer's one-phase commit (guarded on PostgreSQL)."""
+        try:
+            self._exec_steps(self._guarded(self.rm.dialect.commit_one_phase(self.id)))
+        except BaseException as e:
+            self._guard_met(e)
+            raise
+
+    @contextlib.contextmanager
+    def _bounded(self):
+        """Bounds the database calls of its block by PHASE2_TIMEOUT: past it
+        the connection's socket is shut down (from the client's watchdog
+        thread) and the block's call fails with PhaseTimeout."""
+        limit = PHASE2_TIMEOUT
+        stop = _db.interrupter(self.rm.driver, self.conn)
+        w = self.tx.client._watchdog.start(limit, stop) if stop is not None else None
+        try:
+            yield
+        except BaseException as e:
+            if w is not None and w.cancel():
+                raise PhaseTimeout("rm %r: no answer within %gs: the connection was cut (%s)" % (self.rm.name, limit, e)) from e
+            raise
+        if w is not None:
+            w.cancel()
+
+    def _bounded_steps(self, stmts: Sequence[str]) -> None:
+        with self._bounded():
+            self._exec_steps(stmts)
 
     def _release_session(self) -> None:
         """Closes the branch's connection: an open transaction is rolled back
@@ -387,27 +528,45 @@ class Branch:
         d = self.rm.dialect
         if self.state in (IDLE, COMMITTED, ROLLED_BACK, HANDED_OVER):
             return
+        if self.ended_outside:
+            # Its transaction is not on the session any more: a ROLLBACK now
+            # would end whatever runs there (another user's transaction).
+            self.state = HANDED_OVER
+            self.tx.client._warn(
+                "transaction %s: the branch on %s ended outside the client (%s): nothing was sent to roll it back; what it wrote may have been committed",
+                self.tx.gtrid,
+                self.rm.name,
+                self.ended_outside,
+            )
+            return
         err: Optional[BaseException] = None
         was = self.state
         try:
-            self._drain()
+            with self._bounded():
+                self._drain()
         except BaseException:
             pass
+        if was == ACTIVE and self.rm.driver == MYSQL and self._session is not None and _db.my_thread_id(self.conn) != self._session:
+            # Its XA branch lives (active, never prepared) only on the old
+            # session, which the server rolls back as it ends; nothing of it
+            # can be reached from this one.
+            self.state = ROLLED_BACK
+            return
         if was == ACTIVE:
             try:
-                self._exec_steps(d.rollback_active(self.id))
+                self._bounded_steps(d.rollback_active(self.id))
             except BaseException as e:
                 err = e
                 if self.rm.driver == MYSQL and _db.server_said_no(e):
                     # XA END may fail when the branch already ended (a failed XA PREPARE): the rollback alone.
                     try:
-                        self._exec_steps([d.rollback_prepared(self.id)])
+                        self._bounded_steps([d.rollback_prepared(self.id)])
                         err = None
                     except BaseException as e2:
                         err = e2
         else:  # PREPARED, IN_DOUBT
             try:
-                self._exec_steps([d.rollback_prepared(self.id)])
+                self._bounded_steps([d.rollback_prepared(self.id)])
             except BaseException as e:
                 err = e
         if err is not None and was == ACTIVE:
@@ -436,6 +595,7 @@ class Tx:
         self.branches: List[Branch] = []
         self.cp: Optional[Branch] = None  # the commit point chosen at a MySQL branch's begin
         self.unnamed_xa = False  # a MySQL branch began named with no commit point: the coordinator decides
+        self._deciding = False  # the decision (one-phase COMMIT, commit point's, Commit RPC) may have been sent
 
     def __enter__(self) -> "Tx":
         return self
@@ -500,7 +660,18 @@ class Tx:
         res = Result(self.gtrid)
         state = _UNKNOWN
         try:
-            state = self._commit(res, [b for b in self.branches if b.state != IDLE], deadline)
+            try:
+                state = self._commit(res, [b for b in self.branches if b.state != IDLE], deadline)
+            except TandemError:
+                raise
+            except Exception as e:
+                # Neither the database's nor the coordinator's answer (a bug,
+                # a close() the paths did not expect): before the decision
+                # could be sent everything rolls back; after, unknown.
+                if not self._deciding:
+                    self._abort_all([b for b in self.branches if b.state != IDLE])
+                    raise self._aborted("the commit failed before its decision was sent (%s)" % type(e).__name__, e, "other")
+                raise OutcomeUnknown(self.gtrid, "the commit failed after its decision may have been sent: %s: %s" % (type(e).__name__, e)) from e
         except Aborted:
             state = _ABORTED
             raise
@@ -532,13 +703,26 @@ class Tx:
             e.__cause__ = cause
         return e
 
+    def _ended_outside(self, bs: Sequence[Branch]) -> None:
+        """Raises BranchEndedOutside, after rolling back bs but those branches,
+        when a branch's transaction ended outside the client."""
+        gone = [b for b in self.branches if b.ended_outside]
+        if not gone:
+            return
+        for b in gone:
+            b.state = HANDED_OVER  # nothing more is sent on its session
+        self._abort_all([b for b in bs if not b.ended_outside])
+        raise BranchEndedOutside(self.gtrid, [b.rm.name for b in gone], "; ".join("%s: %s" % (b.rm.name, b.ended_outside) for b in gone))
+
     def _commit(self, res: Result, begun: List[Branch], deadline: float) -> int:
         for b in self.branches:  # enlisted, begun or not
             try:
                 b._drain()
-                b._check_pg_status("")
+                b._check_session("")
             except BaseException:
                 pass  # recorded as the branch's error
+        self._ended_outside(begun)
+        for b in self.branches:
             if b.last_err is not None:
                 self._abort_all(begun)
                 raise self._aborted("branch on %r failed earlier" % b.rm.name, b.last_err, "statement")
@@ -556,6 +740,7 @@ class Tx:
         # Only branches that ran nothing but queries are asked (no thread
         # hand-off for the others).
         err = _joined(self.client._parallel([lambda i=i: check(i) for i in range(len(begun)) if not begun[i].wrote]))
+        self._ended_outside(begun)
         if err is not None:
             self._abort_all(begun)
             raise self._aborted("could not classify branches", err, "setup")
@@ -600,11 +785,15 @@ class Tx:
     # --- one phase (commit_onephase.go) -------------------------------------------------------
 
     def _commit_one_phase(self, w: Branch) -> int:
-        """The only writer commits alone. The database's refusal is an abort;
-        a broken call is an unknown outcome, never rolled back."""
+        """The only writer commits alone. The database's refusal (an ERROR) is
+        an abort; a broken call, or an error that ended the session (a
+        PostgreSQL FATAL, MariaDB's 1927 connection killed, …: it can come
+        after the COMMIT ran), is an unknown outcome, never rolled back."""
+        self._deciding = True
         try:
-            w._exec_steps(w.rm.dialect.commit_one_phase(w.id))
+            w._commit_one_phase()
         except BaseException as e:
+            self._ended_outside([w])
             if _db.server_said_no(e):
                 self._abort_all([w])
                 raise self._aborted("one-phase commit on %r failed" % w.rm.name, e, "commit")
@@ -701,7 +890,7 @@ class Tx:
                 _failpoint.inject("before-prepare")
                 b._prepare()
             except BaseException as e:
-                b.state = ACTIVE if _db.server_said_no(e) else IN_DOUBT
+                b.state = HANDED_OVER if b.ended_outside else ACTIVE if _db.server_said_no(e) else IN_DOUBT
                 raise _Wrapped(b.rm.name, "prepare", e)
             b.state = PREPARED
             _failpoint.inject("after-prepare")
@@ -723,7 +912,7 @@ class Tx:
             d = b.rm.dialect
             stmt = d.commit_prepared(b.id) if commit else d.rollback_prepared(b.id)
             try:
-                b._exec_steps([stmt])
+                b._bounded_steps([stmt])
             except BaseException as e:
                 if not d.is_not_found(e):
                     if d.session_bound:
@@ -826,12 +1015,13 @@ class Tx:
             # A pinned PostgreSQL commit point that ran nothing begins before
             # any branch prepares (now(), the age check's origin, comes first).
             try:
-                cp._exec_steps(["BEGIN"])
+                cp._exec_steps(cp._begin_sql())
             except BaseException as e:
                 self._abort_all(all_)
                 raise self._aborted("could not begin the commit point " + cp.rm.name, e, "setup")
             cp.state = ACTIVE
         err = self._prepare_all(prepared, commit_readers)
+        self._ended_outside(all_)
         if err is not None:
             self._abort_all(all_)
             raise self._aborted("phase 1 failed", err, "prepare")
@@ -842,12 +1032,16 @@ class Tx:
         xa = cp.id.mysql_xid() if cp.self_cp else ""
         stmts = decision.commit_statements(cp.rm.driver, self.gtrid, cp_id, parts, c.max_txn_age, forget, xa)
         decided = time.monotonic()
+        self._deciding = True
         derr: Optional[BaseException] = None
         try:
             cp._commit_decision(stmts)
         except BaseException as e:
             derr = e
         _failpoint.inject("after-commit-point")  # decided COMMIT: the prepared branches wait for a recoverer
+        if derr is not None and cp.ended_outside:
+            cp.rm.cp.give_back(forget)
+            self._ended_outside(all_)  # the guard stopped the decision: nothing recorded
         if derr is None:
             cp.state = COMMITTED
         elif decision.refused(derr) is not None or (cp.rm.driver == POSTGRES and _db.pg_statement_failed(derr)):
@@ -924,6 +1118,7 @@ class Tx:
             self._abort_all(begun)
             raise self._aborted("the branches cannot be named after the coordinator's cluster; nothing was prepared", e, "setup")
         err = self._prepare_all(writers, commit_readers)
+        self._ended_outside(begun)
         if err is not None:
             self._abort_all(begun)
             raise self._aborted("phase 1 failed", err, "prepare")
@@ -961,9 +1156,13 @@ class Tx:
         calls_before = c.coords.calls
         resp = None
         rpc_err: Optional[BaseException] = None
+        if c.coords.closed:
+            self._abort_all(begun)
+            raise self._aborted("the client was closed (Client.close()) before the Commit was sent; the branches were rolled back", stage="closed")
+        self._deciding = True
         try:
             resp, _ = c.coords.commit(req, owner, deadline, on_committed if has_bound else None)
-        except (UnknownAfter, GaveUp, Failed, NoPrimary, LogFull, Rejected) as e:
+        except (UnknownAfter, GaveUp, Failed, NoPrimary, LogFull, Rejected, Closed) as e:
             rpc_err = e
         _failpoint.inject("after-commit-rpc")  # decided: session-bound branches wait for the coordinator
         res.coordinator_calls = c.coords.calls - calls_before
@@ -985,6 +1184,9 @@ class Tx:
         if resp is not None:
             self._release_own(writers)
             raise OutcomeUnknown(self.gtrid, "coordinator answered outcome %s" % pb.Outcome.Name(resp.outcome))
+        if isinstance(rpc_err, Closed) and rpc_err.ambiguous is None:
+            self._abort_all(begun)
+            raise self._aborted("the client was closed (Client.close()) before any Commit attempt reached a coordinator; the branches were rolled back", rpc_err, "closed")
         if isinstance(rpc_err, NoPrimary):
             self._abort_all(begun)
             raise self._aborted("no coordinator served as the primary; nothing was decided and the branches were rolled back", rpc_err, "no-coordinator")
