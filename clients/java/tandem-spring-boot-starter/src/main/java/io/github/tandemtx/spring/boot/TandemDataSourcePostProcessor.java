@@ -27,7 +27,11 @@ import org.springframework.util.ClassUtils;
  * size is Hikari's {@code maximumPoolSize} less one (at least one) and its
  * wait Hikari's {@code connectionTimeout} (README, "Pools"). Not wrapped: a
  * bean that already is a TandemDataSource (or wraps one), or one with
- * {@code tandem.datasources.BEAN.enabled=false}.
+ * {@code tandem.datasources.BEAN.enabled=false}. Two beans named as one
+ * resource manager stop the application ({@link InvalidTandemSettingException}
+ * naming both and {@code tandem.datasources.BEAN.rm}): a transaction's
+ * connections of the second would join the first one's branch, on the
+ * first one's database.
  *
  * <p>The bean named BEAN is then the TandemDataSource: inject it as a
  * {@code DataSource} ({@code unwrap(HikariDataSource.class)} reaches the
@@ -42,6 +46,15 @@ public class TandemDataSourcePostProcessor implements DestructionAwareBeanPostPr
     private ConfigurableBeanFactory beanFactory;
     /** The TandemDataSources made here, and the source each wraps. */
     private final Map<TandemDataSource, DataSource> made = new ConcurrentHashMap<>();
+    /** The resource manager names given to DataSource beans here: the bean's name, and whether tandem.datasources.BEAN.rm set it. */
+    private final Map<String, Named> rms = new ConcurrentHashMap<>();
+
+    /** A DataSource bean named as resource manager rm here. */
+    private record Named(String beanName, boolean explicit) {
+        String how(String rm) {
+            return explicit ? "tandem.datasources." + beanName + ".rm=" + rm : "its bean name";
+        }
+    }
 
     @Override
     public void setBeanFactory(BeanFactory beanFactory) {
@@ -70,10 +83,26 @@ public class TandemDataSourcePostProcessor implements DestructionAwareBeanPostPr
                     + "' is named as its resource manager, but '" + rm + "' is not a resource manager name (1 to 32 of a-z, 0-9, '_', '-' not first): "
                     + "set tandem.datasources." + beanName + ".rm to its name in the coordinator's --rm NAME=…");
         }
+        Named mine = new Named(beanName, p.getRm() != null);
+        Named had = rms.putIfAbsent(rm, mine);
+        if (had != null) {
+            throw new InvalidTandemSettingException("tandem.datasources." + beanName + ".rm", "DataSource beans '" + had.beanName() + "' ("
+                    + had.how(rm) + ") and '" + beanName + "' (" + mine.how(rm) + ") are both resource manager \"" + rm
+                    + "\": a transaction's connections of '" + beanName + "' would join the branch of '" + had.beanName() + "' and write to its database. "
+                    + "Set tandem.datasources." + beanName + ".rm (or tandem.datasources." + had.beanName() + ".rm) so that each names its own "
+                    + "database's resource manager, as the coordinator's --rm NAME=… does; or leave one out with tandem.datasources.BEAN.enabled=false");
+        }
         TandemProperties.Kind kind = p.getKind() != null ? p.getKind() : kind(beanName, ds);
         String tmName = tmBeanName();
         TandemTransactionManager tm = beanFactory.getBean(tmName, TandemTransactionManager.class);
-        TandemDataSource t = kind == TandemProperties.Kind.POSTGRES ? TandemDataSource.postgres(tm, rm, ds) : TandemDataSource.mariadb(tm, rm, ds);
+        TandemDataSource t;
+        try {
+            t = kind == TandemProperties.Kind.POSTGRES ? TandemDataSource.postgres(tm, rm, ds) : TandemDataSource.mariadb(tm, rm, ds);
+        } catch (IllegalStateException e) {
+            // The application's own TandemDataSource bean has the name.
+            throw new InvalidTandemSettingException("tandem.datasources." + beanName + ".rm", "DataSource bean '" + beanName + "' ("
+                    + mine.how(rm) + ") cannot enlist as resource manager \"" + rm + "\": " + e.getMessage(), e);
+        }
         Sizing s = HIKARI ? HikariSizing.of(ds) : null;
         if (s != null) {
             t.setSourcePools(true);

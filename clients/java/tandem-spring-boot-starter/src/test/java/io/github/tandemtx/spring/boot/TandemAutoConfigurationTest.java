@@ -217,6 +217,39 @@ class TandemAutoConfigurationTest {
         assertThat(TandemDataSourcePostProcessor.kind("a", new MariaDbDataSource())).isEqualTo(TandemProperties.Kind.MARIADB);
     }
 
+    /**
+     * Two DataSource beans under one resource manager name would share a
+     * transaction's branch: the second one's connections would write to the
+     * first one's database. The application does not start; the message
+     * names both beans and the property to set.
+     */
+    @Test
+    void twoDataSourcesUnderOneRmNameStopTheStart() {
+        runner.withUserConfiguration(OrdersAndAudit.class).withPropertyValues("tandem.datasources.orders.rm=pg", "tandem.datasources.audit.rm=pg")
+                .run(ctx -> {
+                    assertThat(ctx).hasFailed();
+                    assertThat(failure(ctx)).contains("'orders'").contains("'audit'").contains("resource manager \"pg\"")
+                            .contains("tandem.datasources.audit.rm");
+                    FailureAnalysis a = new TandemFailureAnalyzer().analyze(ctx.getStartupFailure());
+                    assertThat(a).isNotNull();
+                    assertThat(a.getDescription()).contains("'orders'").contains("'audit'");
+                    assertThat(a.getAction()).contains("tandem.datasources.audit.rm");
+                });
+        // A bean's name colliding with another bean's explicit rm.
+        runner.withUserConfiguration(OrdersAndAudit.class).withPropertyValues("tandem.datasources.audit.rm=orders").run(ctx -> {
+            assertThat(ctx).hasFailed();
+            assertThat(failure(ctx)).contains("'orders'").contains("'audit'").contains("resource manager \"orders\"")
+                    .contains("tandem.datasources.audit.rm");
+        });
+        // Each its own name: both enlist, each under its own.
+        runner.withUserConfiguration(OrdersAndAudit.class).withPropertyValues("tandem.datasources.orders.rm=pg", "tandem.datasources.audit.rm=pg-audit")
+                .run(ctx -> {
+                    assertThat(ctx).hasNotFailed();
+                    assertThat(ctx.getBean("orders", TandemDataSource.class).rmName()).isEqualTo("pg");
+                    assertThat(ctx.getBean("audit", TandemDataSource.class).rmName()).isEqualTo("pg-audit");
+                });
+    }
+
     // ---- Property errors: the application does not start, and the message names the property.
 
     @Test
@@ -362,6 +395,24 @@ class TandemAutoConfigurationTest {
         @Override
         public void destroy() {
             elsewhere.close();
+        }
+    }
+
+    /** Two pools on two PostgreSQL databases. */
+    @Configuration(proxyBeanMethods = false)
+    static class OrdersAndAudit {
+        @Bean
+        DataSource orders() {
+            HikariDataSource h = new HikariDataSource();
+            h.setJdbcUrl("jdbc:postgresql://127.0.0.1:1/orders");
+            return h;
+        }
+
+        @Bean
+        DataSource audit() {
+            HikariDataSource h = new HikariDataSource();
+            h.setJdbcUrl("jdbc:postgresql://127.0.0.1:2/audit");
+            return h;
         }
     }
 
