@@ -49,6 +49,8 @@ final class ResourceManager {
 
     final String name;
     final DecisionTable.Dialect dialect;
+    /** What the TandemDataSource is over ({@link #describe}), for messages; null when not known. */
+    final String source;
     private final Connections connections;
 
     private long checkedAt; // System.nanoTime of the last check; 0: never
@@ -64,9 +66,30 @@ final class ResourceManager {
     private boolean forgetting;
 
     ResourceManager(String name, DecisionTable.Dialect dialect, Connections connections) {
+        this(name, dialect, null, connections);
+    }
+
+    ResourceManager(String name, DecisionTable.Dialect dialect, String source, Connections connections) {
         this.name = name;
         this.dialect = dialect;
+        this.source = source;
         this.connections = connections;
+    }
+
+    /**
+     * A data source for a message: its class and identity (a HikariCP pool
+     * also its pool name). Never its URL or user, which a toString may
+     * carry.
+     */
+    static String describe(Object source) {
+        if (source == null) {
+            return "null";
+        }
+        String s = source.getClass().getName() + "@" + Integer.toHexString(System.identityHashCode(source));
+        if (source.getClass().getName().equals("com.zaxxer.hikari.HikariDataSource")) {
+            s += " " + source; // "HikariDataSource (pool name)"
+        }
+        return s;
     }
 
     /** Whether the RM was checked and can be a commit point (no check made here). */

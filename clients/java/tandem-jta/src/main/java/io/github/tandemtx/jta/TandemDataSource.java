@@ -127,8 +127,8 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         this.source = source;
         this.sourcePools = knownPool(source);
         this.info = new ResourceManager(rm, kind == Kind.POSTGRES ? DecisionTable.Dialect.POSTGRES : DecisionTable.Dialect.MARIADB,
-                this::openOwn);
-        tm.registerRm(info);
+                ResourceManager.describe(source), this::openOwn);
+        tm.registerRm(info, source);
     }
 
     /**
@@ -158,6 +158,10 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
     /**
      * A data source for the PostgreSQL resource manager named rm (its name in
      * the coordinator's {@code --rm rm=postgres:...}), over pgjdbc's source.
+     *
+     * @throws IllegalStateException when tm already has an open
+     *     TandemDataSource named rm (one per database: a transaction's
+     *     branch on rm is found by name)
      */
     public static TandemDataSource postgres(TandemTransactionManager tm, String rm, CommonDataSource source) {
         return new TandemDataSource(tm, rm, Kind.POSTGRES, source);
@@ -166,6 +170,9 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
     /**
      * A data source for the MariaDB (or MySQL) resource manager named rm (its
      * name in the coordinator's {@code --rm rm=mysql:...}).
+     *
+     * @throws IllegalStateException when tm already has an open
+     *     TandemDataSource named rm
      */
     public static TandemDataSource mariadb(TandemTransactionManager tm, String rm, CommonDataSource source) {
         return new TandemDataSource(tm, rm, Kind.MARIADB, source);
@@ -633,10 +640,16 @@ public final class TandemDataSource implements DataSource, AutoCloseable {
         }
     }
 
-    /** Closes the idle connections; connections in use close when given back. */
+    /**
+     * Closes the idle connections (connections in use close when given
+     * back), and gives the resource manager's name back to the transaction
+     * manager: another TandemDataSource may then be made under it. Branches
+     * already enlisted go on to their transaction's end.
+     */
     @Override
     public void close() {
         closed = true;
+        tm.unregisterRm(info);
         Physical p;
         while ((p = idle.pollFirst()) != null) {
             p.close();

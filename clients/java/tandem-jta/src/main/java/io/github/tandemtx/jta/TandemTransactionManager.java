@@ -193,12 +193,40 @@ public final class TandemTransactionManager implements TransactionManager, UserT
         return known.contains(rm);
     }
 
-    void registerRm(ResourceManager rm) {
-        rms.put(rm.name, rm);
+    /**
+     * Registers the resource manager of a new TandemDataSource (over
+     * source, named in the refusal). A name is one TandemDataSource's until
+     * it is closed ({@link #unregisterRm}): a transaction finds its branch
+     * on an RM by name, so a second data source under the same name would
+     * be handed the first one's branch, and its connections would write to
+     * the first one's database.
+     *
+     * @throws IllegalStateException when another open TandemDataSource of
+     *     this manager has the name
+     */
+    void registerRm(ResourceManager rm, Object source) {
+        ResourceManager had = rms.putIfAbsent(rm.name, rm);
+        if (had != null && had != rm) {
+            throw new IllegalStateException("tandem: resource manager \"" + rm.name + "\" already has a TandemDataSource on this transaction manager"
+                    + (had.source == null ? "" : " (over " + had.source + ")") + "; refusing another (over " + ResourceManager.describe(source)
+                    + "): a transaction's connections of both would share the first one's branch and write to its database. Give each database"
+                    + " its own resource manager name (as the coordinator's --rm NAME=… names it), or close the first TandemDataSource before"
+                    + " making another under its name");
+        }
+    }
+
+    /** Gives rm's name back, when rm holds it (a closed TandemDataSource's). */
+    void unregisterRm(ResourceManager rm) {
+        rms.remove(rm.name, rm);
     }
 
     boolean knowsRm(String rm) {
         return rms.containsKey(rm);
+    }
+
+    /** The resource manager registered under name, or null (tests). */
+    ResourceManager registeredRm(String name) {
+        return rms.get(name);
     }
 
     CoordinatorClient coordinator() {

@@ -15,6 +15,11 @@ public class InvalidTandemSettingException extends RuntimeException {
         this.property = property;
     }
 
+    public InvalidTandemSettingException(String property, String message, Throwable cause) {
+        super(message, cause);
+        this.property = property;
+    }
+
     /** The property to set or change. */
     public String property() {
         return property;

@@ -5,6 +5,8 @@ import io.github.tandemtx.jta.TandemTransactionManager;
 import io.github.tandemtx.jta.TandemXid;
 import java.sql.Connection;
 import java.sql.SQLException;
+import java.util.Collections;
+import java.util.IdentityHashMap;
 import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -27,21 +29,44 @@ import org.springframework.util.ClassUtils;
  * size is Hikari's {@code maximumPoolSize} less one (at least one) and its
  * wait Hikari's {@code connectionTimeout} (README, "Pools"). Not wrapped: a
  * bean that already is a TandemDataSource (or wraps one), or one with
- * {@code tandem.datasources.BEAN.enabled=false}.
+ * {@code tandem.datasources.BEAN.enabled=false}. Two beans named as one
+ * resource manager stop the application ({@link InvalidTandemSettingException}
+ * naming both and {@code tandem.datasources.BEAN.rm}): a transaction's
+ * connections of the second would join the first one's branch, on the
+ * first one's database.
  *
  * <p>The bean named BEAN is then the TandemDataSource: inject it as a
  * {@code DataSource} ({@code unwrap(HikariDataSource.class)} reaches the
- * pool). On shutdown the TandemDataSource is closed, then its source (the
- * pool the application declared) if it is {@link AutoCloseable}, before
- * the transaction manager.
+ * pool). On shutdown, before the transaction manager, the TandemDataSource
+ * is closed (it refuses new connections; the idle sessions it keeps over a
+ * source that does not pool are closed; its RM name is free again), then
+ * Spring destroys the bean under it as it would without the starter: a
+ * HikariCP pool's {@code close()} (inferred for a {@code @Bean}), nothing
+ * with {@code @Bean(destroyMethod = "")}. The source is never closed here:
+ * Spring registers a bean's destruction for the object it created, the
+ * source, whose own destroy method then runs once.
  */
 public class TandemDataSourcePostProcessor implements DestructionAwareBeanPostProcessor, BeanFactoryAware, Ordered {
     private static final Logger LOG = Logger.getLogger(TandemDataSourcePostProcessor.class.getName());
     private static final boolean HIKARI = ClassUtils.isPresent("com.zaxxer.hikari.HikariDataSource", TandemDataSourcePostProcessor.class.getClassLoader());
 
     private ConfigurableBeanFactory beanFactory;
-    /** The TandemDataSources made here, and the source each wraps. */
-    private final Map<TandemDataSource, DataSource> made = new ConcurrentHashMap<>();
+    /**
+     * The TandemDataSources made here, by the bean each wraps (by identity):
+     * Spring asks {@link #requiresDestruction} and calls
+     * {@link #postProcessBeforeDestruction} with that bean, the object it
+     * created, not with the wrapper this post-processor returned.
+     */
+    private final Map<Object, TandemDataSource> made = Collections.synchronizedMap(new IdentityHashMap<>());
+    /** The resource manager names given to DataSource beans here: the bean's name, and whether tandem.datasources.BEAN.rm set it. */
+    private final Map<String, Named> rms = new ConcurrentHashMap<>();
+
+    /** A DataSource bean named as resource manager rm here. */
+    private record Named(String beanName, boolean explicit) {
+        String how(String rm) {
+            return explicit ? "tandem.datasources." + beanName + ".rm=" + rm : "its bean name";
+        }
+    }
 
     @Override
     public void setBeanFactory(BeanFactory beanFactory) {
@@ -70,10 +95,26 @@ public class TandemDataSourcePostProcessor implements DestructionAwareBeanPostPr
                     + "' is named as its resource manager, but '" + rm + "' is not a resource manager name (1 to 32 of a-z, 0-9, '_', '-' not first): "
                     + "set tandem.datasources." + beanName + ".rm to its name in the coordinator's --rm NAME=…");
         }
+        Named mine = new Named(beanName, p.getRm() != null);
+        Named had = rms.putIfAbsent(rm, mine);
+        if (had != null) {
+            throw new InvalidTandemSettingException("tandem.datasources." + beanName + ".rm", "DataSource beans '" + had.beanName() + "' ("
+                    + had.how(rm) + ") and '" + beanName + "' (" + mine.how(rm) + ") are both resource manager \"" + rm
+                    + "\": a transaction's connections of '" + beanName + "' would join the branch of '" + had.beanName() + "' and write to its database. "
+                    + "Set tandem.datasources." + beanName + ".rm (or tandem.datasources." + had.beanName() + ".rm) so that each names its own "
+                    + "database's resource manager, as the coordinator's --rm NAME=… does; or leave one out with tandem.datasources.BEAN.enabled=false");
+        }
         TandemProperties.Kind kind = p.getKind() != null ? p.getKind() : kind(beanName, ds);
         String tmName = tmBeanName();
         TandemTransactionManager tm = beanFactory.getBean(tmName, TandemTransactionManager.class);
-        TandemDataSource t = kind == TandemProperties.Kind.POSTGRES ? TandemDataSource.postgres(tm, rm, ds) : TandemDataSource.mariadb(tm, rm, ds);
+        TandemDataSource t;
+        try {
+            t = kind == TandemProperties.Kind.POSTGRES ? TandemDataSource.postgres(tm, rm, ds) : TandemDataSource.mariadb(tm, rm, ds);
+        } catch (IllegalStateException e) {
+            // The application's own TandemDataSource bean has the name.
+            throw new InvalidTandemSettingException("tandem.datasources." + beanName + ".rm", "DataSource bean '" + beanName + "' ("
+                    + mine.how(rm) + ") cannot enlist as resource manager \"" + rm + "\": " + e.getMessage(), e);
+        }
         Sizing s = HIKARI ? HikariSizing.of(ds) : null;
         if (s != null) {
             t.setSourcePools(true);
@@ -90,7 +131,7 @@ public class TandemDataSourcePostProcessor implements DestructionAwareBeanPostPr
                     + " is not below HikariCP's maximum-pool-size " + s.sourceMax()
                     + ": a thread may wait in Hikari while the transaction manager's own connection (deleting decided rows) is out");
         }
-        made.put(t, ds);
+        made.put(bean, t);
         // Destroyed before the transaction manager it registered with.
         beanFactory.registerDependentBean(tmName, beanName);
         LOG.fine(() -> "tandem: DataSource '" + beanName + "' enlists as resource manager \"" + rm + "\" (" + kind + ", pool " + max + ")");
@@ -160,25 +201,27 @@ public class TandemDataSourcePostProcessor implements DestructionAwareBeanPostPr
         return null;
     }
 
+    /** For a bean wrapped here: its TandemDataSource is to be closed with it. */
     @Override
     public boolean requiresDestruction(Object bean) {
-        return bean instanceof TandemDataSource t && made.containsKey(t);
+        return made.containsKey(bean);
     }
 
-    /** Closes the TandemDataSource, then the pool under it, which the container no longer sees. */
+    /**
+     * Closes the TandemDataSource made for bean (the source, as Spring
+     * created it), and frees its RM name here. Spring then runs the
+     * source's own destroy method, if it has one.
+     */
     @Override
     public void postProcessBeforeDestruction(Object bean, String beanName) {
-        if (!(bean instanceof TandemDataSource t)) {
+        TandemDataSource t = made.remove(bean);
+        if (t == null) {
             return;
         }
-        DataSource source = made.remove(t);
-        t.close();
-        if (source instanceof AutoCloseable c) {
-            try {
-                c.close();
-            } catch (Exception e) {
-                LOG.log(Level.WARNING, "tandem: closing the pool under DataSource '" + beanName + "' failed", e);
-            }
+        try {
+            t.close();
+        } finally {
+            rms.computeIfPresent(t.rmName(), (rm, n) -> n.beanName().equals(beanName) ? null : n);
         }
     }
 

@@ -116,7 +116,7 @@ class StarterDatabaseTest {
     @Test
     void aTransactionThroughSpringWritesBothOrNeither() throws Exception {
         try (TestCoordinator c = new TestCoordinator()) {
-            app(c).run(ctx -> {
+            app(c).withPropertyValues("management.health.tandem.cache-time-to-live=0").run(ctx -> {
                 assertThat(ctx).hasNotFailed();
                 DataSource pg = ctx.getBean("pg", DataSource.class), maria = ctx.getBean("maria", DataSource.class);
                 assertThat(pg).isInstanceOf(TandemDataSource.class);
@@ -143,14 +143,17 @@ class StarterDatabaseTest {
 
                 Health h = ctx.getBean(TandemHealthIndicator.class).health();
                 assertThat(h.getStatus()).as(h.toString()).isEqualTo(Status.UP);
-                assertThat(h.getDetails()).containsEntry("coordinator", c.addr).containsEntry("serving", true).containsEntry("role", "primary");
+                assertThat(h.getDetails()).containsEntry("state", "serving").containsEntry("coordinator", c.addr).containsEntry("serving", true)
+                        .containsEntry("role", "primary");
                 @SuppressWarnings("unchecked")
                 Map<String, Object> rms = (Map<String, Object>) h.getDetails().get("rms");
                 assertThat(rms).containsEntry("pg", "reachable").containsEntry("maria", "reachable");
 
+                // The coordinator gone: still UP (commit points need none), the state in the details.
                 c.kill();
                 h = ctx.getBean(TandemHealthIndicator.class).health();
-                assertThat(h.getStatus()).as(h.toString()).isEqualTo(Status.DOWN);
+                assertThat(h.getStatus()).as(h.toString()).isEqualTo(Status.UP);
+                assertThat(h.getDetails()).containsEntry("state", "unreachable");
                 assertThat((String) h.getDetails().get("error")).contains("did not answer Health");
             });
         }
@@ -168,9 +171,17 @@ class StarterDatabaseTest {
             app(c).withPropertyValues("tandem.datasources.maria.rm=nope", "tandem.verify-on-startup=false").run(ctx -> {
                 assertThat(ctx).hasNotFailed();
                 Health h = ctx.getBean(TandemHealthIndicator.class).health();
-                assertThat(h.getStatus()).isEqualTo(Status.DOWN);
+                assertThat(h.getStatus()).isEqualTo(Status.UP);
+                assertThat(h.getDetails()).containsEntry("state", "missing-rms");
                 assertThat(h.getDetails().get("missing").toString()).isEqualTo("[nope]");
             });
+            app(c).withPropertyValues("tandem.datasources.maria.rm=nope", "tandem.verify-on-startup=false",
+                    "management.health.tandem.unavailable-status=DOWN").run(ctx -> {
+                        assertThat(ctx).hasNotFailed();
+                        Health h = ctx.getBean(TandemHealthIndicator.class).health();
+                        assertThat(h.getStatus()).isEqualTo(Status.DOWN);
+                        assertThat(h.getDetails().get("missing").toString()).isEqualTo("[nope]");
+                    });
         }
     }
 }

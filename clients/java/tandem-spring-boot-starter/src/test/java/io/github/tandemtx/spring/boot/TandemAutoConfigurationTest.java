@@ -192,6 +192,38 @@ class TandemAutoConfigurationTest {
         });
     }
 
+    /**
+     * Closing the application closes each TandemDataSource the starter
+     * made: it refuses new connections, and the idle sessions it keeps over
+     * a source that does not pool are closed. The pool under a wrapper is
+     * closed as Spring closes any bean (Hikari's close()), once; one the
+     * application keeps open (destroyMethod = "") stays open.
+     */
+    @Test
+    void closingTheApplicationClosesTheTandemDataSources() {
+        runner.withUserConfiguration(PlainAndKept.class).withPropertyValues("tandem.datasources.plain.kind=postgres").run(ctx -> {
+            assertThat(ctx).hasNotFailed();
+            TandemDataSource plain = ctx.getBean("plain", TandemDataSource.class);
+            TandemDataSource kept = ctx.getBean("kept", TandemDataSource.class);
+            Sessions sessions = ctx.getBean(PlainAndKept.class).sessions;
+            try (Connection a = plain.getConnection(); Connection b = plain.getConnection()) {
+                assertThat(a.isClosed()).isFalse();
+                assertThat(b.isClosed()).isFalse();
+            }
+            assertThat(sessions.opened()).isEqualTo(2);
+            assertThat(sessions.open()).as("kept idle by the TandemDataSource: the source does not pool").isEqualTo(2);
+            HikariDataSource keptPool = kept.unwrap(HikariDataSource.class);
+
+            ctx.close();
+            assertThat(sessions.open()).as("the idle sessions closed with the application").isZero();
+            SQLException e = org.junit.jupiter.api.Assertions.assertThrows(SQLException.class, plain::getConnection);
+            assertThat(e.getMessage()).contains("TandemDataSource \"plain\" is closed");
+            assertThat(org.junit.jupiter.api.Assertions.assertThrows(SQLException.class, kept::getConnection).getMessage()).contains("closed");
+            assertThat(keptPool.isClosed()).as("a pool the application keeps open (destroyMethod = \"\")").isFalse();
+            keptPool.close();
+        });
+    }
+
     @Test
     void poolSettingsOverrideTheSizing() {
         runner.withUserConfiguration(TwoPools.class).withPropertyValues("tandem.datasources.pg.max-pool-size=3", "tandem.datasources.pg.acquire-timeout=2s",
@@ -215,6 +247,39 @@ class TandemAutoConfigurationTest {
         assertThat(TandemDataSourcePostProcessor.kind("a", over)).isEqualTo(TandemProperties.Kind.MARIADB);
         assertThat(TandemDataSourcePostProcessor.kind("a", new PGSimpleDataSource())).isEqualTo(TandemProperties.Kind.POSTGRES);
         assertThat(TandemDataSourcePostProcessor.kind("a", new MariaDbDataSource())).isEqualTo(TandemProperties.Kind.MARIADB);
+    }
+
+    /**
+     * Two DataSource beans under one resource manager name would share a
+     * transaction's branch: the second one's connections would write to the
+     * first one's database. The application does not start; the message
+     * names both beans and the property to set.
+     */
+    @Test
+    void twoDataSourcesUnderOneRmNameStopTheStart() {
+        runner.withUserConfiguration(OrdersAndAudit.class).withPropertyValues("tandem.datasources.orders.rm=pg", "tandem.datasources.audit.rm=pg")
+                .run(ctx -> {
+                    assertThat(ctx).hasFailed();
+                    assertThat(failure(ctx)).contains("'orders'").contains("'audit'").contains("resource manager \"pg\"")
+                            .contains("tandem.datasources.audit.rm");
+                    FailureAnalysis a = new TandemFailureAnalyzer().analyze(ctx.getStartupFailure());
+                    assertThat(a).isNotNull();
+                    assertThat(a.getDescription()).contains("'orders'").contains("'audit'");
+                    assertThat(a.getAction()).contains("tandem.datasources.audit.rm");
+                });
+        // A bean's name colliding with another bean's explicit rm.
+        runner.withUserConfiguration(OrdersAndAudit.class).withPropertyValues("tandem.datasources.audit.rm=orders").run(ctx -> {
+            assertThat(ctx).hasFailed();
+            assertThat(failure(ctx)).contains("'orders'").contains("'audit'").contains("resource manager \"orders\"")
+                    .contains("tandem.datasources.audit.rm");
+        });
+        // Each its own name: both enlist, each under its own.
+        runner.withUserConfiguration(OrdersAndAudit.class).withPropertyValues("tandem.datasources.orders.rm=pg", "tandem.datasources.audit.rm=pg-audit")
+                .run(ctx -> {
+                    assertThat(ctx).hasNotFailed();
+                    assertThat(ctx.getBean("orders", TandemDataSource.class).rmName()).isEqualTo("pg");
+                    assertThat(ctx.getBean("audit", TandemDataSource.class).rmName()).isEqualTo("pg-audit");
+                });
     }
 
     // ---- Property errors: the application does not start, and the message names the property.
@@ -365,6 +430,42 @@ class TandemAutoConfigurationTest {
         }
     }
 
+    /** Two pools on two PostgreSQL databases. */
+    @Configuration(proxyBeanMethods = false)
+    static class OrdersAndAudit {
+        @Bean
+        DataSource orders() {
+            HikariDataSource h = new HikariDataSource();
+            h.setJdbcUrl("jdbc:postgresql://127.0.0.1:1/orders");
+            return h;
+        }
+
+        @Bean
+        DataSource audit() {
+            HikariDataSource h = new HikariDataSource();
+            h.setJdbcUrl("jdbc:postgresql://127.0.0.1:2/audit");
+            return h;
+        }
+    }
+
+    /** A source that does not pool (its sessions counted), and a pool the application closes itself. */
+    @Configuration(proxyBeanMethods = false)
+    static class PlainAndKept {
+        final Sessions sessions = new Sessions();
+
+        @Bean
+        DataSource plain() {
+            return sessions;
+        }
+
+        @Bean(destroyMethod = "")
+        DataSource kept() {
+            HikariDataSource h = new HikariDataSource();
+            h.setJdbcUrl("jdbc:postgresql://127.0.0.1:1/kept");
+            return h;
+        }
+    }
+
     @Configuration(proxyBeanMethods = false)
     static class Reporting {
         @Bean
@@ -426,8 +527,46 @@ class TandemAutoConfigurationTest {
         }
     }
 
+    /** A DataSource that does not pool: each getConnection opens a session (no database: a stand-in that counts). */
+    static final class Sessions extends NoDatabase {
+        private final java.util.concurrent.atomic.AtomicInteger opened = new java.util.concurrent.atomic.AtomicInteger();
+        private final java.util.concurrent.atomic.AtomicInteger open = new java.util.concurrent.atomic.AtomicInteger();
+
+        int opened() {
+            return opened.get();
+        }
+
+        int open() {
+            return open.get();
+        }
+
+        @Override
+        public Connection getConnection() {
+            opened.incrementAndGet();
+            open.incrementAndGet();
+            boolean[] closed = {false};
+            return (Connection) java.lang.reflect.Proxy.newProxyInstance(Connection.class.getClassLoader(), new Class<?>[] {Connection.class},
+                    (proxy, m, args) -> switch (m.getName()) {
+                        case "close" -> {
+                            if (!closed[0]) {
+                                closed[0] = true;
+                                open.decrementAndGet();
+                            }
+                            yield null;
+                        }
+                        case "isClosed" -> closed[0];
+                        case "getAutoCommit" -> true;
+                        case "isValid" -> !closed[0];
+                        case "equals" -> proxy == args[0];
+                        case "hashCode" -> System.identityHashCode(proxy);
+                        case "toString" -> "Sessions.Connection";
+                        default -> throw new SQLException("no database here: " + m.getName());
+                    });
+        }
+    }
+
     /** A DataSource that says nothing of its database, and whose connections fail. */
-    static final class NoDatabase implements DataSource {
+    static class NoDatabase implements DataSource {
         @Override
         public Connection getConnection() throws SQLException {
             throw new SQLException("no database here");

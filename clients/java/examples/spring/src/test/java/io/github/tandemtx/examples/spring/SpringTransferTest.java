@@ -1,6 +1,7 @@
 package io.github.tandemtx.examples.spring;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -250,6 +251,10 @@ class SpringTransferTest {
             assertEquals(200, health.statusCode(), health::body);
             assertTrue(health.body().contains("\"tandem\":{\"status\":\"UP\""), health.body());
             assertTrue(health.body().contains("\"role\":\"primary\""), health.body());
+            // Details shown to anyone (always): the coordinator's state, not its address (nor any error text).
+            assertTrue(health.body().contains("\"state\":\"serving\""), health.body());
+            assertFalse(health.body().contains(c.addr), health.body());
+            assertFalse(health.body().contains("\"coordinator\""), health.body());
             if (Boolean.getBoolean("tandem.printScrape")) {
                 System.out.println(health.body());
             }
