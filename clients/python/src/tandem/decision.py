@@ -283,16 +283,20 @@ def bounded_statements(d: str, stmts: List[str], lock_timeout: float) -> Tuple[L
     """stmts run as the Go package's execBounded runs them: in a transaction
     of their own, durably (PostgreSQL: synchronous_commit on), every lock
     wait bounded by lock_timeout (PostgreSQL lock_timeout; MySQL/MariaDB
-    innodb_lock_wait_timeout, whole seconds rounded up, at least 1, the
-    session's own value restored after). Returned as (statements before the
+    innodb_lock_wait_timeout and lock_wait_timeout, whole seconds rounded
+    up, at least 1, the session's own values restored after). Returned as (statements before the
     transaction, the transaction's statements, statements after it); the
     transaction is begun and committed by the caller's driver."""
     if d == MYSQL:
         secs = max(int(-(-lock_timeout // 1)), 1)
+        n = str(secs)
+        # Row locks (innodb_lock_wait_timeout) and table locks: LOCK TABLES,
+        # DDL, a backup stage (metadata locks, lock_wait_timeout).
         return (
-            ["SET @tandem_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = " + str(secs)],
+            ["SET @tandem_lwt = @@SESSION.innodb_lock_wait_timeout, @tandem_mdl = @@SESSION.lock_wait_timeout, "
+             "SESSION innodb_lock_wait_timeout = " + n + ", SESSION lock_wait_timeout = " + n],
             list(stmts),
-            ["SET SESSION innodb_lock_wait_timeout = @tandem_lwt"],
+            ["SET SESSION innodb_lock_wait_timeout = @tandem_lwt, SESSION lock_wait_timeout = @tandem_mdl"],
         )
     ms = max(int(lock_timeout * 1000), 1)
     return [], ["SET LOCAL lock_timeout = " + str(ms), "SET LOCAL synchronous_commit = on"] + list(stmts), []
