@@ -268,6 +268,15 @@ func TestTraceSpans(t *testing.T) {
 		// commits, may find it still prepared (held): a span of its own,
 		// and another attempt follows.
 		all = slices.DeleteFunc(all, func(s span) bool { return s.attrs["tandem.result"] == "held" })
+		// On a busy machine the client's commit of maria's session-bound
+		// branch and the coordinator's phase 2 can meet the other way round:
+		// the coordinator then commits it itself (and the client's commit
+		// finds it done). Either settles it; the tree is the same.
+		for _, s := range all {
+			if s.side == "coordinator" && s.name == "tandem.coordinator.phase2" && s.attrs["tandem.rm"] == "maria" && s.attrs["tandem.action"] == "commit" {
+				s.attrs["tandem.action"] = "check"
+			}
+		}
 		if got := tree(all, false); got == want {
 			break
 		} else if time.Now().After(deadline) {
