@@ -191,3 +191,44 @@ def test_a_refusal_first_is_an_abort(db):
     assert db.prepared_for(tx.gtrid) == []
     cli.close()
     fake.stop()
+
+
+def test_follows_the_primary_through_a_switchover(db, coordinator_factory, tandem_bin):
+    """A real primary and standby (two `tandem serve`), `tandem switchover`
+    between two transactions: the client, given both addresses, commits the
+    first at the old primary and the second at the new one, with no
+    repointing; both are committed on both databases."""
+    import os
+    import subprocess
+
+    la, lb, aa, ab = free_addr(), free_addr(), free_addr(), free_addr()
+    a = coordinator_factory(extra=["--admin", aa, "--standby-listen", la, "--peer", lb])
+    b = coordinator_factory(extra=["--admin", ab, "--standby-of", la, "--standby-listen", lb, "--peer", la])
+    db.table("py_switch")
+    cli = tandem.Client(
+        rms=[tandem.RM("pg", "postgres", connect=db.pg_conn), tandem.RM("maria", "mysql", connect=db.my_conn)],
+        coordinators=[a.addr, b.addr],
+        defaults=tandem.CommitOptions(decide_at="coordinator"),
+        decision_timeout=30,
+    )
+    try:
+        tx1 = cli.begin()
+        write_both(tx1, db, "py_switch", 1)
+        assert tx1.commit().path == tandem.TWO_PHASE
+        assert cli.current_coordinator() == a.addr
+        out = subprocess.run(
+            [tandem_bin, "switchover", "--primary-admin", aa, "--standby-admin", ab,
+             "--primary-token-file", os.path.join(a.data_dir, "admin.token"),
+             "--standby-token-file", os.path.join(b.data_dir, "admin.token")],
+            capture_output=True, text=True, timeout=90)
+        assert "switchover done" in out.stdout + out.stderr, (
+            "tandem switchover: " + out.stdout + out.stderr + "\nA:\n" + a.output() + "\nB:\n" + b.output())
+        tx2 = cli.begin()
+        write_both(tx2, db, "py_switch", 2)
+        assert tx2.commit().path == tandem.TWO_PHASE
+        assert cli.current_coordinator() == b.addr
+        for i in (1, 2):
+            assert db.count("pg", "py_switch", i) == 1 and db.count("maria", "py_switch", i) == 1
+        assert cli.status(tx1.gtrid).outcome == "COMMITTED" and cli.status(tx2.gtrid).outcome == "COMMITTED"
+    finally:
+        cli.close()
