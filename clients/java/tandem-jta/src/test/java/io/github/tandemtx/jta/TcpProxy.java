@@ -76,12 +76,18 @@ final class TcpProxy implements AutoCloseable {
 
     /** Closes every connection open now; later ones pass again (with the drop flags cleared). */
     void cut() {
-        for (Socket s : open) {
-            close(s);
-        }
-        open.clear();
+        // The flags first, then only the sockets open now: a connection a
+        // client opens as soon as its old one breaks (taking the decision
+        // key) was closed too when the accept thread added it while this
+        // loop ran (TracingTest.takingTheKey under load: "socket was closed
+        // by server").
         dropToServer = false;
         dropToClient = false;
+        java.util.List<Socket> now = new java.util.ArrayList<>(open);
+        open.removeAll(now);
+        for (Socket s : now) {
+            close(s);
+        }
     }
 
     private static void close(Socket s) {
