@@ -46,10 +46,11 @@ func (t table) forget(ctx context.Context, db *sql.DB, d rm.Driver, gs []xid.GTR
 	return n, nil
 }
 
-// gcLockWait bounds how long a forget or a sweep waits for a row lock. Its
-// DELETE holds the locks it has taken while it waits, and those can block
-// a commit point's or a recoverer's INSERT of a neighbouring key (InnoDB
-// locks gaps); rows it could not delete now are deleted by a later sweep.
+// gcLockWait bounds how long a forget or a sweep waits for a lock, a row's
+// or the table's (execBounded). Its DELETE holds the locks it has taken
+// while it waits, and those can block a commit point's or a recoverer's
+// INSERT of a neighbouring key (InnoDB locks gaps); rows it could not
+// delete now are deleted by a later sweep.
 const gcLockWait = time.Second
 
 // explainGC is explain, and says what a lock wait timeout means here.
