@@ -33,7 +33,9 @@
 //     the first rename of a released segment, after the last one and before
 //     the directory fsync);
 //   - standby shipping (internal/standby): standby-before-ship (a RECORDS
-//     frame of the sync/async stream built, not yet sent);
+//     frame of the sync/async stream built, not yet sent) on the primary;
+//     standby-before-final-state (the primary's final STATE read, not yet
+//     recorded) on the standby;
 //   - checkpoint (internal/coord): checkpoint-after-carry (the surviving
 //     decisions appended again, not yet synced), checkpoint-before-release
 //     (synced), checkpoint-after-release.

@@ -83,10 +83,7 @@ func (s *Server) Promote(o standby.PromoteOptions) (standby.Identity, error) {
 	// Checked while the standby still follows (a refusal leaves it so):
 	// closing the receiver below records "not synchronized", as any end of
 	// the stream does.
-	err := standby.CheckPromotable(s.cfg.DataDir)
-	if err == nil {
-		err = sb.receiver.TrustedWhileFollowing()
-	}
+	err := promotableWhileFollowing(s.cfg.DataDir, sb.receiver)
 	switch {
 	case err == nil:
 		o.CheckedWhileFollowing = true
@@ -131,6 +128,34 @@ func (s *Server) Promote(o standby.PromoteOptions) (standby.Identity, error) {
 	s.logInfo("PROMOTED: this coordinator is the primary now", "cluster", id.Cluster.String(), "epoch", id.Epoch, "copied_up_to", at.String(), "old_primary", old)
 	p.tasks.run(func(ctx context.Context) { s.tellOldPrimary(ctx, old, id) })
 	return id, nil
+}
+
+// finalStateWait bounds how long a promotion of a standby still connected
+// to its primary waits for that primary's final STATE (promotableWhileFollowing).
+const finalStateWait = 3 * time.Second
+
+// promotableWhileFollowing reports whether the standby in dir, still
+// following through r, may be promoted without losing what its primary
+// acted on (nil), as standby.CheckPromotable and TrustedWhileFollowing
+// judge it. A handover's final STATE is sent before the demotion answers,
+// but the standby records it a moment later: a promotion sent as soon as
+// the demotion answered (tandem switchover's step 2) would be refused in
+// that moment. So while the session with the primary is still open and the
+// answer is no, it looks again until the session ends (a primary that
+// hands over closes it right after its final STATE) or finalStateWait has
+// passed; then the answer stands.
+func promotableWhileFollowing(dir string, r *standby.Receiver) error {
+	deadline := time.Now().Add(finalStateWait)
+	for {
+		err := standby.CheckPromotable(dir)
+		if err == nil {
+			err = r.TrustedWhileFollowing()
+		}
+		if err == nil || !r.Status().Connected || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // tellOldPrimary probes the old primary with the new epoch until it is

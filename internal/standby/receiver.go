@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tandem-tx/tandem/internal/failpoint"
 	"github.com/tandem-tx/tandem/internal/setting"
 	"github.com/tandem-tx/tandem/internal/wal"
 	"github.com/tandem-tx/tandem/waits"
@@ -347,6 +348,7 @@ func (r *Receiver) session(ctx context.Context) error {
 			why := "the primary says this standby holds every decision it acts on"
 			switch {
 			case b[0]&stateFinal != 0:
+				_ = failpoint.Inject("standby-before-final-state") // sleep: the final STATE read, not yet recorded
 				why = "the primary stopped with every record of its log on this standby"
 				final = true
 				r.mu.Lock()
