@@ -1,7 +1,7 @@
 package api
 
 // gRPC metadata of the Commit call, part of the contract with clients in
-// other languages (README, "gRPC API"). Both are optional: a client that
+// other languages (README, "gRPC API"). All are optional: a client that
 // sends nothing gets the plain unary behaviour.
 const (
 	// MetadataEarlyDecision, sent by the client with value "1" on a Commit
@@ -41,4 +41,20 @@ const (
 	// decision, would roll them back — a COMMIT acknowledged and lost. A
 	// call without it is a client from before owners existed.
 	MetadataOwner = "tandem-owner"
+	// MetadataMayTakeOver, sent by the client with value "1" on a Commit
+	// under visibility ASYNC that lists a branch with client_settles, lets
+	// the coordinator take those branches over when its standby does not
+	// hold the decision at once (a slow or distant standby): instead of
+	// answering only once the standby holds it, the coordinator answers
+	// COMMITTED as soon as the decision is durable in its own log, with
+	// MetadataTakenOver, and settles the branches itself once the standby
+	// holds the decision. The client must then end those branches' sessions
+	// without settling them (each stays prepared in the database, and the
+	// coordinator commits it from its own connection once the session is
+	// gone).
+	MetadataMayTakeOver = "tandem-may-take-over"
+	// MetadataTakenOver is the response header, sent with MetadataDecision
+	// (or, without the early decision, with the response), that says the
+	// coordinator took the client-settled branches over: value "1".
+	MetadataTakenOver = "tandem-taken-over"
 )

@@ -137,8 +137,9 @@ type Durability = api.Durability
 // Visibility is whether a commit's reply waits for every branch to be
 // committed (see the README's "Commit modes"). Under VisibilityAsync,
 // Commit still returns only once the MariaDB/MySQL branches prepared on the
-// application's sessions are committed there: a session is never handed
-// back holding a prepared branch.
+// application's sessions are committed there, or (CommitOptions.MayTakeOver)
+// their sessions ended: a session is never handed back holding a prepared
+// branch.
 type Visibility = api.Visibility
 
 // Commit modes.
@@ -190,6 +191,20 @@ type CommitOptions struct {
 	// prepared; another branch as an XA branch named with the commit point)
 	// and at Commit.
 	DecideAt DecideAt
+	// MayTakeOver (VisibilityAsync, decisions at the coordinator): when
+	// the coordinator's standby does not hold the decision within a few
+	// milliseconds (a distant or slow standby), the coordinator takes the
+	// MariaDB/MySQL branches prepared on the application's sessions over
+	// and answers at once; Commit then ends those sessions instead of
+	// committing the branches on them (each stays prepared in the
+	// database, and the coordinator commits it once its standby holds the
+	// decision). The *sql.Conn given to Tx.Branch for such an RM is then
+	// unusable: Result.EndedSessions names them, and the application takes
+	// a new connection from its pool for its next transaction (a
+	// connection taken with db.Conn and closed after each transaction
+	// needs nothing more). Without it, an async Commit with such a branch
+	// waits for the standby before it returns.
+	MayTakeOver bool
 }
 
 type rmInfo struct {

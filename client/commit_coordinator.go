@@ -57,8 +57,17 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	// in the response headers before its own phase 2 (api.MetadataEarlyDecision),
 	// so they commit while it commits the others.
 	var settled chan bool
-	onCommitted := func() {
+	takenOver := false
+	onCommitted := func(taken bool) {
 		settled = make(chan bool, 1)
+		if taken {
+			// The coordinator settles them once its standby holds the
+			// decision: end the sessions so that it can (api.MetadataMayTakeOver).
+			takenOver = true
+			t.releaseOwn(writers)
+			settled <- false
+			return
+		}
 		go func() { settled <- t.settleOwn(ctx, writers, true) }()
 	}
 	if !hasSessionBound(writers) {
@@ -72,7 +81,8 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	// cluster refuses the Commit before writing anything (api.MetadataOwner).
 	rpcCtx = withOwner(rpcCtx, writers)
 	rpcStart := time.Now()
-	resp, calls, err := t.c.commitRPC(rpcCtx, req, t.trace, t.traceCoord, onCommitted)
+	mayTakeOver := t.opts.MayTakeOver && t.opts.Visibility == VisibilityAsync
+	resp, calls, err := t.c.commitRPC(rpcCtx, req, t.trace, t.traceCoord, mayTakeOver, onCommitted)
 	_ = failpoint.Inject("after-commit-rpc") // kill: the decision is made; session-bound branches wait for the coordinator
 	res.CoordinatorCalls = calls
 	if t.rec {
@@ -91,6 +101,13 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 		// a database slow) must not skip this wait.
 		own := <-settled
 		res.Phase2Pending = resp.GetPhase2Pending() || !own
+		if takenOver {
+			for _, b := range writers {
+				if b.rm.dialect.SessionBound() {
+					res.EndedSessions = append(res.EndedSessions, b.rm.name)
+				}
+			}
+		}
 		return res, txCommitted, nil
 	}
 	switch {
@@ -201,19 +218,24 @@ func (c *Client) decisionContext(ctx context.Context) (context.Context, context.
 // (once) as soon as the response headers say COMMITTED, which the
 // coordinator sends only once the decision is durable. From then on the
 // outcome is known: an error on the rest of the call is reported as
-// COMMITTED with phase 2 pending, not as an unknown outcome.
-func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *waits.Trace, traceCoord bool, onCommitted func()) (*api.CommitResponse, int, error) {
+// COMMITTED with phase 2 pending, not as an unknown outcome. With
+// mayTakeOver the coordinator may take the client-settled branches over
+// (api.MetadataMayTakeOver): onCommitted is then told so.
+func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *waits.Trace, traceCoord, mayTakeOver bool, onCommitted func(takenOver bool)) (*api.CommitResponse, int, error) {
 	if traceCoord {
 		ctx = metadata.AppendToOutgoingContext(ctx, api.MetadataTrace, "1")
 	}
 	if onCommitted != nil {
 		ctx = metadata.AppendToOutgoingContext(ctx, api.MetadataEarlyDecision, "1")
+		if mayTakeOver {
+			ctx = metadata.AppendToOutgoingContext(ctx, api.MetadataMayTakeOver, "1")
+		}
 	}
 	committed := false
 	onHeader := func(md metadata.MD) {
 		if v := md.Get(api.MetadataDecision); !committed && len(v) > 0 && v[0] == api.Outcome_COMMITTED.String() {
 			committed = true
-			onCommitted()
+			onCommitted(len(md.Get(api.MetadataTakenOver)) > 0)
 		}
 	}
 	backoff := 10 * time.Millisecond

@@ -73,6 +73,10 @@ type Result struct {
 	CoordinatorCalls int
 	// CommitPoint names the RM whose local commit decided (PathCommitPoint).
 	CommitPoint string
+	// EndedSessions names the RMs whose sessions Commit ended because the
+	// coordinator took their prepared branches over (CommitOptions.MayTakeOver):
+	// the *sql.Conn given to Tx.Branch for each is unusable; take a new one.
+	EndedSessions []string
 }
 
 // RMRoundTrips is the number of round trips made to one resource manager.

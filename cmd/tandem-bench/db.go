@@ -151,6 +151,7 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	})
+	fs.BoolVar(&cfg.MayTakeOver, "may-take-over", false, "with --visibility async and --decide-at coordinator: let the coordinator take the MariaDB branches over while its standby lags (the SDK's CommitOptions.MayTakeOver); a worker reopens the sessions its commits end")
 	dbCounters := fs.Bool("db-counters", true, "report the databases' own sync counters per transaction (pg_stat_wal; Binlog_group_commits, Innodb_*_fsyncs); after a workload that commits through a coordinator the run waits 11s for PostgreSQL's late counts")
 	fs.DurationVar(&cfg.ActivityEvery, "db-activity", 50*time.Millisecond, "sample what every session of the bench's databases is doing (statement and wait: pg_stat_activity; PROCESSLIST and INNODB_TRX) this often during the measured slices, and report the session-time per statement and wait; 0 turns it off")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")

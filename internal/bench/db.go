@@ -74,6 +74,11 @@ type DBConfig struct {
 	// Visibility of the xa and oltp workloads' commits (client.Visibility;
 	// zero: the coordinator's default, sync).
 	Visibility client.Visibility
+	// MayTakeOver: with Visibility async, the xa and oltp workloads let the
+	// coordinator take their MariaDB branches over while its standby lags
+	// (client.CommitOptions.MayTakeOver); a worker then reopens the
+	// sessions its commits ended.
+	MayTakeOver bool
 	// Coordinator is an external coordinator's gRPC address; "" starts one
 	// in this process (with its decision log in a temporary directory under
 	// Dir) that the clients reach over gRPC on loopback.
@@ -638,25 +643,51 @@ func (e *env) newWorker(ctx context.Context, id int) (*worker, error) {
 func (w *worker) reconnect(ctx context.Context) error {
 	w.close()
 	for i, r := range w.e.rms {
-		c, err := r.db.Conn(ctx)
-		if err != nil {
-			return fmt.Errorf("bench: rm %q: connect: %w", r.Name, err)
+		if err := w.openConn(ctx, i); err != nil {
+			return err
 		}
-		set := "SET lock_timeout = '10s'"
-		if r.Driver == rm.MySQL {
-			set = "SET SESSION innodb_lock_wait_timeout = 10"
-		}
-		if _, err := c.ExecContext(ctx, set); err != nil {
-			c.Close()
-			return fmt.Errorf("bench: rm %q: %s: %w", r.Name, set, err)
-		}
-		w.conns[i] = c
 		if r.pgxCfg != nil {
 			pc, err := pgx.ConnectConfig(ctx, r.pgxCfg)
 			if err != nil {
 				return fmt.Errorf("bench: rm %q: connect with pgx: %w", r.Name, err)
 			}
 			w.pgc[i] = pc
+		}
+	}
+	return nil
+}
+
+// openConn opens the worker's database/sql connection to RM i.
+func (w *worker) openConn(ctx context.Context, i int) error {
+	r := w.e.rms[i]
+	c, err := r.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("bench: rm %q: connect: %w", r.Name, err)
+	}
+	set := "SET lock_timeout = '10s'"
+	if r.Driver == rm.MySQL {
+		set = "SET SESSION innodb_lock_wait_timeout = 10"
+	}
+	if _, err := c.ExecContext(ctx, set); err != nil {
+		c.Close()
+		return fmt.Errorf("bench: rm %q: %s: %w", r.Name, set, err)
+	}
+	w.conns[i] = c
+	return nil
+}
+
+// reopenEnded replaces the connections whose sessions a Commit ended
+// (client.Result.EndedSessions): the coordinator took their branches over.
+func (w *worker) reopenEnded(ctx context.Context, names []string) error {
+	for _, name := range names {
+		for i, r := range w.e.rms {
+			if r.Name == name && w.conns[i] != nil {
+				_ = w.conns[i].Close()
+				w.conns[i] = nil
+				if err := w.openConn(ctx, i); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
@@ -732,7 +763,7 @@ func (e *env) newState(ctx context.Context, spec string) (*wlState, error) {
 		st.run = txnOLTPSQL
 	}
 	if name == WorkloadXA || name == WorkloadOnePC || name == WorkloadOLTP || name == WorkloadXAStandby || name == WorkloadXAObserved {
-		cfg := client.Config{Coordinator: e.coordAt, Waits: st.reg, Defaults: client.CommitOptions{DecideAt: e.cfg.DecideAt, Visibility: e.cfg.Visibility}}
+		cfg := client.Config{Coordinator: e.coordAt, Waits: st.reg, Defaults: client.CommitOptions{DecideAt: e.cfg.DecideAt, Visibility: e.cfg.Visibility, MayTakeOver: e.cfg.MayTakeOver}}
 		if name == WorkloadXAObserved {
 			st.obs = observe(&cfg)
 		}

@@ -252,7 +252,7 @@ func sdkInserts(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, tr
 		return err
 	}
 	w.sdkResult(res)
-	return nil
+	return w.reopenEnded(ctx, res.EndedSessions)
 }
 
 // oltpIDs picks one transaction's rows on one RM: the updated row u and the
@@ -367,7 +367,7 @@ func txnOLTP(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, trace
 		return err
 	}
 	w.sdkResult(res)
-	return nil
+	return w.reopenEnded(ctx, res.EndedSessions)
 }
 
 // sdkBranch is a branch of the SDK, over database/sql or pgx natively.

@@ -38,6 +38,11 @@ type Options struct {
 	// no deadline (default 10s). With a deadline, Commit replies shortly
 	// before it, marking phase 2 pending.
 	Phase2Wait time.Duration
+	// TakeOverAfter: how long a Commit under visibility async that allows
+	// it (CommitMode.MayTakeOver) waits for the standby to hold the
+	// decision before taking the client's session-bound branches over
+	// (default 5ms: about what the client's reconnection costs it).
+	TakeOverAfter time.Duration
 	// MaxTxnAge: a Commit for a gtrid that began longer ago is aborted, and
 	// ABORT decisions are remembered this long (default 1h).
 	MaxTxnAge time.Duration
@@ -172,6 +177,7 @@ func (o *Options) setDefaults() {
 	def(&o.OrphanTimeout, 60*time.Second)
 	def(&o.ScanInterval, 10*time.Second)
 	def(&o.Phase2Wait, 10*time.Second)
+	def(&o.TakeOverAfter, 5*time.Millisecond)
 	def(&o.MaxTxnAge, time.Hour)
 	def(&o.MaxClockSkew, 10*time.Second)
 	def(&o.EndedRetention, time.Minute)
@@ -203,6 +209,10 @@ type Coordinator struct {
 	retry  map[string]*retryQueue // phase-2 retries, one queue per resource manager (retry.go)
 	rmList []string               // sorted names
 	logger *slog.Logger
+	// standbyAck is a moving average of how long decisions waited for the
+	// standby to hold them (ns; standbygate.go): a standby known to be
+	// slower than Options.TakeOverAfter is not waited for before a take-over.
+	standbyAck atomic.Int64
 
 	mu   sync.Mutex
 	txns map[xid.GTRID]*txn

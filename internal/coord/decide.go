@@ -23,6 +23,10 @@ type CommitMode struct {
 	Durability Durability
 	// WaitPhase2 is visibility sync (true) or async (false).
 	WaitPhase2 bool
+	// MayTakeOver (visibility async only): the client lets the coordinator
+	// take its client-settled branches over when the standby does not hold
+	// the decision within Options.TakeOverAfter (takeOverWhileStandbyLags).
+	MayTakeOver bool
 }
 
 // Durability of one COMMIT decision.
@@ -93,6 +97,11 @@ func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef,
 		return Report{}, err
 	}
 	if anyClientSettles(rms) {
+		if mode.MayTakeOver && !waitPhase2 && c.takeOverWhileStandbyLags(ctx, t) {
+			r, err := c.finish(ctx, t, false, "")
+			r.TakenOver = true
+			return r, err
+		}
 		if err := c.answerAfterStandby(ctx, t); err != nil {
 			return Report{}, err
 		}

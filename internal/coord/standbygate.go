@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -43,7 +44,12 @@ func (c *Coordinator) waitStandby(ctx context.Context, g xid.GTRID) error {
 	}
 	start := time.Now()
 	err := w.WaitStandby(ctx)
-	c.opts.Waits.SinceTx(standbyDecisionAck, start, g, "")
+	d := c.opts.Waits.SinceTx(standbyDecisionAck, start, g, "")
+	if err == nil {
+		// An exponential moving average (1/8 weight) of completed waits.
+		avg := c.standbyAck.Load()
+		c.standbyAck.Store(avg + (int64(d)-avg)/8)
+	}
 	return err
 }
 
@@ -58,6 +64,55 @@ func (c *Coordinator) answerAfterStandby(ctx context.Context, t *txn) error {
 			ErrOutcomeUnknown, t.outcome, t.gtrid, err)
 	}
 	return nil
+}
+
+// takeOverWhileStandbyLags is for a COMMIT under visibility async whose
+// client lets the coordinator take its client-settled (session-bound)
+// branches over (CommitMode.MayTakeOver). If the standby holds the decision
+// within Options.TakeOverAfter (not waited for when its acknowledgements
+// have lately taken longer than that), it returns false: the client
+// settles them as usual once answered. Otherwise the coordinator takes them over (true):
+// it settles them itself, like every other branch, once the standby holds
+// the decision, and the answer tells the client to end their sessions
+// instead of waiting for the standby (Report.TakenOver; a MariaDB branch
+// outlives its session prepared, and is settleable from any connection
+// once that session has ended). The rule of StandbyWaiter is kept: nobody
+// touches a branch before the standby holds the decision; only the client
+// no longer waits for it. A decision taken over once is answered so on a
+// repeated Commit too.
+func (c *Coordinator) takeOverWhileStandbyLags(ctx context.Context, t *txn) bool {
+	c.mu.Lock()
+	taken := t.takenOver
+	c.mu.Unlock()
+	if taken {
+		return true
+	}
+	if _, ok := c.opts.LogHook.(StandbyWaiter); !ok {
+		return false
+	}
+	wait := c.opts.TakeOverAfter
+	if time.Duration(c.standbyAck.Load()) > wait {
+		wait = 0 // the standby has been slower than that lately: only a look
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	err := c.waitStandby(wctx, t.gtrid)
+	cancel()
+	if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+		// Held in time; or the call itself ends, or the shipper stopped:
+		// answerAfterStandby says what that means for the client.
+		return false
+	}
+	c.mu.Lock()
+	for _, b := range t.branches {
+		// Phase 2 is blocked on the standby (drive): it reads this after.
+		// Should the standby answer in between, its first look at the branch
+		// only checks that it is gone, finds it prepared once the client
+		// ended the session, and its retries commit it.
+		b.clientSettles = false
+	}
+	t.takenOver = true
+	c.mu.Unlock()
+	return true
 }
 
 func anyClientSettles(rms []BranchRef) bool {

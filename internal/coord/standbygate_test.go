@@ -162,3 +162,81 @@ func TestNoBranchTouchedBeforeTheStandbyHoldsTheDecision(t *testing.T) {
 	id, _ := xid.Parse(g)
 	waitFor(t, c, "phase 2 of the first commit ran once the standby held it", func() bool { return c.txns[id] != nil && c.txns[id].ended })
 }
+
+// A COMMIT under visibility async whose client lets the coordinator take
+// its session-bound branch over (CommitMode.MayTakeOver) is answered as
+// soon as the decision is durable here, even while the standby holds
+// nothing: the answer says the branch was taken over (the client ends its
+// session instead of committing it), and still no branch is touched —
+// neither by the client nor by phase 2 — before the standby holds the
+// decision. Once it does, the coordinator commits the taken-over branch
+// itself. A repeated Commit is answered the same way.
+func TestTakeOverWhileTheStandbyLags(t *testing.T) {
+	sb := newSlowStandby()
+	var mu sync.Mutex
+	settled := map[string]int{}
+	opts := testOptions(t.TempDir())
+	opts.LogHook = sb
+	opts.TakeOverAfter = 20 * time.Millisecond
+	opts.settle = func(_ context.Context, rm string, b xid.Branch, commit bool) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if sb.holds() == (wal.Position{}) {
+			t.Errorf("phase 2 settled %s of %s before the standby acknowledged the decision record", rm, b.GTRID)
+		}
+		if !commit {
+			t.Errorf("phase 2 rolled back %s of %s; want commit", rm, b.GTRID)
+		}
+		settled[rm]++
+		return nil
+	}
+	c := open(t, opts)
+	count := func(rm string) int { mu.Lock(); defer mu.Unlock(); return settled[rm] }
+
+	g := newGTRID()
+	refs := []BranchRef{{RM: "pg"}, {RM: "maria", ClientSettles: true}}
+	mode := CommitMode{WaitPhase2: false, MayTakeOver: true}
+	answered := make(chan Report, 1)
+	go func() {
+		r, err := c.Commit(context.Background(), g, refs, mode)
+		if err != nil {
+			t.Errorf("Commit(%s): %v", g, err)
+		}
+		answered <- r
+	}()
+	var r Report
+	select {
+	case r = <-answered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Commit with MayTakeOver waited for a standby that holds nothing: it should have taken the client-settled branch over")
+	}
+	if r.Outcome != Committed || !r.TakenOver || !r.Phase2Pending {
+		t.Fatalf("Commit = %+v; want COMMITTED, taken over, phase 2 pending", r)
+	}
+	for _, b := range r.Branches {
+		if b.ClientSettles {
+			t.Fatalf("branch %s still reported client-settled after the take-over: %+v", b.RM, r.Branches)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // a wrong implementation's phase 2 shows itself here
+	if n := count("pg") + count("maria"); n != 0 {
+		t.Fatalf("%d branches settled while the standby holds nothing; want 0", n)
+	}
+	again, err := c.Commit(context.Background(), g, refs, mode)
+	if err != nil || !again.TakenOver {
+		t.Fatalf("repeated Commit = %+v, %v; want taken over again (the client must not settle a branch the coordinator drives)", again, err)
+	}
+
+	sb.ackAll()
+	id, _ := xid.Parse(g)
+	waitFor(t, c, "phase 2 committed both branches once the standby held the decision", func() bool {
+		return count("pg") == 1 && count("maria") == 1 && c.txns[id] != nil && c.txns[id].ended
+	})
+
+	// Without a standby there is nothing to wait for: no take-over.
+	plain := open(t, testOptions(t.TempDir()))
+	r, err = plain.Commit(context.Background(), newGTRID(), refs, mode)
+	if err != nil || r.TakenOver {
+		t.Fatalf("Commit without a standby = %+v, %v; want no take-over", r, err)
+	}
+}

@@ -72,7 +72,10 @@ type txn struct {
 	// unsynced: the decision was queued with durability nowait; phase 2
 	// must wait until it is on disk.
 	unsynced bool
-	ended    bool
+	// takenOver: the client's session-bound branches were taken over
+	// (takeOverWhileStandbyLags): the coordinator settles them.
+	takenOver bool
+	ended     bool
 	endedAt  time.Time
 	// seg is the decision log segment of the latest record that holds this
 	// decision in full (the decision record, or a CHECKPOINT record), or a
@@ -241,6 +244,10 @@ type Report struct {
 	Phase2Pending bool
 	Branches      []BranchReport
 	Message       string
+	// TakenOver (Commit with CommitMode.MayTakeOver): the coordinator
+	// settles the client-settled branches itself; the client must end
+	// their sessions, not settle them.
+	TakenOver bool
 }
 
 // BranchReport is one branch's phase-2 progress.

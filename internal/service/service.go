@@ -76,6 +76,10 @@ var (
 	commitsAborted   = metrics.Counter(metricCommitOutcomes, helpCommitOutcomes, "outcome", "aborted")
 	commitsRefused   = metrics.Counter(metricCommitOutcomes, helpCommitOutcomes, "outcome", "refused")
 	commitsUnknown   = metrics.Counter(metricCommitOutcomes, helpCommitOutcomes, "outcome", "unknown")
+	// commitsTakenOver counts the COMMITs whose client-settled branches the
+	// coordinator took over (api.MetadataMayTakeOver).
+	commitsTakenOver = metrics.Counter("tandem_commit_take_overs_total",
+		"COMMITs under visibility async whose session-bound (MariaDB) branches the coordinator took over because its standby did not hold the decision at once: the client ended their sessions and the coordinator committed them once the standby held the decision.")
 )
 
 const (
@@ -104,12 +108,20 @@ func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.Comm
 		}
 	}
 	early := len(md.Get(api.MetadataEarlyDecision)) > 0
+	mode := s.mode(req.GetOptions())
+	mode.MayTakeOver = len(md.Get(api.MetadataMayTakeOver)) > 0
 	var r coord.Report
 	var err error
 	if early && clientSettles(req.GetBranches()) {
-		r, err = s.commitEarly(ctx, req)
+		r, err = s.commitEarly(ctx, req, mode)
 	} else {
-		r, err = s.c.Commit(ctx, req.GetGtrid(), branchRefs(req.GetBranches()), s.mode(req.GetOptions()))
+		r, err = s.c.Commit(ctx, req.GetGtrid(), branchRefs(req.GetBranches()), mode)
+		if err == nil && r.TakenOver {
+			_ = grpc.SetHeader(ctx, metadata.Pairs(api.MetadataTakenOver, "1"))
+		}
+	}
+	if err == nil && r.TakenOver {
+		commitsTakenOver.Inc()
 	}
 	d := s.c.Waits().Since(waits.CoordinatorCommit, start)
 	if tr != nil {
@@ -225,16 +237,20 @@ func (s *Service) Health(ctx context.Context, _ *api.HealthRequest) (*api.Health
 // visibility asks, by repeating the Commit: a repeated Commit answers the
 // first one's outcome and waits for the same phase 2. The client settles its
 // own branches meanwhile, in parallel with the coordinator's.
-func (s *Service) commitEarly(ctx context.Context, req *api.CommitRequest) (coord.Report, error) {
+func (s *Service) commitEarly(ctx context.Context, req *api.CommitRequest, mode coord.CommitMode) (coord.Report, error) {
 	refs := branchRefs(req.GetBranches())
-	mode := s.mode(req.GetOptions())
 	decideOnly := mode
 	decideOnly.WaitPhase2 = false
+	decideOnly.MayTakeOver = mode.MayTakeOver && !mode.WaitPhase2 // visibility async only
 	r, err := s.c.Commit(ctx, req.GetGtrid(), refs, decideOnly)
 	if err != nil {
 		return r, err
 	}
-	_ = grpc.SendHeader(ctx, metadata.Pairs(api.MetadataDecision, outcome(r.Outcome).String()))
+	md := metadata.Pairs(api.MetadataDecision, outcome(r.Outcome).String())
+	if r.TakenOver {
+		md.Set(api.MetadataTakenOver, "1")
+	}
+	_ = grpc.SendHeader(ctx, md)
 	if !mode.WaitPhase2 {
 		return r, nil
 	}
