@@ -76,7 +76,7 @@ type txn struct {
 	// (takeOverWhileStandbyLags): the coordinator settles them.
 	takenOver bool
 	ended     bool
-	endedAt  time.Time
+	endedAt   time.Time
 	// seg is the decision log segment of the latest record that holds this
 	// decision in full (the decision record, or a CHECKPOINT record), or a
 	// lower bound of it; 0 while a new decision waits for admission. A
