@@ -289,3 +289,23 @@ def test_commit_point_writing_an_rm_the_coordinator_does_not_know_is_refused(db,
     assert "pg2" in str(e.value) and "--rm pg2=" in str(e.value) and e.value.stage == "setup"
     assert db.count("pg", "py_unknown_rm", 1) == 0 and db.count("maria", "py_unknown_rm", 1) == 0 and db.prepared() == []
     cli.close()
+
+
+def test_a_failed_rollback_without_a_coordinator_is_a_tandem_error(db):
+    """Tx.rollback() whose branch cannot be rolled back (its connection was
+    closed under it) and no coordinator to hand anything to: the error is
+    the client's own RollbackFailed (a TandemError naming the gtrid and the
+    RM), never an internal type the application cannot catch by name."""
+    db.table("py_rbfail")
+    cli = make_client(db, None)
+    pg = db.pg_conn()
+    tx = cli.begin()
+    tx.branch("pg", pg).execute("INSERT INTO py_rbfail VALUES (1, 'x')")
+    pg.close()
+    with pytest.raises(tandem.RollbackFailed) as e:
+        tx.rollback()
+    assert isinstance(e.value, tandem.TandemError)
+    assert e.value.gtrid == tx.gtrid and "pg" in str(e.value)
+    tx.rollback()  # twice: nothing more
+    assert db.count("pg", "py_rbfail", 1) == 0
+    cli.close()

@@ -73,6 +73,20 @@ class BranchEndedOutside(TandemError):
         )
 
 
+class RollbackFailed(TandemError):
+    """Tx.rollback() could not roll every branch back (the Go SDK's
+    Rollback error). Nothing of the transaction commits: a branch that was
+    still active is rolled back by its database when its session ends (the
+    client ended it); a prepared one was handed to the coordinator's Abort,
+    or, when that failed too or there is no coordinator, is rolled back by
+    the coordinator's orphan scan. cause is the first error."""
+
+    def __init__(self, gtrid: str, cause: BaseException):
+        self.gtrid = gtrid
+        self.cause = cause
+        super().__init__("tandem: transaction %s: rollback: %s" % (gtrid, _text(cause)))
+
+
 class TxDone(TandemError):
     """A statement, commit or branch on a transaction that is finishing or finished."""
 

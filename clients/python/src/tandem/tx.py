@@ -37,6 +37,7 @@ from .errors import (
     BranchFailed,
     NoCoordinator,
     OutcomeUnknown,
+    RollbackFailed,
     SessionChanged,
     StatementRefused,
     TandemError,
@@ -693,6 +694,10 @@ class Tx:
             self._state = _FINISHING
         try:
             self._rollback_all([b for b in self.branches if b.state != IDLE])
+        except TandemError:
+            raise
+        except Exception as e:  # the client's internal wrappers and the drivers' own errors
+            raise RollbackFailed(self.gtrid, e) from e
         finally:
             with self._mu:
                 self._state = _ABORTED
