@@ -43,9 +43,9 @@ const (
 	MetadataOwner = "tandem-owner"
 	// MetadataMayTakeOver, sent by the client with value "1" on a Commit
 	// under visibility ASYNC that lists a branch with client_settles, lets
-	// the coordinator take those branches over when its standby does not
-	// hold the decision at once (a slow or distant standby): instead of
-	// answering only once the standby holds it, the coordinator answers
+	// the coordinator take those branches over when its async standby does
+	// not hold a COMMIT at once (a slow or distant standby; never an ABORT):
+	// instead of answering only once the standby holds it, the coordinator answers
 	// COMMITTED as soon as the decision is durable in its own log, with
 	// MetadataTakenOver, and settles the branches itself once the standby
 	// holds the decision. The client must then end those branches' sessions
@@ -55,6 +55,8 @@ const (
 	MetadataMayTakeOver = "tandem-may-take-over"
 	// MetadataTakenOver is the response header, sent with MetadataDecision
 	// (or, without the early decision, with the response), that says the
-	// coordinator took the client-settled branches over: value "1".
+	// coordinator took the client-settled branches over: value "1". It is
+	// sent on every Commit of a gtrid taken over, even one that did not
+	// allow it: a client that gets it must not settle those branches.
 	MetadataTakenOver = "tandem-taken-over"
 )

@@ -191,19 +191,20 @@ type CommitOptions struct {
 	// prepared; another branch as an XA branch named with the commit point)
 	// and at Commit.
 	DecideAt DecideAt
-	// MayTakeOver (VisibilityAsync, decisions at the coordinator): when
-	// the coordinator's standby does not hold the decision within a few
-	// milliseconds (a distant or slow standby), the coordinator takes the
-	// MariaDB/MySQL branches prepared on the application's sessions over
-	// and answers at once; Commit then ends those sessions instead of
-	// committing the branches on them (each stays prepared in the
-	// database, and the coordinator commits it once its standby holds the
-	// decision). The *sql.Conn given to Tx.Branch for such an RM is then
-	// unusable: Result.EndedSessions names them, and the application takes
-	// a new connection from its pool for its next transaction (a
-	// connection taken with db.Conn and closed after each transaction
-	// needs nothing more). Without it, an async Commit with such a branch
-	// waits for the standby before it returns.
+	// MayTakeOver, with Visibility set to VisibilityAsync on the
+	// transaction (a coordinator whose default is async does not count) and
+	// decisions at the coordinator: when the coordinator's async standby
+	// does not hold a COMMIT within a few milliseconds (a distant or slow
+	// standby), the coordinator takes the MariaDB/MySQL branches prepared
+	// on the application's sessions over and answers at once; Commit then
+	// ends those sessions instead of committing the branches on them (each
+	// stays prepared in the database, and the coordinator commits it once
+	// its standby holds the decision). The *sql.Conn given to Tx.Branch for
+	// such an RM is then done (sql.ErrConnDone, from its Close too, which
+	// can be ignored): Result.EndedSessions names those RMs; take a new
+	// connection from the pool for the next transaction. Without it, an
+	// async Commit with such a branch waits for the standby before it
+	// returns.
 	MayTakeOver bool
 }
 

@@ -85,6 +85,12 @@ func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef,
 		if err != nil {
 			return Report{}, err
 		}
+		if taken, _ := c.takeOverWhileStandbyLags(ctx, t, false); taken {
+			// A COMMIT decided (and taken over) before this Commit came.
+			r, err := c.finish(ctx, t, false, "")
+			r.TakenOver = true
+			return r, err
+		}
 		if anyClientSettles(rms) {
 			if err := c.answerAfterStandby(ctx, t); err != nil {
 				return Report{}, err
@@ -97,9 +103,9 @@ func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef,
 		return Report{}, err
 	}
 	if anyClientSettles(rms) {
-		if mode.MayTakeOver && !waitPhase2 && c.takeOverWhileStandbyLags(ctx, t) {
-			r, err := c.finish(ctx, t, false, "")
-			r.TakenOver = true
+		if taken, now := c.takeOverWhileStandbyLags(ctx, t, mode.MayTakeOver && !waitPhase2); taken {
+			r, err := c.finish(ctx, t, waitPhase2, "")
+			r.TakenOver, r.TookOver = true, now
 			return r, err
 		}
 		if err := c.answerAfterStandby(ctx, t); err != nil {

@@ -295,7 +295,9 @@ func (c *Coordinator) attempt(p *parked, call bool) (res attemptResult) {
 		// After a crash (or on a retry) "not found" means done. On the very
 		// first live attempt of a COMMIT the coordinator drives, it means the
 		// branch was never prepared there (or someone else settled it): say so.
-		if b.attempts == 1 && !p.recovered && !b.clientSettles && t.outcome == Committed {
+		// A branch taken over from its client may have been committed by
+		// that client all the same (a Commit answered without the take-over).
+		if b.attempts == 1 && !p.recovered && !b.clientSettles && !t.takenOver && t.outcome == Committed {
 			b.state, b.lastErr = BranchNotFound, "the resource manager did not know this branch on the first attempt: it was never prepared there, or was settled by someone else"
 			c.logger.Warn("phase 2: branch not found on first attempt", "gtrid", t.gtrid.String(), "rm", b.rm)
 		} else {

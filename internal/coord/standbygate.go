@@ -68,41 +68,57 @@ func (c *Coordinator) answerAfterStandby(ctx context.Context, t *txn) error {
 
 // takeOverWhileStandbyLags is for a COMMIT under visibility async whose
 // client lets the coordinator take its client-settled (session-bound)
-// branches over (CommitMode.MayTakeOver). If the standby holds the decision
-// within Options.TakeOverAfter (not waited for when its acknowledgements
-// have lately taken longer than that), it returns false: the client
-// settles them as usual once answered. Otherwise the coordinator takes them over (true):
-// it settles them itself, like every other branch, once the standby holds
-// the decision, and the answer tells the client to end their sessions
-// instead of waiting for the standby (Report.TakenOver; a MariaDB branch
-// outlives its session prepared, and is settleable from any connection
-// once that session has ended). The rule of StandbyWaiter is kept: nobody
-// touches a branch before the standby holds the decision; only the client
-// no longer waits for it. A decision taken over once is answered so on a
-// repeated Commit too.
-func (c *Coordinator) takeOverWhileStandbyLags(ctx context.Context, t *txn) bool {
+// branches over (CommitMode.MayTakeOver: allowed). If the standby holds the
+// decision within Options.TakeOverAfter (not waited for when its
+// acknowledgements have lately taken longer than that), or ships
+// synchronously (the decision is there once durable here), it returns false:
+// the client settles them as usual once answered. Otherwise the coordinator
+// takes them over (taken and now): it settles them itself, like every other
+// branch, once the standby holds the decision, and the answer tells the
+// client to end their sessions instead of waiting for the standby
+// (Report.TakenOver; a MariaDB branch outlives its session prepared, and is
+// settleable from any connection once that session has ended). The rule of
+// StandbyWaiter is kept: nobody touches a branch before the standby holds
+// the decision; only the client no longer waits for it.
+//
+// Only a COMMIT is taken over: a client rolls its branches back on an
+// ABORTED answer, which must wait for the standby as before. A decision
+// taken over once reports taken (not now) on every later Commit, allowed or
+// not, so that no client settles a branch the coordinator drives.
+func (c *Coordinator) takeOverWhileStandbyLags(ctx context.Context, t *txn, allowed bool) (taken, now bool) {
 	c.mu.Lock()
-	taken := t.takenOver
+	outcome, taken := t.outcome, t.takenOver
 	c.mu.Unlock()
 	if taken {
-		return true
+		return true, false
 	}
-	if _, ok := c.opts.LogHook.(StandbyWaiter); !ok {
-		return false
+	if !allowed || outcome != Committed {
+		return false, false
+	}
+	w, ok := c.opts.LogHook.(StandbyWaiter)
+	if !ok {
+		return false, false
+	}
+	if s, ok := w.(interface{ Synchronous() bool }); ok && s.Synchronous() {
+		return false, false
 	}
 	wait := c.opts.TakeOverAfter
 	if time.Duration(c.standbyAck.Load()) > wait {
 		wait = 0 // the standby has been slower than that lately: only a look
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
-	err := c.waitStandby(wctx, t.gtrid)
+	err := w.WaitStandby(wctx) // a look, not a wait event: phase 2's wait is the one recorded
 	cancel()
 	if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 		// Held in time; or the call itself ends, or the shipper stopped:
 		// answerAfterStandby says what that means for the client.
-		return false
+		return false, false
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.takenOver {
+		return true, false // a concurrent Commit of the same gtrid took it over
+	}
 	for _, b := range t.branches {
 		// Phase 2 is blocked on the standby (drive): it reads this after.
 		// Should the standby answer in between, its first look at the branch
@@ -111,8 +127,7 @@ func (c *Coordinator) takeOverWhileStandbyLags(ctx context.Context, t *txn) bool
 		b.clientSettles = false
 	}
 	t.takenOver = true
-	c.mu.Unlock()
-	return true
+	return true, true
 }
 
 func anyClientSettles(rms []BranchRef) bool {

@@ -210,8 +210,8 @@ func TestTakeOverWhileTheStandbyLags(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Commit with MayTakeOver waited for a standby that holds nothing: it should have taken the client-settled branch over")
 	}
-	if r.Outcome != Committed || !r.TakenOver || !r.Phase2Pending {
-		t.Fatalf("Commit = %+v; want COMMITTED, taken over, phase 2 pending", r)
+	if r.Outcome != Committed || !r.TakenOver || !r.TookOver || !r.Phase2Pending {
+		t.Fatalf("Commit = %+v; want COMMITTED, taken over by this call, phase 2 pending", r)
 	}
 	for _, b := range r.Branches {
 		if b.ClientSettles {
@@ -223,8 +223,13 @@ func TestTakeOverWhileTheStandbyLags(t *testing.T) {
 		t.Fatalf("%d branches settled while the standby holds nothing; want 0", n)
 	}
 	again, err := c.Commit(context.Background(), g, refs, mode)
+	if err != nil || !again.TakenOver || again.TookOver {
+		t.Fatalf("repeated Commit = %+v, %v; want taken over again, not by this call (the client must not settle a branch the coordinator drives)", again, err)
+	}
+	// A repeat that does not allow a take-over is told all the same.
+	again, err = c.Commit(context.Background(), g, refs, CommitMode{WaitPhase2: false})
 	if err != nil || !again.TakenOver {
-		t.Fatalf("repeated Commit = %+v, %v; want taken over again (the client must not settle a branch the coordinator drives)", again, err)
+		t.Fatalf("repeated Commit without MayTakeOver = %+v, %v; want taken over", again, err)
 	}
 
 	sb.ackAll()
@@ -238,5 +243,41 @@ func TestTakeOverWhileTheStandbyLags(t *testing.T) {
 	r, err = plain.Commit(context.Background(), newGTRID(), refs, mode)
 	if err != nil || r.TakenOver {
 		t.Fatalf("Commit without a standby = %+v, %v; want no take-over", r, err)
+	}
+}
+
+// A take-over is for a COMMIT only: a Commit that allows it for a gtrid
+// already decided ABORT (the orphan scan, or an Abort, came first) must not
+// answer before the standby holds the ABORT — the client rolls its
+// session-bound branch back on that answer, and a failover that lost the
+// ABORT would then find one branch gone and the other prepared (found by
+// review: the take-over ran whatever the outcome).
+func TestNoTakeOverOfAnAbort(t *testing.T) {
+	sb := newSlowStandby()
+	opts := testOptions(t.TempDir())
+	opts.LogHook = sb
+	opts.TakeOverAfter = 20 * time.Millisecond
+	opts.settle = func(context.Context, string, xid.Branch, bool) error { return nil }
+	c := open(t, opts)
+	g := newGTRID()
+	before := sb.written()
+	go func() { _, _ = c.Abort(context.Background(), g, both) }()
+	waitFor(t, c, "the ABORT record written", func() bool { return sb.written() != before })
+	answered := make(chan Report, 1)
+	go func() {
+		r, err := c.Commit(context.Background(), g, []BranchRef{{RM: "pg"}, {RM: "maria", ClientSettles: true}}, CommitMode{MayTakeOver: true})
+		if err != nil {
+			t.Errorf("Commit(%s): %v", g, err)
+		}
+		answered <- r
+	}()
+	select {
+	case r := <-answered:
+		t.Fatalf("Commit with MayTakeOver for an aborted gtrid answered %s (taken over %v) before the standby held the ABORT", r.Outcome, r.TakenOver)
+	case <-time.After(300 * time.Millisecond):
+	}
+	sb.ackAll()
+	if r := sb.waitAnswer(t, answered); r.Outcome != Aborted || r.TakenOver {
+		t.Fatalf("Commit = %s, taken over %v; want ABORTED, not taken over", r.Outcome, r.TakenOver)
 	}
 }

@@ -244,10 +244,11 @@ type Report struct {
 	Phase2Pending bool
 	Branches      []BranchReport
 	Message       string
-	// TakenOver (Commit with CommitMode.MayTakeOver): the coordinator
+	// TakenOver (a COMMIT, CommitMode.MayTakeOver): the coordinator
 	// settles the client-settled branches itself; the client must end
-	// their sessions, not settle them.
-	TakenOver bool
+	// their sessions, not settle them. TookOver: this call took them over
+	// (the first Commit that did).
+	TakenOver, TookOver bool
 }
 
 // BranchReport is one branch's phase-2 progress.

@@ -14,6 +14,7 @@ package service
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -109,7 +110,7 @@ func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.Comm
 	}
 	early := len(md.Get(api.MetadataEarlyDecision)) > 0
 	mode := s.mode(req.GetOptions())
-	mode.MayTakeOver = len(md.Get(api.MetadataMayTakeOver)) > 0
+	mode.MayTakeOver = slices.Contains(md.Get(api.MetadataMayTakeOver), "1")
 	var r coord.Report
 	var err error
 	if early && clientSettles(req.GetBranches()) {
@@ -120,7 +121,7 @@ func (s *Service) Commit(ctx context.Context, req *api.CommitRequest) (*api.Comm
 			_ = grpc.SetHeader(ctx, metadata.Pairs(api.MetadataTakenOver, "1"))
 		}
 	}
-	if err == nil && r.TakenOver {
+	if err == nil && r.TookOver {
 		commitsTakenOver.Inc()
 	}
 	d := s.c.Waits().Since(waits.CoordinatorCommit, start)

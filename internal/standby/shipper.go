@@ -358,6 +358,15 @@ func (s *Shipper) WaitStandby(ctx context.Context) error {
 	return s.waitAck(ctx, target)
 }
 
+// Synchronous reports whether a decision durable in the primary's log is
+// on the standby already (sync transport, protected): a take-over of the
+// client's branches would gain nothing (coord.takeOverWhileStandbyLags).
+func (s *Shipper) Synchronous() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Transport == Sync && !s.unprotected
+}
+
 // waitAck waits until the standby has target, per the protection mode: nil
 // once it has, or once the primary goes on unprotected; ErrShipperClosed
 // or ctx's error otherwise.
