@@ -125,27 +125,34 @@ func asyncLoad(t *testing.T, d dbs, cli *client.Client, opts client.CommitOption
 // asyncTxn inserts row id on both databases through pc and mc and commits,
 // expecting path.
 func asyncTxn(cli *client.Client, opts client.CommitOptions, path client.Path, pc, mc *sql.Conn, id int) error {
+	_, res, err := txnOnBoth(cli, opts, "e2e_async_reuse", pc, mc, id)
+	if err == nil && res.Path != path {
+		return fmt.Errorf("committed on path %s, want %s", res.Path, path)
+	}
+	return err
+}
+
+// txnOnBoth inserts row id into table on both databases through pc and mc,
+// one global transaction with opts, and commits it.
+func txnOnBoth(cli *client.Client, opts client.CommitOptions, table string, pc, mc *sql.Conn, id int) (string, client.Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	tx := cli.Begin()
 	tx.SetOptions(opts)
 	pb, err := tx.Branch(ctx, "pg", pc)
 	if err == nil {
-		_, err = pb.ExecContext(ctx, "INSERT INTO e2e_async_reuse VALUES ($1, 'pg')", id)
+		_, err = pb.ExecContext(ctx, "INSERT INTO "+table+" VALUES ($1, 'pg')", id)
 	}
 	if err == nil {
 		var mb *client.Branch
 		if mb, err = tx.Branch(ctx, "maria", mc); err == nil {
-			_, err = mb.ExecContext(ctx, "INSERT INTO e2e_async_reuse VALUES (?, 'maria')", id)
+			_, err = mb.ExecContext(ctx, "INSERT INTO "+table+" VALUES (?, 'maria')", id)
 		}
 	}
 	if err != nil {
 		_ = tx.Rollback(ctx)
-		return err
+		return tx.GTRID().String(), client.Result{}, err
 	}
 	res, err := tx.Commit(ctx)
-	if err == nil && res.Path != path {
-		return fmt.Errorf("committed on path %s, want %s", res.Path, path)
-	}
-	return err
+	return tx.GTRID().String(), res, err
 }

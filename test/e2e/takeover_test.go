@@ -12,34 +12,16 @@ import (
 	"github.com/tandem-tx/tandem/internal/testproxy"
 )
 
-// takeOverTxn inserts row id into e2e_takeover on both databases through
-// pc and mc, decided at the coordinator with visibility async and
-// CommitOptions.MayTakeOver, and commits.
+// takeOverTxn commits row id into e2e_takeover on both databases, decided
+// at the coordinator with visibility async and MayTakeOver as given.
 func takeOverTxn(t *testing.T, cli *client.Client, pc, mc *sql.Conn, id int, mayTakeOver bool) (string, client.Result) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	tx := cli.Begin()
-	tx.SetOptions(client.CommitOptions{DecideAt: client.DecideAtCoordinator, Visibility: client.VisibilityAsync, MayTakeOver: mayTakeOver})
-	pb, err := tx.Branch(ctx, "pg", pc)
-	if err == nil {
-		_, err = pb.ExecContext(ctx, "INSERT INTO e2e_takeover VALUES ($1, 'pg')", id)
-	}
-	if err == nil {
-		var mb *client.Branch
-		if mb, err = tx.Branch(ctx, "maria", mc); err == nil {
-			_, err = mb.ExecContext(ctx, "INSERT INTO e2e_takeover VALUES (?, 'maria')", id)
-		}
-	}
+	opts := client.CommitOptions{DecideAt: client.DecideAtCoordinator, Visibility: client.VisibilityAsync, MayTakeOver: mayTakeOver}
+	g, res, err := txnOnBoth(cli, opts, "e2e_takeover", pc, mc, id)
 	if err != nil {
-		_ = tx.Rollback(ctx)
 		t.Fatalf("transaction %d: %v", id, err)
 	}
-	res, err := tx.Commit(ctx)
-	if err != nil {
-		t.Fatalf("commit of transaction %d: %v", id, err)
-	}
-	return tx.GTRID().String(), res
+	return g, res
 }
 
 // A standby far away (its link through a proxy adding 400 ms each way):
