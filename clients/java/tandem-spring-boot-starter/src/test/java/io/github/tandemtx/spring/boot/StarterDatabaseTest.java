@@ -2,6 +2,7 @@ package io.github.tandemtx.spring.boot;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.github.tandemtx.testsupport.TestCoordinator;
 import com.zaxxer.hikari.HikariDataSource;
 import io.github.tandemtx.jta.TandemDataSource;
 import java.util.Map;

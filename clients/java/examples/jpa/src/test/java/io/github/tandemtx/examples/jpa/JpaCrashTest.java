@@ -3,6 +3,7 @@ package io.github.tandemtx.examples.jpa;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.github.tandemtx.testsupport.TestCoordinator;
 import java.io.BufferedReader;
 import java.io.File;
 import java.io.InputStreamReader;

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.github.tandemtx.testsupport.TestCoordinator;
 import io.github.tandemtx.jta.TandemDataSource;
 import java.util.UUID;
 import org.junit.jupiter.api.AfterAll;

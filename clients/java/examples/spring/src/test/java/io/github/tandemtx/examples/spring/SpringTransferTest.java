@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.github.tandemtx.testsupport.TestCoordinator;
 import com.zaxxer.hikari.HikariDataSource;
 import io.github.tandemtx.jta.TandemDataSource;
 import io.github.tandemtx.jta.TandemTracing;
