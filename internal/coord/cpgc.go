@@ -60,6 +60,10 @@ type SweepStats struct {
 	// Kept: the 'C' rows older than decision.ForgetMinAge that this sweep
 	// read and kept, by reason (KeptReasons).
 	Kept map[string]int
+	// PassGoesOn: a page was full, so a pass over a table has rows left:
+	// the scan loop sweeps the next page at its next scan, not a minute
+	// later (a backlog is paged through at the scan interval).
+	PassGoesOn bool
 }
 
 // sweepPass is where the sweep of one RM's decision table is. Each sweep
@@ -319,6 +323,9 @@ func (c *Coordinator) sweepOnce() SweepStats {
 		if err != nil && c.ctx.Err() == nil {
 			c.logger.Warn("could not forget committed decisions; tried again in a minute", "rm", name, "error", err)
 		}
+	}
+	for _, end := range pageEnd {
+		st.PassGoesOn = st.PassGoesOn || !end.IsZero()
 	}
 	shown := c.advancePasses(pageEnd, pageKept)
 	c.cpst.mu.Lock()

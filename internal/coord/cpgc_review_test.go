@@ -212,3 +212,37 @@ func TestSweepIsNotStarvedByKeptRows(t *testing.T) {
 		t.Errorf("no alarm for the rows kept as %s", KeptUnknownRM)
 	}
 }
+
+// A backlog longer than a page (decision.RowsLimit rows) is swept page after
+// page at the scan interval, not one page a minute: a coordinator back after
+// an outage, or a table filled by a burst of commits whose SDKs did not
+// forget their rows, is emptied in seconds. (A loaded run of the e2e test
+// TestLateCommitPointCannotCommit found a table holding more forgettable
+// rows than a page: the rows past the first page waited a whole minute,
+// past the test's 30 s.)
+func TestSweepPassGoesOnAtTheScanInterval(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	f.rowsLimit = dtable.RowsLimit
+	parts := "pg=" + f.id("pg").String()
+	var last xid.GTRID
+	for i := 0; i <= dtable.RowsLimit; i++ {
+		last = xid.NewAt(0, time.Now().Add(-time.Hour+time.Duration(i)*time.Millisecond))
+		f.set("maria", last, dtable.Committed)
+		f.parts[last] = parts
+		f.old[last] = true
+	}
+	opts, _ := cpOptions(t, f, s, nil)
+	opts.manualScans = false
+	opts.ScanInterval = 50 * time.Millisecond
+	open(t, opts)
+	deadline := time.Now().Add(20 * time.Second) // a minute is what a page cost before
+	for {
+		if _, ok := f.get("maria", last); !ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the row past the first page (%d rows) is still there 20 s later", dtable.RowsLimit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

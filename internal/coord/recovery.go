@@ -11,19 +11,21 @@ import (
 // scanLoop scans every resource manager for in-doubt branches at start and
 // every ScanInterval, and forgets ended transactions past their retention.
 // About every sweepEvery, the scan is a sweep of the decision tables
-// (sweepOnce), which scans too.
+// (sweepOnce), which scans too; while a sweep's pass over a table has pages
+// left, every scan is a sweep.
 func (c *Coordinator) scanLoop() {
 	defer c.wg.Done()
 	ticker := time.NewTicker(c.opts.ScanInterval)
 	defer ticker.Stop()
 	var lastSweep time.Time
+	passGoesOn := false
 	for started := false; ; started = true {
 		// With manualScans only the first pass scans by itself: the others
 		// wait for a request (each request is served in the select).
 		if !started || !c.opts.manualScans {
-			if time.Since(lastSweep) >= sweepEvery {
+			if passGoesOn || time.Since(lastSweep) >= sweepEvery {
 				lastSweep = time.Now()
-				c.sweepOnce()
+				passGoesOn = c.sweepOnce().PassGoesOn
 			} else {
 				c.scanOnce()
 			}
@@ -43,7 +45,9 @@ func (c *Coordinator) scanLoop() {
 			close(ack)
 		case reply := <-c.sweepNow:
 			lastSweep = time.Now()
-			reply <- c.sweepOnce()
+			st := c.sweepOnce()
+			passGoesOn = st.PassGoesOn && !c.opts.manualScans
+			reply <- st
 		}
 	}
 }
