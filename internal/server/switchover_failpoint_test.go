@@ -4,6 +4,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/tandem-tx/tandem/internal/failpoint"
@@ -34,5 +35,21 @@ func TestSwitchoverOfAnAsyncPairWaitsForTheFinalState(t *testing.T) {
 	}
 	if sb.Role() != RolePrimary || id.Epoch < 2 {
 		t.Fatalf("after promote: role %s, epoch %d", sb.Role(), id.Epoch)
+	}
+}
+
+// The wait is only for a final STATE: a connected async standby whose
+// primary is not handing over is still refused (after the wait), and keeps
+// following.
+func TestPromotionOfAConnectedAsyncStandbyIsStillRefused(t *testing.T) {
+	pListen, sListen := freeAddr(t), freeAddr(t)
+	p := startRole(t, StandbyOptions{Listen: pListen, Transport: "async"})
+	sb := startRole(t, StandbyOptions{Of: pListen, Listen: sListen, Transport: "async"})
+	waitSynchronized(t, p)
+	if _, err := sb.Promote(standby.PromoteOptions{}); !errors.Is(err, standby.ErrNotSynchronized) {
+		t.Fatalf("promote of a connected async standby: %v; want ErrNotSynchronized", err)
+	}
+	if sb.Role() != RoleStandby || p.Role() != RolePrimary {
+		t.Fatalf("after the refusal: standby %s, primary %s", sb.Role(), p.Role())
 	}
 }
