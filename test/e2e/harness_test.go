@@ -211,13 +211,22 @@ func (c *coordinator) stop() {
 	}
 }
 
+// api is a client on a new connection, closed when the test ends. The API
+// caps the connections it holds (4,096): a loop asks through one client,
+// not a client each.
 func (c *coordinator) api() api.CoordinatorClient {
+	conn := c.dial()
+	c.t.Cleanup(func() { conn.Close() })
+	return api.NewCoordinatorClient(conn)
+}
+
+// dial is a new connection to the API, the caller's to close.
+func (c *coordinator) dial() *grpc.ClientConn {
 	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.t.Cleanup(func() { conn.Close() })
-	return api.NewCoordinatorClient(conn)
+	return conn
 }
 
 func (c *coordinator) client(t *testing.T) *client.Client {

@@ -105,9 +105,14 @@ func (l *load) stop() []string {
 
 func requireCommitted(t *testing.T, c *coordinator, gtrids []string, what string) {
 	t.Helper()
+	// One connection for every question: a connection each (never closed
+	// before the test ends) would pass the API's cap of connections held
+	// (4,096) once that many transfers were acknowledged, and the server
+	// closes the ones past it at once.
+	cli := c.api()
 	for _, g := range gtrids {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		st, err := c.api().Status(ctx, &api.StatusRequest{Gtrid: g})
+		st, err := cli.Status(ctx, &api.StatusRequest{Gtrid: g})
 		cancel()
 		if err != nil || st.Outcome != api.Outcome_COMMITTED {
 			t.Fatalf("%s: transfer %s was acknowledged to its client; %s answers %v, %v", what, g, c.addr, st, err)
@@ -235,6 +240,7 @@ func TestRunningPrimaryIsFencedByAPromotion(t *testing.T) {
 			t.Errorf("%s on the fenced primary = %v, want FAILED_PRECONDITION naming epoch 2 and %s", name, err, p.listenB)
 		}
 	}
+	t.Logf("%d transfers acknowledged by the old primary before it was fenced", len(acked))
 	if !strings.Contains(p.a.out.String(), "FENCED") {
 		t.Errorf("the fenced primary's log does not say FENCED:\n%s", p.a.out.String())
 	}

@@ -125,7 +125,11 @@ func TestStandbyOffLoopbackNeedsASecret(t *testing.T) {
 func healthMessage(c *coordinator) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	h, err := c.api().Health(ctx, &api.HealthRequest{})
+	// A connection of its own, closed at once: eventually() asks every
+	// 50 ms, and the API caps the connections held.
+	conn := c.dial()
+	defer conn.Close()
+	h, err := api.NewCoordinatorClient(conn).Health(ctx, &api.HealthRequest{})
 	if err != nil {
 		return err.Error()
 	}
@@ -390,9 +394,10 @@ func TestFailoverUnderLoadMaxProtection(t *testing.T) {
 		if len(roundAcked) == 0 {
 			t.Fatalf("round %d: no transfer acknowledged before the kill", rounds)
 		}
+		primAPI := prim.api() // one connection for all (the API caps those held)
 		for _, g := range roundAcked {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			st, err := prim.api().Status(ctx, &api.StatusRequest{Gtrid: g})
+			st, err := primAPI.Status(ctx, &api.StatusRequest{Gtrid: g})
 			cancel()
 			if err != nil || st.Outcome != api.Outcome_COMMITTED {
 				t.Fatalf("round %d: transfer %s was acknowledged to its client; the promoted standby answers %v, %v", rounds, g, st, err)
@@ -503,8 +508,9 @@ func TestMaxAvailabilityStandbyCutAndBack(t *testing.T) {
 	stopPrimaryThenStandby(t, prim, sb)
 	promote(t, sdir)
 	np := startIn(t, sdir)
+	npAPI := np.api() // one connection for all (the API caps those held)
 	for _, g := range acked {
-		st, err := np.api().Status(context.Background(), &api.StatusRequest{Gtrid: g})
+		st, err := npAPI.Status(context.Background(), &api.StatusRequest{Gtrid: g})
 		if err != nil || st.Outcome != api.Outcome_COMMITTED {
 			t.Fatalf("transfer %s, acknowledged, on the promoted standby: %v, %v", g, st, err)
 		}
