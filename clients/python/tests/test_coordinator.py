@@ -232,3 +232,59 @@ def test_follows_the_primary_through_a_switchover(db, coordinator_factory, tande
         assert cli.status(tx1.gtrid).outcome == "COMMITTED" and cli.status(tx2.gtrid).outcome == "COMMITTED"
     finally:
         cli.close()
+
+
+def _health(addr: str) -> str:
+    with grpc.insecure_channel(addr) as ch:
+        try:
+            return pb_grpc.CoordinatorStub(ch).Health(pb.HealthRequest(), timeout=1).message
+        except grpc.RpcError as e:
+            return str(e)
+
+
+def test_may_take_over_while_the_standby_lags(db, coordinator_factory):
+    """A primary whose async standby lags (its shipping held 3 s a frame by a
+    failpoint): with may_take_over and visibility "async", commit() does not
+    wait for the standby. The coordinator takes the MariaDB branch over,
+    commit() closes that session and names it in Result.ended_sessions, and
+    the coordinator commits the branch once its standby holds the decision.
+    Without may_take_over the client commits on its own session, which stays
+    usable."""
+    import pymysql
+
+    sb_listen = free_addr()
+    prim = coordinator_factory(extra=["--standby-listen", sb_listen, "--transport", "async", "--net-timeout", "20s"])
+    coordinator_factory(extra=["--standby-of", sb_listen])
+    eventually(10, "the standby connected", lambda: "standby=127.0.0.1" in _health(prim.addr))
+    # Restarted with its shipping held: the standby reconnects and gets
+    # nothing new for 3 s a frame.
+    prim.stop()
+    prim.start("standby-before-ship=sleep(3s)")
+    eventually(10, "the standby connected again", lambda: "standby=127.0.0.1" in _health(prim.addr))
+    db.table("py_takeover")
+    cli = make_client(db, prim, decide_at="coordinator", decision_timeout=30)
+    try:
+        tx = cli.begin(tandem.CommitOptions(decide_at="coordinator", visibility="async", may_take_over=True))
+        pg, my = write_both(tx, db, "py_takeover", 1)
+        res = tx.commit()
+        assert res.ended_sessions == ["maria"] and res.phase2_pending, res
+        with pytest.raises(pymysql.err.Error):
+            my.cursor().execute("SELECT 1")
+        assert len(db.prepared_for(tx.gtrid)) >= 1, "a branch was settled before the standby could hold the decision"
+        eventually(30, "the taken-over transaction committed on both databases",
+                   lambda: db.count("pg", "py_takeover", 1) == 1 and db.count("maria", "py_takeover", 1) == 1 and db.prepared_for(tx.gtrid) == [])
+
+        tx2 = cli.begin(tandem.CommitOptions(decide_at="coordinator", visibility="async"))
+        _, my2 = write_both(tx2, db, "py_takeover", 2)
+        res2 = tx2.commit()
+        assert res2.ended_sessions == [], res2
+        assert db.count("maria", "py_takeover", 2) == 1, "without a take-over the MariaDB branch is committed on the client's session before commit() returns"
+        with my2.cursor() as c:
+            c.execute("SELECT 1")
+    finally:
+        cli.close()
+
+
+def test_may_take_over_must_be_a_bool():
+    with pytest.raises(tandem.ConfigError):
+        tandem.Client(rms=[tandem.RM("pg", "postgres")], defaults=tandem.CommitOptions(decide_at="coordinator", may_take_over="yes"))

@@ -32,6 +32,11 @@ MD_EARLY_DECISION = "tandem-early-decision"
 MD_DECISION = "tandem-decision"
 MD_NOT_PRIMARY = "tandem-not-primary"
 MD_OWNER = "tandem-owner"
+# A Commit that lets the coordinator take session-bound branches over while
+# its standby lags (visibility async); the response header MD_TAKEN_OVER,
+# beside MD_DECISION, says it did.
+MD_MAY_TAKE_OVER = "tandem-may-take-over"
+MD_TAKEN_OVER = "tandem-taken-over"
 
 PROBE_TIMEOUT = 1.0
 PROBE_QUIET = 0.05
@@ -376,24 +381,26 @@ class Coordinators:
 
     # --- Commit ------------------------------------------------------------------
 
-    def commit(self, req, owner: str, deadline: float, on_committed: Optional[Callable[[], None]] = None):
+    def commit(self, req, owner: str, deadline: float, on_committed: Optional[Callable[[bool], None]] = None, may_take_over: bool = False):
         """_commit; a close() meanwhile (grpc's ValueError on a closed
         channel, the probe pool's RuntimeError) raises Closed, saying
         whether an attempt may have reached a coordinator's log."""
         seen: List[str] = []
         try:
-            return self._commit(req, owner, deadline, on_committed, seen)
+            return self._commit(req, owner, deadline, on_committed, seen, may_take_over)
         except (ValueError, RuntimeError) as e:
             if not self.closed:
                 raise
             raise Closed(seen[0] if seen else None) from e
 
-    def _commit(self, req, owner: str, deadline: float, on_committed: Optional[Callable[[], None]], seen: List[str]):
+    def _commit(self, req, owner: str, deadline: float, on_committed: Optional[Callable[[bool], None]], seen: List[str], may_take_over: bool = False):
         """Sends Commit, retrying while the coordinator is unreachable (or its
         log full) until the deadline, following the primary. Returns (reply,
         calls). With on_committed, asks for the early decision and runs it
-        once the response headers say COMMITTED (durable); from then on an
-        error on the rest of the call is COMMITTED with phase 2 pending.
+        once the response headers say COMMITTED (durable), telling it whether
+        the coordinator took the session-bound branches over (asked for with
+        may_take_over); from then on an error on the rest of the call is
+        COMMITTED with phase 2 pending.
 
         Raises UnknownAfter, GaveUp, Failed (outcome unknown), NoPrimary,
         LogFull or Rejected (nothing decided)."""
@@ -402,6 +409,8 @@ class Coordinators:
             md.append((MD_OWNER, owner))
         if on_committed is not None:
             md.append((MD_EARLY_DECISION, "1"))
+            if may_take_over:
+                md.append((MD_MAY_TAKE_OVER, "1"))
         committed = False
         ambiguous: Optional[str] = None
         ep = self._cur
@@ -439,10 +448,9 @@ class Coordinators:
                     if on_committed is not None:
                         fut = ep.stub.Commit.future(req, timeout=timeout, metadata=md)
                         headers = fut.initial_metadata() or ()
-                        for k, v in headers:
-                            if k == MD_DECISION and v == "COMMITTED" and not committed:
-                                committed = True
-                                on_committed()
+                        if not committed and (MD_DECISION, "COMMITTED") in headers:
+                            committed = True
+                            on_committed((MD_TAKEN_OVER, "1") in headers)
                         resp = fut.result()
                     else:
                         resp, _call = ep.stub.Commit.with_call(req, timeout=timeout, metadata=md)

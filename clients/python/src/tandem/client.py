@@ -83,11 +83,21 @@ class RM:
 class CommitOptions:
     """What a commit waits for. durability: "wait" (the decision on disk) or
     "nowait"; visibility: "sync" (every branch committed) or "async"; None
-    takes the coordinator's defaults. decide_at: see parse_decide_at."""
+    takes the coordinator's defaults. decide_at: see parse_decide_at.
+
+    may_take_over, with visibility "async" and a coordinator deciding: when
+    the coordinator's standby has not acknowledged the COMMIT within a few
+    milliseconds, the coordinator may take the prepared MariaDB branches
+    over instead of making commit() wait for the standby. commit() then
+    closes those sessions (the application's connection is closed: open a
+    new one) and Result.ended_sessions names their RMs; the coordinator
+    commits the branches once its standby holds the decision. Ignored
+    otherwise."""
 
     durability: Optional[str] = None
     visibility: Optional[str] = None
     decide_at: str = AUTO
+    may_take_over: bool = False
 
 
 def checked_options(o: CommitOptions) -> CommitOptions:
@@ -96,7 +106,9 @@ def checked_options(o: CommitOptions) -> CommitOptions:
         raise ConfigError("tandem: durability %r: use None, \"wait\" or \"nowait\"" % (o.durability,))
     if o.visibility not in (None, "sync", "async"):
         raise ConfigError("tandem: visibility %r: use None, \"sync\" or \"async\"" % (o.visibility,))
-    return CommitOptions(o.durability, o.visibility, parse_decide_at(o.decide_at))
+    if not isinstance(o.may_take_over, bool):
+        raise ConfigError("tandem: may_take_over %r: use True or False" % (o.may_take_over,))
+    return CommitOptions(o.durability, o.visibility, parse_decide_at(o.decide_at), o.may_take_over)
 
 
 @dataclass

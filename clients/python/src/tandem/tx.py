@@ -69,7 +69,9 @@ class Result:
     "two-phase" or "commit-point" (commit_point names the RM that
     decided). phase2_pending: the decision is durable but a prepared branch
     was not committed yet (a database slow or down); the coordinator's scan
-    finishes it."""
+    finishes it. ended_sessions: the RMs whose connections commit() closed
+    because the coordinator took their prepared branches over
+    (CommitOptions.may_take_over): open new ones."""
 
     gtrid: str
     path: str = ""
@@ -77,6 +79,7 @@ class Result:
     commit_point: str = ""
     coordinator_calls: int = 0
     round_trips: List[Tuple[str, int]] = field(default_factory=list)
+    ended_sessions: List[str] = field(default_factory=list)
 
     @property
     def rm_round_trips(self) -> int:
@@ -1140,10 +1143,20 @@ class Tx:
         # that prepared them: they commit as soon as the response headers say
         # the COMMIT is durable, while the coordinator commits the others.
         settled: List[Any] = []
+        taken_over: List[bool] = []
 
-        def on_committed():
-            # A thread of its own: _settle_own may use the client's pool.
+        def on_committed(taken: bool):
             f: Future = Future()
+            if taken:
+                # The coordinator took the session-bound branches over
+                # (may_take_over): it commits them once its standby holds
+                # the decision; the sessions end so that it can.
+                taken_over.append(True)
+                self._release_own(writers)
+                f.set_result(False)
+                settled.append(f)
+                return
+            # A thread of its own: _settle_own may use the client's pool.
 
             def run():
                 try:
@@ -1166,7 +1179,8 @@ class Tx:
             raise self._aborted("the client was closed (Client.close()) before the Commit was sent; the branches were rolled back", stage="closed")
         self._deciding = True
         try:
-            resp, _ = c.coords.commit(req, owner, deadline, on_committed if has_bound else None)
+            may_take_over = self.opts.may_take_over and self.opts.visibility == "async"
+            resp, _ = c.coords.commit(req, owner, deadline, on_committed if has_bound else None, may_take_over)
         except (UnknownAfter, GaveUp, Failed, NoPrimary, LogFull, Rejected, Closed) as e:
             rpc_err = e
         _failpoint.inject("after-commit-rpc")  # decided: session-bound branches wait for the coordinator
@@ -1177,6 +1191,8 @@ class Tx:
             # prepared branch.
             own = settled[0].result()
             res.phase2_pending = bool(resp is not None and resp.phase2_pending) or not own
+            if taken_over:
+                res.ended_sessions = [b.rm.name for b in writers if b.rm.dialect.session_bound]
             return _COMMITTED
         if resp is not None and resp.outcome == pb.COMMITTED:
             res.phase2_pending = resp.phase2_pending
