@@ -21,13 +21,17 @@ from test_commit import write_both
 class FakeCoordinator(pb_grpc.CoordinatorServicer):
     """A scripted coordinator: health() answers Health; commit is a list of
     answers for successive Commit calls: a grpc.StatusCode (refused with
-    it; with the tandem-not-primary trailer when not_primary is set)."""
+    it; with the tandem-not-primary trailer when not_primary is set), or
+    "taken-over" (COMMITTED, with the headers of a coordinator that took the
+    session-bound branches over; it settles nothing). metadata holds each
+    Commit's request metadata."""
 
     def __init__(self, cluster: str, serving: bool, role: str = "primary", commit=(), not_primary: str = ""):
         self.cluster, self.serving, self.role = cluster, serving, role
         self.commit_answers = list(commit)
         self.not_primary = not_primary
         self.commits = 0
+        self.metadata = []
         self.addr = free_addr()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         pb_grpc.add_CoordinatorServicer_to_server(self, self.server)
@@ -52,7 +56,11 @@ class FakeCoordinator(pb_grpc.CoordinatorServicer):
     def Commit(self, request, context):
         with self.mu:
             self.commits += 1
+            self.metadata.append(dict(context.invocation_metadata()))
             a = self.commit_answers.pop(0) if self.commit_answers else grpc.StatusCode.FAILED_PRECONDITION
+        if a == "taken-over":
+            context.send_initial_metadata((("tandem-decision", "COMMITTED"), ("tandem-taken-over", "1")))
+            return pb.CommitResponse(outcome=pb.COMMITTED, phase2_pending=True)
         self._refuse(context, a)
 
     def Status(self, request, context):
@@ -270,7 +278,8 @@ def test_may_take_over_while_the_standby_lags(db, coordinator_factory):
         assert res.ended_sessions == ["maria"] and res.phase2_pending, res
         with pytest.raises(pymysql.err.Error):
             my.cursor().execute("SELECT 1")
-        assert len(db.prepared_for(tx.gtrid)) >= 1, "a branch was settled before the standby could hold the decision"
+        assert len(db.prepared_for(tx.gtrid)) == 2 and db.count("maria", "py_takeover", 1) == 0, (
+            "a branch was settled before the standby could hold the decision")
         eventually(30, "the taken-over transaction committed on both databases",
                    lambda: db.count("pg", "py_takeover", 1) == 1 and db.count("maria", "py_takeover", 1) == 1 and db.prepared_for(tx.gtrid) == [])
 
@@ -288,3 +297,32 @@ def test_may_take_over_while_the_standby_lags(db, coordinator_factory):
 def test_may_take_over_must_be_a_bool():
     with pytest.raises(tandem.ConfigError):
         tandem.Client(rms=[tandem.RM("pg", "postgres")], defaults=tandem.CommitOptions(decide_at="coordinator", may_take_over="yes"))
+
+
+def test_a_take_over_answered_to_a_retry_is_honoured_even_unasked(db):
+    """The Commit's first attempt goes unanswered; the retry is answered
+    COMMITTED with the branches taken over (as a coordinator answers every
+    repeat of a gtrid it took over, asked or not). The client must not commit
+    its MariaDB branch itself: it closes the session (the branch stays
+    prepared for the coordinator) and names it in ended_sessions."""
+    import pymysql
+
+    fake = FakeCoordinator("0123456789abcdef0123456789abcdef", serving=True, commit=[grpc.StatusCode.UNAVAILABLE, "taken-over"])
+    db.table("py_taken")
+    cli = tandem.Client(
+        rms=[tandem.RM("pg", "postgres", connect=db.pg_conn), tandem.RM("maria", "mysql", connect=db.my_conn)],
+        coordinator=fake.addr, defaults=tandem.CommitOptions(decide_at="coordinator", visibility="async"), decision_timeout=5,
+    )
+    try:
+        tx = cli.begin()
+        _, my = write_both(tx, db, "py_taken", 1)
+        res = tx.commit()
+        assert fake.commits == 2 and "tandem-may-take-over" not in fake.metadata[-1], fake.metadata
+        assert res.ended_sessions == ["maria"] and res.phase2_pending, res
+        with pytest.raises(pymysql.err.Error):
+            my.cursor().execute("SELECT 1")
+        assert len(db.prepared_for(tx.gtrid)) == 2, "a branch was settled by the client after the coordinator took it over"
+    finally:
+        db.rollback_leftovers()
+        cli.close()
+        fake.stop()

@@ -450,7 +450,8 @@ class Coordinators:
                         headers = fut.initial_metadata() or ()
                         if not committed and (MD_DECISION, "COMMITTED") in headers:
                             committed = True
-                            on_committed((MD_TAKEN_OVER, "1") in headers)
+                            # Any value: as the Go SDK, the header's presence decides.
+                            on_committed(any(k == MD_TAKEN_OVER for k, _ in headers))
                         resp = fut.result()
                     else:
                         resp, _call = ep.stub.Commit.with_call(req, timeout=timeout, metadata=md)
