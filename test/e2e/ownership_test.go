@@ -231,12 +231,13 @@ func secondCoordinator(t *testing.T, legacy bool) {
 	}
 	// Until B has listed every branch for well past its orphan timeout
 	// (many scans), no branch of A's may move, and B decides nothing.
+	bAPI := b.api() // one connection for every poll (the API caps those held)
 	eventually(t, 30*time.Second, "B listing A's six branches ("+wantReason+"), past its orphan timeout", func() bool {
 		for _, g := range []xid.GTRID{committed, orphan, byHand} {
 			if left := preparedAnyName(t, d, g); len(left) != 2 {
 				t.Fatalf("B settled A's branches of %s: prepared now %v, want both\n%s", g, left, b.out.String())
 			}
-			st, err := b.api().Status(context.Background(), &api.StatusRequest{Gtrid: g.String()})
+			st, err := bAPI.Status(context.Background(), &api.StatusRequest{Gtrid: g.String()})
 			if err != nil || st.Outcome != api.Outcome_UNDECIDED {
 				t.Fatalf("B's Status of A's gtrid %s = %v, %v; want UNDECIDED: B must decide nothing for it\n%s", g, st, err, b.out.String())
 			}
