@@ -141,6 +141,7 @@ type serveFlags struct {
 	maxSend, sndBuf, rcvBuf                      string
 	noDelayOff                                   bool
 	adoptUnowned                                 bool
+	standbyLost                                  bool
 	secretFile                                   string
 	standbyTLSCert, standbyTLSKey, standbyTLSCA  string
 	logLevel                                     string
@@ -163,6 +164,7 @@ func (f *serveFlags) define(fs *flag.FlagSet) {
 	fs.BoolVar(&f.insecureTLS, "insecure-no-tls", false, "allow plaintext on a non-loopback --listen or --admin, and a standby link off loopback with --standby-secret-file but no --standby-tls-* (only on a network you trust: tokens, transactions and decisions travel in clear, and a standby link's frames can be forged on the path)")
 	fs.Var(&f.rms, "rm", rmFlagHelp)
 	fs.DurationVar(&f.orphan, "orphan-timeout", 0, "abort a prepared branch with no decision after this long (default 60s)")
+	fs.BoolVar(&f.standbyLost, "standby-lost", false, "withdraw the max-protection promise this data directory's primary made to its standby without that standby hearing of it (it is lost, or will be re-seeded): without it, a primary that last ran max-protection and starts with a weaker --protection waits for a standby as under max-protection until one has heard the new mode, and one started without --standby-listen refuses to start. That standby must then never be promoted without --accept-data-loss")
 	fs.BoolVar(&f.adoptUnowned, "adopt-unowned", false, "settle prepared branches with legacy names (no owner: made by an SDK from before owners existed) as this coordinator's own, presuming abort for them after --orphan-timeout like its own; without it they are listed (tandem status --in-doubt), never settled. Only for an in-place upgrade of the one coordinator that decided them: another deployment over the same databases must not adopt them. Gtrids that began before this data directory's log was born are listed either way")
 	fs.DurationVar(&f.scan, "scan-interval", 0, "how often to scan every database for in-doubt branches (default 10s)")
 	fs.DurationVar(&f.p2wait, "phase2-wait", 0, "longest a Commit waits for phase 2 when the caller set no deadline (default 10s)")
@@ -285,6 +287,7 @@ func (f *serveFlags) override(cfg *config.Config) error {
 	if f.adoptUnowned {
 		cfg.AdoptUnowned = true
 	}
+	cfg.StandbyLost = f.standbyLost
 	setD(&cfg.OrphanTimeout, f.orphan)
 	setD(&cfg.ScanInterval, f.scan)
 	setD(&cfg.Phase2Wait, f.p2wait)

@@ -98,6 +98,13 @@ type Config struct {
 	// (docs/ownership.md). For an in-place upgrade of the only coordinator
 	// over these databases.
 	AdoptUnowned bool `yaml:"adopt_unowned"`
+	// StandbyLost (the flag --standby-lost only, never a file's: it is a
+	// one-time act): withdraw the max-protection promise this data
+	// directory's primary made to a standby that is lost or will be
+	// re-seeded (standby.MaxProtectionPromiseFile), so that it may start
+	// with a weaker mode, or with no standby, without waiting for that
+	// standby to hear it.
+	StandbyLost bool `yaml:"-"`
 	// Standby is the standby link (README, "Standby"), so that a
 	// coordinator can be configured from one file; each field's flag
 	// (--standby-listen, --standby-of, --transport, …) overrides it.

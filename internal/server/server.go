@@ -244,6 +244,20 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 			"promoted_at", at.UTC().Format(time.RFC3339Nano))
 	}
 	copts.CommitPointSettleAfter = cfg.CommitPointSettleAfter
+	if cfg.StandbyLost {
+		if forgot, err := standby.ForgetMaxProtectionPromise(cfg.DataDir); err != nil {
+			return nil, nil, err
+		} else if forgot {
+			s.logError("--standby-lost: the max-protection promise this primary made to its standby is withdrawn without that standby hearing of it: "+
+				"if it still exists it takes itself for synchronized; never promote it without --accept-data-loss (re-seed it: tandem reseed)",
+				"file", filepath.Join(cfg.DataDir, standby.MaxProtectionPromiseFile))
+		}
+	}
+	if so.Listen == "" {
+		if err := standby.CheckNoMaxProtectionPromise(cfg.DataDir); err != nil {
+			return nil, nil, err
+		}
+	}
 	var sh *standby.Shipper
 	if so.Listen != "" {
 		tr, prot, err := standby.ParseMode(so.Transport, so.Protection)
@@ -253,7 +267,7 @@ func (s *Server) openPrimary() (*coord.Coordinator, *standby.Shipper, error) {
 		sh, err = standby.NewShipper(standby.ShipperConfig{Listen: so.Listen, Transport: tr, Protection: prot,
 			NetTimeout: so.NetTimeout, Identity: id, MaxRetained: int64(cfg.LogSize), Logger: o.Logger,
 			MaxSend: so.MaxSend, MaxConnections: so.MaxConnections, NetOptions: so.net(), Auth: so.Auth, ArchLag: so.ArchLag,
-			InDoubtBefore: copts.InDoubtBefore, Waits: s.waits,
+			InDoubtBefore: copts.InDoubtBefore, Waits: s.waits, Dir: cfg.DataDir,
 			// Synchronous: the shipper runs it in a goroutine of its own and
 			// drops further claims until it returns (coalesced).
 			OnFenced: s.fence})

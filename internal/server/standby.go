@@ -117,6 +117,9 @@ func describe(st standby.Status) string {
 	case !st.Protected:
 		prot = "UNPROTECTED"
 	}
+	if st.Downgrading {
+		prot += "; waiting as max-protection until a standby hears the new mode"
+	}
 	peer := st.Standby
 	if !st.Connected {
 		peer = "NONE CONNECTED"

@@ -304,6 +304,13 @@ func (r *Receiver) session(ctx context.Context) error {
 	if err := r.accept(w); err != nil {
 		return err
 	}
+	// Following a primary, this directory promises no standby anything
+	// (promise.go): it may once have been a max-protection primary.
+	if forgot, err := ForgetMaxProtectionPromise(r.cfg.Dir); err != nil {
+		return err
+	} else if forgot {
+		r.cfg.Logger.Info("standby: this data directory follows a primary now: the max-protection promise it made as a primary is withdrawn")
+	}
 	if w.inDoubtBefore != 0 {
 		// Before any record is applied: promoted, this directory must
 		// treat the primary's in-doubt gtrids as in doubt too.
@@ -316,6 +323,14 @@ func (r *Receiver) session(ctx context.Context) error {
 	r.connected, r.lastErr = true, nil
 	r.mu.Unlock()
 	if w.transport == wireArch {
+		// No STATE frame travels on arch connections: this standby is
+		// never synchronized with an arch primary (it acts on decisions
+		// before the standby has them), whatever an earlier primary of
+		// this directory (max-protection) said. Recorded before anything
+		// is acknowledged.
+		if err := r.setSync(false, false, "the primary ships completed segments only (arch): it acts on decisions before this standby has them"); err != nil {
+			return err
+		}
 		r.cfg.Logger.Info("standby: following the primary (arch: completed segments)", "primary", r.cfg.Primary, "cluster", w.cluster.String(), "epoch", w.epoch,
 			"from", h.pos.String(), "connections", w.conns)
 		return r.followArch(ctx, c, br, bw, w)

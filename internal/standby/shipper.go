@@ -145,7 +145,11 @@ type ShipperConfig struct {
 	NetOptions
 	// Auth authenticates every connection before anything is sent (see the
 	// package doc); nil or empty is allowed on a loopback Listen only.
-	Auth   *Auth
+	Auth *Auth
+	// Dir is the primary's data directory, where it notes that it told a
+	// standby it runs max-protection (MaxProtectionPromiseFile). Empty:
+	// nothing is noted (tests, the bench's in-process primaries).
+	Dir    string
 	Logger *slog.Logger
 	// Waits receives the shipper's "standby sync ack" waits: the primary
 	// coordinator's registry (coord.Coordinator.Waits). Nil: a new one.
@@ -194,6 +198,12 @@ type Shipper struct {
 	// at some point since it connected (with sync and protected, it then
 	// holds every decision acted on from there on).
 	caughtUp bool
+	// downgrading: this primary's data directory told a standby it runs
+	// max-protection, and it now runs a weaker mode that no standby has
+	// acknowledged hearing: until one does, every wait for the standby is
+	// max-protection's (no net timeout, never unprotected), in every
+	// transport (MaxProtectionPromiseFile).
+	downgrading bool
 	// closing: Close asks the connection's sender for a final STATE.
 	closing   bool
 	finalSent bool      // the final STATE went out
@@ -254,6 +264,10 @@ func NewShipper(cfg ShipperConfig) (*Shipper, error) {
 		return nil, fmt.Errorf("standby: listen for standbys on %s: %w", cfg.Listen, err)
 	}
 	s := &Shipper{cfg: cfg, lis: lis, log: cfg.Logger, changed: make(chan struct{}), started: time.Now()}
+	if err := s.notePromise(); err != nil {
+		lis.Close()
+		return nil, err
+	}
 	s.gate = newGate(lis, cfg.Auth, cfg.NetTimeout, kindsOf(kindHello, kindJoin, kindProbe), cfg.Logger, "standby listener")
 	go s.gate.serve(s.handle)
 	return s, nil
@@ -321,7 +335,7 @@ func (s *Shipper) Written(recs []wal.Written, synced bool) {
 	}
 	s.notifyLocked()
 	target := s.last
-	if s.cfg.Transport != Sync || s.unprotected || s.closed || !s.acked.Less(target) {
+	if (s.cfg.Transport != Sync && !s.downgrading) || s.unprotected || s.closed || !s.acked.Less(target) {
 		s.mu.Unlock()
 		return
 	}
@@ -377,7 +391,10 @@ func (s *Shipper) waitAck(ctx context.Context, target wal.Position) error {
 		defer t.Stop()
 		lag = t.C
 	}
-	if s.cfg.Protection != MaxProtection {
+	s.mu.Lock()
+	protection := s.protectionLocked()
+	s.mu.Unlock()
+	if protection != MaxProtection {
 		t := time.NewTimer(s.cfg.NetTimeout)
 		defer t.Stop()
 		timeout = t.C
@@ -899,6 +916,9 @@ func (s *Shipper) ackLocked(pos wal.Position) {
 		return
 	}
 	s.acked, s.ackedAt = pos, time.Now()
+	if s.downgrading {
+		s.downgradeHeardLocked()
+	}
 	if !s.acked.Less(s.last) {
 		s.caughtUp = true
 	}
@@ -939,6 +959,10 @@ type Status struct {
 	// that is not is promoted only with --accept-data-loss (syncstate.go).
 	Synchronized bool    `json:"synchronized"`
 	Unprotected  float64 `json:"unprotected_seconds,omitempty"`
+	// Downgrading: the primary runs Protection, but a standby last heard
+	// it runs max-protection and no standby has heard otherwise yet: its
+	// waits are max-protection's until one does (promise.go).
+	Downgrading bool `json:"downgrading_from_max_protection,omitempty"`
 }
 
 // Acked is the standby's durable position as it acknowledged it (the zero
@@ -955,7 +979,7 @@ func (s *Shipper) Status() Status {
 	defer s.mu.Unlock()
 	st := Status{Role: "primary", Cluster: s.cfg.Identity.Cluster.String(), Epoch: s.cfg.Identity.Epoch,
 		Transport: string(s.cfg.Transport), Protection: string(s.cfg.Protection), Connected: s.conn != nil,
-		PrimaryAt: s.last.String(), StandbyAt: s.acked.String()}
+		PrimaryAt: s.last.String(), StandbyAt: s.acked.String(), Downgrading: s.downgrading}
 	if s.conn != nil {
 		st.Standby = s.peer
 		st.Connections = 1
