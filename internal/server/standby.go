@@ -118,7 +118,7 @@ func describe(st standby.Status) string {
 		prot = "UNPROTECTED"
 	}
 	if st.Downgrading {
-		prot += "; waiting as max-protection until a standby hears the new mode"
+		prot = "waiting as max-protection until a standby hears the new mode"
 	}
 	peer := st.Standby
 	if !st.Connected {

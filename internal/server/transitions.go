@@ -102,6 +102,14 @@ func (s *Server) Promote(o standby.PromoteOptions) (standby.Identity, error) {
 		}
 		o.OldPrimaryReached = true
 	}
+	// A primary with no standby listener refuses to open while this
+	// directory owes a max-protection promise (standby/promise.go): found
+	// now, before the epoch is taken, the standby goes on following.
+	if s.opts.Standby.Listen == "" && !s.cfg.StandbyLost {
+		if err := standby.CheckNoMaxProtectionPromise(s.cfg.DataDir); err != nil {
+			return standby.Identity{}, fmt.Errorf("%w: promote refused: %w", ErrRole, err)
+		}
+	}
 	// The receiver holds the log the primary opens: it closes first.
 	if err := sb.close(); err != nil {
 		s.logError("closing the standby's log before the promotion", "error", err)

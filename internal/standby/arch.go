@@ -174,7 +174,9 @@ func (s *Shipper) serveArch(c net.Conn, r *bufio.Reader, w *bufio.Writer, sess *
 	defer s.dropArchConn(sess, c)
 	// The standby applies segments in order: it can acknowledge at most the
 	// last record handed out in the session.
-	readErr := s.startAcks(c, r, func() wal.Position { return sess.next })
+	// No STATE travels on arch connections: their acknowledgements never
+	// end a downgrade (promise.go; arch is refused while one is owed).
+	readErr := s.startAcks(c, r, func() wal.Position { return sess.next }, func() bool { return false })
 	var sentNotice uint64
 	var buf []byte
 	for {

@@ -24,12 +24,11 @@ import (
 // So the primary remembers its promise. Before it first tells a standby it
 // runs max-protection, it writes MaxProtectionPromiseFile in its data
 // directory. Restarted with a weaker mode while the file is there, it keeps
-// max-protection's waits (no net timeout, never unprotected, every
-// transport waits for the standby's acknowledgement) until a standby has
-// acknowledged a record sent after the STATE that gives the new mode (on
-// arch connections, which carry no STATE, the standby records "not
-// synchronized" before it acknowledges anything): the standby then knows,
-// and the file is removed. Started with no standby listener at all, the
+// max-protection's waits (no net timeout, never unprotected; async waits
+// for the standby's acknowledgement too) until a standby has acknowledged a
+// record sent after the STATE that gives the new mode: the standby then
+// knows, and the file is removed. The arch transport, which carries no
+// STATE, is refused while the file is there. Started with no standby listener at all, the
 // primary refuses to start while the file is there, unless the operator
 // says the standby is lost (--standby-lost, ForgetMaxProtectionPromise).
 // A data directory that follows a primary (a standby) no longer promises
@@ -64,11 +63,11 @@ func CheckNoMaxProtectionPromise(dir string) error {
 	if err != nil || !promised {
 		return err
 	}
-	return fmt.Errorf("%w, and it starts now without a standby listener (--standby-listen): that standby would go on taking itself for synchronized "+
+	return fmt.Errorf("%w (%s), and it starts now without a standby listener (--standby-listen): that standby would go on taking itself for synchronized "+
 		"and could be promoted without --accept-data-loss, losing what this primary decides from now on. Start with the standby listener "+
 		"(the standby learns the new mode when it reconnects; until then commits wait for it, as under max-protection), "+
 		"or, if that standby is lost or will be re-seeded, pass --standby-lost (it must then never be promoted without --accept-data-loss)",
-		ErrMaxProtectionPromised)
+		ErrMaxProtectionPromised, filepath.Join(dir, MaxProtectionPromiseFile))
 }
 
 // ForgetMaxProtectionPromise removes dir's MaxProtectionPromiseFile
@@ -87,26 +86,50 @@ func ForgetMaxProtectionPromise(dir string) (bool, error) {
 	return true, nil
 }
 
-// notePromise writes the promise before a max-protection shipper can send
-// its first STATE, or finds one a weaker mode must first make a standby
-// hear (downgrading).
+// notePromise finds, at start, a promise a weaker mode must first make a
+// standby hear (downgrading). The arch transport cannot: it ships completed
+// segments only, and the decision waiting for the standby holds the log
+// writer that would complete its segment; it is refused then.
 func (s *Shipper) notePromise() error {
-	if s.cfg.Dir == "" {
+	if s.cfg.Dir == "" || s.cfg.Protection == MaxProtection {
 		return nil
 	}
 	promised, err := HasMaxProtectionPromise(s.cfg.Dir)
-	if err != nil {
+	if err != nil || !promised {
 		return err
 	}
-	switch {
-	case s.cfg.Protection == MaxProtection && !promised:
-		return writeFileDurably(s.cfg.Dir, MaxProtectionPromiseFile,
-			"this primary told a standby it runs max-protection: restarted with a weaker mode, it keeps max-protection's waits until a standby has heard the new mode\n")
-	case s.cfg.Protection != MaxProtection && promised:
-		s.downgrading = true
-		s.log.Warn("this primary last told its standby it runs max-protection: until a standby has heard the new mode, commits wait for a standby's acknowledgement as under max-protection (no net timeout)",
-			"protection", s.cfg.Protection, "transport", s.cfg.Transport, "file", filepath.Join(s.cfg.Dir, MaxProtectionPromiseFile))
+	if s.cfg.Transport == Arch {
+		return fmt.Errorf("%w (%s), and the arch transport cannot make it hear the new mode before acting without it: "+
+			"start once with --transport async (or sync) until the standby has connected and heard it (the file then goes), "+
+			"or, if that standby is lost or will be re-seeded, pass --standby-lost (it must then never be promoted without --accept-data-loss)",
+			ErrMaxProtectionPromised, filepath.Join(s.cfg.Dir, MaxProtectionPromiseFile))
 	}
+	s.downgrading = true
+	s.log.Warn("this primary last told its standby it runs max-protection: until a standby has heard the new mode, commits wait for a standby's acknowledgement as under max-protection (no net timeout)",
+		"protection", s.cfg.Protection, "transport", s.cfg.Transport, "file", filepath.Join(s.cfg.Dir, MaxProtectionPromiseFile))
+	return nil
+}
+
+// keepPromise writes the promise, once, before the first STATE that tells a
+// standby this primary runs max-protection (sendLoop).
+func (s *Shipper) keepPromise() error {
+	if s.cfg.Dir == "" || s.promiseKept.Load() {
+		return nil
+	}
+	s.promiseMu.Lock()
+	defer s.promiseMu.Unlock()
+	if s.promiseKept.Load() {
+		return nil
+	}
+	if promised, err := HasMaxProtectionPromise(s.cfg.Dir); err != nil {
+		return err
+	} else if !promised {
+		if err := writeFileDurably(s.cfg.Dir, MaxProtectionPromiseFile,
+			"this primary told a standby it runs max-protection: restarted with a weaker mode, it keeps max-protection's waits until a standby has heard the new mode\n"); err != nil {
+			return err
+		}
+	}
+	s.promiseKept.Store(true)
 	return nil
 }
 
@@ -119,20 +142,30 @@ func (s *Shipper) protectionLocked() Protection {
 	return s.cfg.Protection
 }
 
-// downgradeHeardLocked ends downgrading on the first acknowledgement from a
-// standby: on sync and async connections the first frame is always a STATE
-// (the new mode, without the max-protection bit), which the standby records
-// durably before it writes and acknowledges any record after it; on arch
-// connections the standby records "not synchronized" before it
-// acknowledges anything. The file goes in the background: once the standby
-// knows, it only costs a wait after a restart.
-func (s *Shipper) downgradeHeardLocked() {
+// heardLocked reports whether an acknowledgement on a connection ends
+// downgrading, and ends it: only on a sync or async connection that has
+// been sent a STATE (stated), which gives this primary's mode without the
+// max-protection bit; the standby records a STATE durably before it writes,
+// and so before it acknowledges, any record sent after it. (While closing,
+// records may go before any STATE: those acknowledgements prove nothing.)
+// The caller then removes the file (forgetPromise), outside s.mu.
+func (s *Shipper) heardLocked(stated bool) bool {
+	if !s.downgrading || !stated {
+		return false
+	}
 	s.downgrading = false
+	s.notifyLocked() // waiters re-read the protection: the net timeout applies again
+	return true
+}
+
+// forgetPromise removes the promise once a standby has heard the new mode;
+// a failure only costs a wait after a restart.
+func (s *Shipper) forgetPromise() {
 	s.log.Info("the standby has heard that this primary no longer runs max-protection: its own mode applies from now on",
-		"protection", s.cfg.Protection, "standby", s.peer)
-	go func() {
-		if _, err := ForgetMaxProtectionPromise(s.cfg.Dir); err != nil {
-			s.log.Error("could not remove the max-protection promise; after a restart commits wait for a standby once more", "error", err)
-		}
-	}()
+		"protection", s.cfg.Protection)
+	s.promiseMu.Lock()
+	defer s.promiseMu.Unlock()
+	if _, err := ForgetMaxProtectionPromise(s.cfg.Dir); err != nil {
+		s.log.Error("could not remove the max-protection promise; after a restart commits wait for a standby once more", "error", err)
+	}
 }

@@ -102,6 +102,10 @@ func Reseed(dir string) (movedTo string, err error) {
 			return to, err
 		}
 	}
+	// A re-seeded directory starts over as a standby: it promises nothing.
+	if _, err := ForgetMaxProtectionPromise(dir); err != nil {
+		return to, err
+	}
 	return to, pruneReseeded(dir)
 }
 

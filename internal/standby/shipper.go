@@ -204,6 +204,10 @@ type Shipper struct {
 	// max-protection's (no net timeout, never unprotected), in every
 	// transport (MaxProtectionPromiseFile).
 	downgrading bool
+	// promiseKept: the max-protection promise is on disk (keepPromise);
+	// promiseMu orders its writing and removal.
+	promiseKept atomic.Bool
+	promiseMu   sync.Mutex
 	// closing: Close asks the connection's sender for a final STATE.
 	closing   bool
 	finalSent bool      // the final STATE went out
@@ -391,21 +395,25 @@ func (s *Shipper) waitAck(ctx context.Context, target wal.Position) error {
 		defer t.Stop()
 		lag = t.C
 	}
-	s.mu.Lock()
-	protection := s.protectionLocked()
-	s.mu.Unlock()
-	if protection != MaxProtection {
-		t := time.NewTimer(s.cfg.NetTimeout)
-		defer t.Stop()
-		timeout = t.C
-	} else {
-		t := time.NewTicker(s.cfg.NetTimeout)
-		defer t.Stop()
-		warn = t.C
-	}
+	// Max-protection waits for as long as it takes; a primary downgrading
+	// from it too, until a standby has heard the new mode: from then on
+	// the net timeout runs (rechecked at every change).
+	t := time.NewTicker(s.cfg.NetTimeout)
+	defer t.Stop()
+	warn = t.C
+	var tm *time.Timer
+	defer func() {
+		if tm != nil {
+			tm.Stop()
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.acked.Less(target) && !s.closed && !s.unprotected {
+		if tm == nil && s.protectionLocked() != MaxProtection {
+			tm = time.NewTimer(s.cfg.NetTimeout)
+			timeout, warn = tm.C, nil
+		}
 		ch := s.changed
 		s.mu.Unlock()
 		select {
@@ -747,6 +755,9 @@ type streamOut struct {
 	sent       wal.Position
 	sentNotice uint64 // the last RELEASE notice sent: its before
 	sentState  int    // the last STATE sent (-1: none)
+	// stated: a STATE went out on this connection, before any record sent
+	// after it (readAcks: what a downgrade needs the standby to have heard).
+	stated atomic.Bool
 }
 
 // nextOut is what sendLoop sends next: a STATE (state >= 0), a RELEASE
@@ -761,7 +772,7 @@ type nextOut struct {
 // from position from, until c or the shipper ends.
 func (s *Shipper) sendLoop(c net.Conn, r *bufio.Reader, w *bufio.Writer, from wal.Position) error {
 	out := &streamOut{sent: from, sentState: -1}
-	readErr := s.startAcks(c, r, func() wal.Position { return out.sent })
+	readErr := s.startAcks(c, r, func() wal.Position { return out.sent }, out.stated.Load)
 	var buf []byte
 	var batch []record
 	for {
@@ -771,10 +782,17 @@ func (s *Shipper) sendLoop(c net.Conn, r *bufio.Reader, w *bufio.Writer, from wa
 		}
 		switch {
 		case next.state >= 0:
+			if next.state&stateMaxProtection != 0 {
+				// Noted before any standby can hear it (promise.go).
+				if err := s.keepPromise(); err != nil {
+					return fmt.Errorf("noting the max-protection promise before the first STATE: %w", err)
+				}
+			}
 			if err := s.send(c, w, kindState, []byte{byte(next.state)}); err != nil {
 				return fmt.Errorf("sending STATE: %w", err)
 			}
 			out.sentState = next.state
+			out.stated.Store(true)
 			if next.state&stateFinal != 0 {
 				s.mu.Lock()
 				s.finalSent = true
@@ -854,9 +872,9 @@ const recordHeader = 21
 
 // startAcks reads c's acknowledgements (readAcks) in a goroutine of its
 // own, whose error the returned channel delivers once it ends.
-func (s *Shipper) startAcks(c net.Conn, r *bufio.Reader, sent func() wal.Position) <-chan error {
+func (s *Shipper) startAcks(c net.Conn, r *bufio.Reader, sent func() wal.Position, stated func() bool) <-chan error {
 	readErr := make(chan error, 1)
-	go func() { readErr <- s.readAcks(c, r, sent) }()
+	go func() { readErr <- s.readAcks(c, r, sent, stated) }()
 	return readErr
 }
 
@@ -878,7 +896,7 @@ func (s *Shipper) sendWelcome(c net.Conn, w *bufio.Writer, sess *archSession) er
 // standby) is refused and ends the connection: no standby can have it, and
 // taking it would let max-protection acknowledge decisions no standby
 // holds.
-func (s *Shipper) readAcks(c net.Conn, r *bufio.Reader, sent func() wal.Position) error {
+func (s *Shipper) readAcks(c net.Conn, r *bufio.Reader, sent func() wal.Position, stated func() bool) error {
 	var buf []byte
 	for {
 		kind, b, err := readFrame(r, buf, kindsOf(kindAck))
@@ -904,9 +922,32 @@ func (s *Shipper) readAcks(c net.Conn, r *bufio.Reader, sent func() wal.Position
 				"peer", c.RemoteAddr().String(), "ack", pos.String(), "sent", last.String())
 			return fmt.Errorf("%w: ACK of %s, past the last record sent %s", ErrProtocol, pos, last)
 		}
+		if !s.currentLocked(c) {
+			// A replaced connection's late ACK: what the standby now
+			// connected holds is what it says (register), not this.
+			s.mu.Unlock()
+			continue
+		}
 		s.ackLocked(pos)
+		heard := s.heardLocked(stated())
 		s.mu.Unlock()
+		if heard {
+			s.forgetPromise()
+		}
 	}
+}
+
+// currentLocked reports whether c is the standby's connection now (the
+// sync or async stream, or one of the arch session's).
+func (s *Shipper) currentLocked(c net.Conn) bool {
+	if s.conn == c {
+		return true
+	}
+	if s.arch != nil {
+		_, ok := s.arch.conns[c]
+		return ok
+	}
+	return false
 }
 
 // ackLocked takes the standby's acknowledgement of pos: it has every record
@@ -916,9 +957,6 @@ func (s *Shipper) ackLocked(pos wal.Position) {
 		return
 	}
 	s.acked, s.ackedAt = pos, time.Now()
-	if s.downgrading {
-		s.downgradeHeardLocked()
-	}
 	if !s.acked.Less(s.last) {
 		s.caughtUp = true
 	}

@@ -170,14 +170,17 @@ func shipperIn(t *testing.T, dir string, tr Transport, p Protection, netTimeout 
 func TestDowngradeFromMaxProtectionWaitsUntilAStandbyHearsIt(t *testing.T) {
 	pdir, sdir := t.TempDir(), t.TempDir()
 	p := shipperIn(t, pdir, Sync, MaxProtection, 2*time.Second)
-	if ok, err := HasMaxProtectionPromise(pdir); !ok || err != nil {
-		t.Fatalf("a max-protection shipper noted no promise: %v, %v", ok, err)
+	if ok, err := HasMaxProtectionPromise(pdir); ok || err != nil {
+		t.Fatalf("a max-protection shipper noted a promise before telling any standby: %v, %v", ok, err)
 	}
 	r := startStandby(t, sdir, p.sh.Addr())
 	if _, err := p.log.Append(1, []byte("decided under max-protection")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "synchronized under max-protection", func() bool { return synced(t, sdir) })
+	if ok, err := HasMaxProtectionPromise(pdir); !ok || err != nil {
+		t.Fatalf("a max-protection shipper that told its standby noted no promise: %v, %v", ok, err)
+	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -187,6 +190,11 @@ func TestDowngradeFromMaxProtectionWaitsUntilAStandbyHearsIt(t *testing.T) {
 		t.Fatalf("the standby of a max-protection primary, disconnected: %+v; want synchronized, max-protection", st)
 	}
 
+	// The arch transport cannot make the standby hear the new mode first.
+	if _, err := NewShipper(ShipperConfig{Listen: "127.0.0.1:0", Transport: Arch, Protection: MaxPerformance, Identity: testID(), Logger: quiet, Dir: pdir}); !errors.Is(err, ErrMaxProtectionPromised) ||
+		!strings.Contains(err.Error(), "--transport async") || !strings.Contains(err.Error(), "--standby-lost") {
+		t.Fatalf("an arch shipper while a max-protection promise is owed: %v; want refused, naming --transport async and --standby-lost", err)
+	}
 	p = shipperIn(t, pdir, Async, MaxPerformance, 100*time.Millisecond)
 	defer func() { p.sh.Close(); p.log.Close() }()
 	if !p.sh.Status().Downgrading {

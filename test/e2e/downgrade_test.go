@@ -80,8 +80,15 @@ func TestPrimaryRestartedWithAWeakerModeWaitsUntilItsStandbyHearsIt(t *testing.T
 	}
 	prim.stop()
 
-	// Max-protection again, then restarted with no standby listener: refused.
+	// Max-protection again, told to the standby, then restarted with no
+	// standby listener: refused.
 	prim = startIn(t, pdir, mode("max-protection")...)
+	sb = startIn(t, sdir, "--standby-of", sbListen)
+	eventually(t, 20*time.Second, "the promise noted", func() bool {
+		_, err := os.Stat(filepath.Join(pdir, standby.MaxProtectionPromiseFile))
+		return err == nil
+	})
+	sb.stop()
 	prim.stop()
 	out, code := serveOnce(t, "--data-dir", pdir, "--admin", "", "--rm", "pg=postgres:"+pgDSN, "--rm", "maria=mysql:"+myDSN)
 	if code == 0 || !strings.Contains(out, "--standby-lost") || !strings.Contains(out, "max-protection") {
