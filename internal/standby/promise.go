@@ -113,12 +113,12 @@ func (s *Shipper) notePromise() error {
 // keepPromise writes the promise, once, before the first STATE that tells a
 // standby this primary runs max-protection (sendLoop).
 func (s *Shipper) keepPromise() error {
-	if s.cfg.Dir == "" || s.promiseKept.Load() {
+	if s.cfg.Dir == "" {
 		return nil
 	}
 	s.promiseMu.Lock()
 	defer s.promiseMu.Unlock()
-	if s.promiseKept.Load() {
+	if s.promiseKept {
 		return nil
 	}
 	if promised, err := HasMaxProtectionPromise(s.cfg.Dir); err != nil {
@@ -129,7 +129,7 @@ func (s *Shipper) keepPromise() error {
 			return err
 		}
 	}
-	s.promiseKept.Store(true)
+	s.promiseKept = true
 	return nil
 }
 

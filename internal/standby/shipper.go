@@ -204,10 +204,10 @@ type Shipper struct {
 	// max-protection's (no net timeout, never unprotected), in every
 	// transport (MaxProtectionPromiseFile).
 	downgrading bool
-	// promiseKept: the max-protection promise is on disk (keepPromise);
-	// promiseMu orders its writing and removal.
-	promiseKept atomic.Bool
+	// promiseMu orders the promise's writing and removal; promiseKept (under
+	// it): the max-protection promise is on disk (keepPromise).
 	promiseMu   sync.Mutex
+	promiseKept bool
 	// closing: Close asks the connection's sender for a final STATE.
 	closing   bool
 	finalSent bool      // the final STATE went out
@@ -395,20 +395,26 @@ func (s *Shipper) waitAck(ctx context.Context, target wal.Position) error {
 		defer t.Stop()
 		lag = t.C
 	}
-	// Max-protection waits for as long as it takes; a primary downgrading
-	// from it too, until a standby has heard the new mode: from then on
-	// the net timeout runs (rechecked at every change).
-	t := time.NewTicker(s.cfg.NetTimeout)
-	defer t.Stop()
-	warn = t.C
+	// Max-protection waits for as long as it takes (warning every net
+	// timeout); a primary downgrading from it too, until a standby has
+	// heard the new mode: from then on the net timeout runs (rechecked at
+	// every change). One timer or ticker per wait, as before downgrades.
 	var tm *time.Timer
+	var tk *time.Ticker
 	defer func() {
 		if tm != nil {
 			tm.Stop()
 		}
+		if tk != nil {
+			tk.Stop()
+		}
 	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.protectionLocked() == MaxProtection {
+		tk = time.NewTicker(s.cfg.NetTimeout)
+		warn = tk.C
+	}
 	for s.acked.Less(target) && !s.closed && !s.unprotected {
 		if tm == nil && s.protectionLocked() != MaxProtection {
 			tm = time.NewTimer(s.cfg.NetTimeout)
