@@ -59,4 +59,15 @@ const (
 	// sent on every Commit of a gtrid taken over, even one that did not
 	// allow it: a client that gets it must not settle those branches.
 	MetadataTakenOver = "tandem-taken-over"
+	// MetadataClientSettlesAny is a header of the Health response, value
+	// "1": this coordinator accepts client_settles on a branch of any
+	// resource manager, not only a session-bound one. A client may then
+	// settle every branch itself as soon as it has the early decision, as
+	// raw 2PC would, instead of waiting for the coordinator's own phase 2:
+	// the coordinator leaves such a branch to the client for a head start,
+	// then checks that it is gone (a scan of the prepared branches) and
+	// settles it itself if it is not. A coordinator without it refuses
+	// client_settles on a branch that is not session-bound
+	// (INVALID_ARGUMENT, before anything is written).
+	MetadataClientSettlesAny = "tandem-client-settles-any"
 )

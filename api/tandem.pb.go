@@ -252,13 +252,18 @@ type Branch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// rm is the resource manager's configured name, e.g. "pg" or "maria".
 	Rm string `protobuf:"bytes,1,opt,name=rm,proto3" json:"rm,omitempty"`
-	// client_settles: the client keeps this prepared branch on its own session
-	// and commits or rolls it back there right after the decision. MariaDB
-	// (and MySQL before 8.0.29 or with xa_detach_on_prepare=OFF) binds a
-	// prepared XA branch to the session that prepared it until that session
-	// ends; no other connection can settle it meanwhile. The coordinator does
-	// not wait for such a branch before replying, and settles it itself only
-	// once the session has let go of it (the client died or disconnected).
+	// client_settles: the client commits or rolls back this prepared branch
+	// itself, on its own connection, right after the decision. MariaDB (and
+	// MySQL before 8.0.29 or with xa_detach_on_prepare=OFF) binds a prepared
+	// XA branch to the session that prepared it until that session ends; no
+	// other connection can settle it meanwhile, so the client must. On any
+	// other resource manager it is allowed only by a coordinator whose Health
+	// sends the header tandem-client-settles-any: the client then settles the
+	// branch as raw 2PC would, without waiting for the coordinator's phase 2.
+	// The coordinator does not wait for such a branch before replying; after
+	// a head start it checks that the branch is gone and settles it itself if
+	// it is not (a session-bound one once the session has let go of it: the
+	// client died or disconnected).
 	ClientSettles bool `protobuf:"varint,2,opt,name=client_settles,json=clientSettles,proto3" json:"client_settles,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

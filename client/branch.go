@@ -54,10 +54,14 @@ type Branch struct {
 	// branch (xid.CommitPointSelf), begun with the decision's clock noted
 	// (decision.BeginStatements) and decided by decision.CommitStatements:
 	// it never prepares.
-	selfCP     bool
-	formChosen bool // chooseBegin ran
-	trips      int  // round trips to this RM made for this branch
-	lastErr    error
+	selfCP bool
+	// clientSettles: the coordinator path's Commit named this branch
+	// client_settles: the client commits or rolls it back itself after the
+	// decision (always so for a session-bound one).
+	clientSettles bool
+	formChosen    bool // chooseBegin ran
+	trips         int  // round trips to this RM made for this branch
+	lastErr       error
 }
 
 // RM returns the name of the branch's resource manager.

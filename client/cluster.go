@@ -68,7 +68,7 @@ func (c *Client) askCluster(ctx context.Context) (xid.Owner, error) {
 		for _, e := range eps {
 			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			c.coordinatorCalls.Add(1)
-			h, err = e.api.Health(hctx, &api.HealthRequest{})
+			h, err = e.health(hctx)
 			cancel()
 			if ep = e; err == nil {
 				break

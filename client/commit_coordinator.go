@@ -49,13 +49,20 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	}
 	// The decision: one RPC.
 	req := &api.CommitRequest{Gtrid: t.gtrid.String(), Options: &api.CommitOptions{Durability: t.opts.Durability, Visibility: t.opts.Visibility}}
+	settleAll := t.opts.Visibility != VisibilityAsync && t.c.current().settlesAny.Load()
 	for _, b := range writers {
-		req.Branches = append(req.Branches, &api.Branch{Rm: b.rm.name, ClientSettles: b.rm.dialect.SessionBound()})
+		b.clientSettles = settleAll || b.rm.dialect.SessionBound()
+		req.Branches = append(req.Branches, &api.Branch{Rm: b.rm.name, ClientSettles: b.clientSettles})
 	}
 	// Session-bound branches (MariaDB) can only be committed here, on the
 	// session that prepared them. The coordinator sends the durable decision
 	// in the response headers before its own phase 2 (api.MetadataEarlyDecision),
-	// so they commit while it commits the others.
+	// so they commit while it commits the others. Under visibility sync,
+	// with a coordinator that allows it (api.MetadataClientSettlesAny),
+	// every branch commits here, in parallel, as raw 2PC would: the
+	// reply then waits for no phase 2 of the coordinator's (which only
+	// checks, after a head start, that they are gone). Under visibility
+	// async the coordinator keeps the others: the reply waits for none.
 	var settled chan bool
 	takenOver := false
 	onCommitted := func(taken bool) {
@@ -68,9 +75,14 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 			settled <- false
 			return
 		}
+		if failpoint.Inject("before-client-settles") != nil { // kill: COMMIT is durable, the client settled nothing
+			t.releaseOwn(writers)
+			settled <- false
+			return
+		}
 		go func() { settled <- t.settleOwn(ctx, writers, true) }()
 	}
-	if !hasSessionBound(writers) {
+	if !anyClientSettles(writers) {
 		onCommitted = nil
 	}
 	_ = failpoint.Inject("before-commit-rpc") // kill: the client dies with every branch prepared
@@ -134,6 +146,11 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	case isRejection(err):
 		// Every attempt was answered, and this one refused the request as a
 		// whole: no decision was written anywhere, so rolling back is safe.
+		if settleAll && status.Code(err) == codes.InvalidArgument {
+			// A coordinator older than its Health said (replaced at the
+			// same address, say): the next transaction asks the old way.
+			t.c.current().settlesAny.Store(false)
+		}
 		t.abortAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator refused the commit", Cause: err, stage: stageRefused}
 	case errors.As(err, new(*logFullError)):

@@ -5,8 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/tandem-tx/tandem/api"
 )
 
 // A commit point's transaction calls no coordinator, yet a coordinator's
@@ -73,7 +71,7 @@ func (c *Client) coordinatorKnows(ctx context.Context, name string) (known, aske
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	ep := c.coords.cur.Load()
-	h, err := ep.api.Health(ctx, &api.HealthRequest{})
+	h, err := ep.health(ctx)
 	if err != nil {
 		c.warn("could not ask the coordinator which resource managers it recovers; commit points go on without it", "coordinator", ep.addr, "error", err)
 		return answer()

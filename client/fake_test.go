@@ -382,6 +382,8 @@ type fakeCoordinator struct {
 	// owners are the api.MetadataOwner values of the Commits, in order
 	// ("" for none).
 	owners []string
+	// settlesAny: its Health sends api.MetadataClientSettlesAny.
+	settlesAny bool
 }
 
 func (f *fakeCoordinator) Commit(ctx context.Context, req *api.CommitRequest) (*api.CommitResponse, error) {
@@ -399,7 +401,10 @@ var fakeCluster = xid.Owner{0xc1, 0x05, 0x7e}
 // fakeHealthMessage is a primary's Health message naming fakeCluster.
 const fakeHealthMessage = "role=primary cluster=c1057e00000000000000000000000000 epoch=1"
 
-func (f *fakeCoordinator) Health(context.Context, *api.HealthRequest) (*api.HealthResponse, error) {
+func (f *fakeCoordinator) Health(ctx context.Context, _ *api.HealthRequest) (*api.HealthResponse, error) {
+	if f.settlesAny {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(api.MetadataClientSettlesAny, "1"))
+	}
 	return &api.HealthResponse{Serving: true, Message: fakeHealthMessage}, nil
 }
 

@@ -43,6 +43,21 @@ type endpoint struct {
 	addr string
 	conn *grpc.ClientConn
 	api  api.CoordinatorClient
+	// settlesAny: its last Health said it accepts client_settles on any
+	// resource manager (api.MetadataClientSettlesAny). False until a
+	// Health answered: the client then settles only session-bound branches.
+	settlesAny atomic.Bool
+}
+
+// health asks the coordinator's Health, and keeps what its headers say it
+// accepts.
+func (e *endpoint) health(ctx context.Context) (*api.HealthResponse, error) {
+	var md metadata.MD
+	h, err := e.api.Health(ctx, &api.HealthRequest{}, grpc.Header(&md))
+	if err == nil {
+		e.settlesAny.Store(len(md.Get(api.MetadataClientSettlesAny)) > 0 && md.Get(api.MetadataClientSettlesAny)[0] == "1")
+	}
+	return h, err
 }
 
 // coordinators are the configured addresses and which one the client uses.
@@ -232,7 +247,7 @@ func (c *Client) probe(ctx context.Context, from *endpoint) (*endpoint, probe) {
 	probes := make([]probe, len(eps))
 	_ = parallel(len(eps), func(i int) error {
 		c.coordinatorCalls.Add(1)
-		if h, err := eps[i].api.Health(pctx, &api.HealthRequest{}); err == nil {
+		if h, err := eps[i].health(pctx); err == nil {
 			probes[i] = probe{answered: true, serving: h.GetServing()}
 			probes[i].cluster, probes[i].epoch = placeIn(h.GetMessage())
 		}

@@ -49,14 +49,16 @@ func (t *Tx) settlePrepared(ctx context.Context, bs []*Branch, commit bool) bool
 	return err == nil
 }
 
-// settleOwn commits (or rolls back) the session-bound prepared branches on
-// their own sessions, in parallel, after the decision. A branch it cannot
-// settle has its connection closed, which hands the branch to the
-// coordinator. It reports whether every one was settled here.
+// settleOwn commits (or rolls back) the prepared branches the client
+// settles (session-bound ones, and any it named client_settles) on their
+// own connections, in parallel, after the decision. A branch it cannot
+// settle is the coordinator's (a session-bound one has its connection
+// closed so that the coordinator can). It reports whether every one was
+// settled here.
 func (t *Tx) settleOwn(ctx context.Context, writers []*Branch, commit bool) bool {
 	var own []*Branch
 	for _, b := range writers {
-		if b.rm.dialect.SessionBound() {
+		if b.clientSettles || b.rm.dialect.SessionBound() {
 			own = append(own, b)
 		} else {
 			b.state = branchHandedOver
@@ -75,9 +77,10 @@ func (t *Tx) releaseOwn(writers []*Branch) {
 	}
 }
 
-func hasSessionBound(bs []*Branch) bool {
+// anyClientSettles reports whether the client settles one of bs itself.
+func anyClientSettles(bs []*Branch) bool {
 	for _, b := range bs {
-		if b.rm.dialect.SessionBound() {
+		if b.clientSettles || b.rm.dialect.SessionBound() {
 			return true
 		}
 	}

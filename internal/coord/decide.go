@@ -60,15 +60,6 @@ func (c *Coordinator) Commit(ctx context.Context, gtrid string, rms []BranchRef,
 	if err != nil {
 		return Report{}, err
 	}
-	for _, b := range rms {
-		// Only a session-bound branch (MariaDB) is the client's to settle;
-		// on any other the coordinator would mark it done on the client's
-		// word, without a call.
-		if b.ClientSettles && !c.rms[b.RM].Dialect().SessionBound() {
-			return Report{}, inputErr("branches", "client_settles is set on the branch on %q, a %s resource manager whose prepared branches the coordinator settles itself: "+
-				"client_settles is only for session-bound branches (mysql)", b.RM, c.rms[b.RM].Dialect().Driver())
-		}
-	}
 	if err := c.checkSkew(g); err != nil {
 		return Report{}, err
 	}

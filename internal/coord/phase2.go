@@ -16,7 +16,7 @@ const (
 	phase2MaxBackoff   = 2 * time.Second
 	phase2CallTimeout  = 10 * time.Second
 	// clientSettleFirstCheck: how long the coordinator leaves a client to
-	// settle its own session-bound branch before it first checks. Nothing
+	// settle its own branch (client_settles) before it first checks. Nothing
 	// waits for the check (not even a visibility sync reply); a check that
 	// comes before the client's XA COMMIT costs an XA COMMIT that fails
 	// and a recover scan per retry, which a client slowed by load (32
@@ -265,8 +265,12 @@ func (c *Coordinator) attempt(p *parked, call bool) (res attemptResult) {
 	if call {
 		_ = failpoint.Inject("after-phase2-call") // kill or sleep: the call's effect stands
 	}
-	heldElsewhere := false
-	if errors.Is(err, rm.ErrBranchNotFound) && bound {
+	// A client-settled branch's first look (!call) is a scan. Prepared
+	// still, a session-bound one is held by the client's session; any
+	// other the client has not settled yet (slow, or gone): its retries
+	// settle it.
+	heldElsewhere, notYet := false, false
+	if errors.Is(err, rm.ErrBranchNotFound) && (bound || !call) {
 		if p.scanSince.IsZero() {
 			p.scanSince = t.decidedAt
 		}
@@ -278,8 +282,10 @@ func (c *Coordinator) attempt(p *parked, call bool) (res attemptResult) {
 		switch {
 		case perr != nil:
 			err = perr
-		case prepared:
+		case prepared && bound:
 			heldElsewhere = true
+		case prepared:
+			notYet = true
 		}
 	}
 	c.mu.Lock()
@@ -293,6 +299,8 @@ func (c *Coordinator) attempt(p *parked, call bool) (res attemptResult) {
 	switch {
 	case heldElsewhere:
 		b.lastErr = "prepared and held by the client's session; waiting for the client to settle it or disconnect"
+	case notYet:
+		b.lastErr = "still prepared after the client's head start; the coordinator settles it"
 	case err == nil:
 		b.state, b.lastErr = BranchDone, ""
 	case errors.Is(err, rm.ErrBranchNotFound):
@@ -317,7 +325,7 @@ func (c *Coordinator) attempt(p *parked, call bool) (res attemptResult) {
 		t.checkReplyReady()
 		return attemptSettled
 	}
-	if heldElsewhere {
+	if heldElsewhere || notYet {
 		return attemptHeld
 	}
 	return attemptFailed

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -136,27 +137,72 @@ func TestFutureGTRIDIsRefused(t *testing.T) {
 	mustCommit(t, c, xid.NewAt(0, time.Now().Add(2*time.Second)).String(), Committed)
 }
 
-// client_settles is for session-bound branches (MariaDB), which only the
-// client's session can commit. On any other branch the coordinator would
-// take the client's word and mark it done without a call: a PostgreSQL
-// branch left prepared (or, worse, never committed while the transaction
-// reports COMMITTED). Commit refuses it before anything is written.
-func TestClientSettlesOnlyForSessionBoundBranches(t *testing.T) {
+// client_settles on a branch that is not session-bound (PostgreSQL): the
+// client commits it itself after the decision, and the coordinator never
+// takes its word for it. After the client's head start the coordinator
+// looks (a scan of the prepared branches): gone, it is done without a call;
+// still prepared (the client died, or is slow), the coordinator commits it.
+// Before this was allowed, Commit refused it (an InputError), since the
+// first look was no look at all.
+func TestClientSettledPostgresBranchIsCheckedNotTrusted(t *testing.T) {
 	opts := testOptions(t.TempDir())
-	var calls atomic.Int32
-	opts.settle = func(context.Context, string, xid.Branch, bool) error { calls.Add(1); return nil }
-	c := open(t, opts)
-	g := newGTRID()
-	_, err := c.Commit(short(t), g, []BranchRef{{RM: "pg", ClientSettles: true}, {RM: "maria", ClientSettles: true}}, CommitMode{WaitPhase2: true})
-	var ie *InputError
-	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "client_settles") {
-		t.Fatalf("Commit with client_settles on a PostgreSQL branch: %v (settle calls %d), want an InputError naming client_settles", err, calls.Load())
+	ps := &preparedSet{held: map[xid.Branch]bool{}}
+	opts.prepared = ps.prepared
+	var mu sync.Mutex
+	settled := map[xid.Branch]bool{}
+	opts.settle = func(_ context.Context, rmName string, b xid.Branch, commit bool) error {
+		k := xid.Branch{GTRID: b.GTRID, RM: rmName}
+		ps.mu.Lock()
+		held := ps.held[k]
+		delete(ps.held, k)
+		ps.mu.Unlock()
+		if !held {
+			return rm.ErrBranchNotFound
+		}
+		mu.Lock()
+		settled[k] = commit
+		mu.Unlock()
+		return nil
 	}
-	mustStatus(t, c, g, false, Undecided)
-	// On MariaDB it is accepted.
-	r, err := c.Commit(short(t), g, []BranchRef{{RM: "pg"}, {RM: "maria", ClientSettles: true}}, CommitMode{})
-	if err != nil || r.Outcome != Committed {
-		t.Fatalf("Commit with client_settles on maria: %v %v", r.Outcome, err)
+	c := open(t, opts)
+	refs := []BranchRef{{RM: "pg", ClientSettles: true}, {RM: "maria", ClientSettles: true}}
+
+	// The client committed both before the coordinator looked.
+	done := xid.New()
+	start := time.Now()
+	r, err := c.Commit(short(t), done.String(), refs, CommitMode{WaitPhase2: true})
+	if err != nil || r.Outcome != Committed || r.Phase2Pending {
+		t.Fatalf("Commit with client_settles on pg and maria: %+v, %v", r, err)
+	}
+	if d := time.Since(start); d >= clientSettleFirstCheck {
+		t.Errorf("the reply took %s: it waited for the client's branches", d)
+	}
+	for deadline := time.Now().Add(30 * time.Second); mustStatus(t, c, done.String(), false, Committed).Phase2Pending; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting until both branches were checked and done")
+		}
+	}
+
+	// The client died after the decision: both branches still prepared.
+	dead := xid.New()
+	ps.mu.Lock()
+	ps.held[xid.Branch{GTRID: dead, RM: "pg"}] = true
+	ps.mu.Unlock()
+	if r, err := c.Commit(short(t), dead.String(), refs, CommitMode{WaitPhase2: true}); err != nil || r.Outcome != Committed {
+		t.Fatalf("Commit: %+v, %v", r, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); mustStatus(t, c, dead.String(), false, Committed).Phase2Pending; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting until the coordinator settled the dead client's PostgreSQL branch")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !settled[xid.Branch{GTRID: dead, RM: "pg"}] {
+		t.Errorf("the dead client's PostgreSQL branch is done without the coordinator's COMMIT")
+	}
+	if _, ok := settled[xid.Branch{GTRID: done, RM: "pg"}]; ok {
+		t.Errorf("the coordinator called COMMIT on a branch the client had settled")
 	}
 }
 

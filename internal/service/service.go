@@ -205,6 +205,8 @@ func (s *Service) Status(ctx context.Context, req *api.StatusRequest) (*api.Stat
 // resource manager's state.
 func (s *Service) Health(ctx context.Context, _ *api.HealthRequest) (*api.HealthResponse, error) {
 	serving, rms, unfinished := s.c.Health(ctx)
+	// Best effort: a Health called in process (no transport) has no header.
+	_ = grpc.SetHeader(ctx, metadata.Pairs(api.MetadataClientSettlesAny, "1"))
 	resp := &api.HealthResponse{Serving: serving, Version: version.Version(), Unfinished: uint64(unfinished)}
 	var notes []string
 	for _, h := range rms {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -228,12 +229,33 @@ func TestCommitPointPinnedOnPostgresWithMariaDB(t *testing.T) {
 // money adds up, nothing stays prepared; a transfer killed after the
 // decision is committed on both.
 func TestCommitPointClientKilledAtEachStep(t *testing.T) {
-	killTransferAtEachStep(t, "e2ecp_")
+	killTransferAtEachStep(t, "e2ecp_", "rm", []string{"before-prepare", "after-prepare", "before-commit-point", "after-commit-point"}, "after-commit-point")
 }
 
-// killTransferAtEachStep is TestCommitPointClientKilledAtEachStep with the
-// transfer's tables under prefix and extra flags (--pg-driver pgx).
-func killTransferAtEachStep(t *testing.T, prefix string, extra ...string) {
+// The same on the coordinator's path, where the client settles every
+// branch itself once the coordinator's COMMIT is durable (PostgreSQL's too,
+// api.MetadataClientSettlesAny): killed before its Commit, the branches are
+// rolled back after the orphan timeout; killed once the decision is
+// durable but before it settled anything, or after, the coordinator
+// commits both — PostgreSQL's after its check finds it still prepared,
+// MariaDB's once the dead session let go of it.
+func TestCoordinatorPathClientKilledAtEachStep(t *testing.T) {
+	killTransferAtEachStep(t, "e2ecoordkill_", "coordinator", []string{"after-prepare", "before-commit-rpc", "before-client-settles", "after-commit-rpc"},
+		"before-client-settles", "after-commit-rpc")
+}
+
+// killTransferAtEachStep kills a transfer at each of the failpoints fps,
+// deciding at decideAt, with the transfer's tables under prefix; a transfer
+// killed at one of committed must end committed on both databases. Extra
+// flags of the transfer go after "--" in committed (--pg-driver pgx).
+func killTransferAtEachStep(t *testing.T, prefix, decideAt string, fps []string, committed ...string) {
+	var extra []string
+	for i, c := range committed {
+		if c == "--" {
+			committed, extra = committed[:i], committed[i+1:]
+			break
+		}
+	}
 	bin := filepath.Join(t.TempDir(), "transfer")
 	build := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, "./examples/transfer")
 	build.Dir = repoRoot
@@ -247,8 +269,9 @@ func killTransferAtEachStep(t *testing.T, prefix string, extra ...string) {
 	}
 	d := openDBs(t)
 	acks := filepath.Join(t.TempDir(), "acked")
-	for _, fp := range []string{"before-prepare", "after-prepare", "before-commit-point", "after-commit-point"} {
-		cmd := exec.Command(bin, append(common, "--reset=false", "--no-check", "--transfers", "1", "--workers", "1", "--decide-at", "rm", "--acked", acks)...)
+	want := 0
+	for _, fp := range fps {
+		cmd := exec.Command(bin, append(common, "--reset=false", "--no-check", "--transfers", "1", "--workers", "1", "--decide-at", decideAt, "--acked", acks)...)
 		cmd.Env = append(os.Environ(), "TANDEM_FAILPOINTS="+fp+"=kill")
 		out, err := cmd.CombinedOutput()
 		if err == nil {
@@ -266,8 +289,11 @@ func killTransferAtEachStep(t *testing.T, prefix string, extra ...string) {
 		if pgN != myN {
 			t.Fatalf("%s: SPLIT: %d transfers on PostgreSQL, %d on MariaDB", fp, pgN, myN)
 		}
-		if fp == "after-commit-point" && pgN != 1 {
-			t.Errorf("%s: the transfer decided COMMIT before the kill is on %d databases' journals... want it committed (1 row each)", fp, pgN)
+		if slices.Contains(committed, fp) {
+			want++
+		}
+		if pgN != want {
+			t.Errorf("%s: %d transfers in the journals, want %d: each killed after a durable COMMIT committed (1 row each), the others rolled back", fp, pgN, want)
 		}
 	}
 	out, err := exec.Command(bin, append(common, "--reset=false", "--check-only", "--acked", acks)...).CombinedOutput()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/client"
 	"github.com/tandem-tx/tandem/internal/testproxy"
 )
 
@@ -31,9 +32,17 @@ func TestAsyncFailoverNeverSplits(t *testing.T) {
 	eventually(t, 10*time.Second, "standby connected", func() bool { return strings.Contains(healthMessage(prim), "standby=127.0.0.1") })
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	g, err := b.transfer(ctx, newClient(t, prim.addr), 0)
+	// Visibility async: PostgreSQL's branch is the coordinator's to commit
+	// (under sync the client commits it itself), so that the primary dies
+	// at its phase-2 call with a branch committed.
+	cli := newClient(t, prim.addr)
+	g, err := b.transferWith(ctx, cli, 0, client.CommitOptions{DecideAt: client.DecideAtCoordinator, Visibility: client.VisibilityAsync})
 	t.Logf("transfer %s: %v", g, err)
-	<-prim.exited
+	select {
+	case <-prim.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the primary made no phase-2 call within 30 s (failpoint after-phase2-call=kill)")
+	}
 	// The running standby refuses too (POST /role/promote), and keeps
 	// following.
 	if out, err := tandemCmd(t, "promote", "--admin", sbAdmin); err == nil || !strings.Contains(out, "409") || !strings.Contains(out, "--accept-data-loss") {

@@ -85,9 +85,10 @@ func TestPgxBranchCommitAndRollback(t *testing.T) {
 	if err != nil || res.Path != client.PathTwoPhase || res.CoordinatorCalls != 1 {
 		t.Fatalf("Commit = %+v, %v; want two-phase, one coordinator call", res, err)
 	}
-	// PostgreSQL: BEGIN+INSERT (one batch), PREPARE. MariaDB: 3.
-	if res.RMRoundTrips != 5 {
-		t.Errorf("RM round trips = %d (%v), want 5", res.RMRoundTrips, res.RoundTrips)
+	// PostgreSQL: BEGIN+INSERT (one batch), PREPARE, COMMIT PREPARED (the
+	// client's, under visibility sync). MariaDB: 3.
+	if res.RMRoundTrips != 6 {
+		t.Errorf("RM round trips = %d (%v), want 6", res.RMRoundTrips, res.RoundTrips)
 	}
 	if d.count(t, d.pg, "e2e_pgx_commit", 1) != 1 || d.count(t, d.my, "e2e_pgx_commit", 1) != 1 {
 		t.Fatal("the committed rows are not on both databases")
@@ -483,7 +484,7 @@ func TestPgxCommitPoint(t *testing.T) {
 // its prepares and before and after the decision: the coordinator settles
 // each pgx branch from the decision table; the journals match.
 func TestPgxTransferKilledAtEachStep(t *testing.T) {
-	killTransferAtEachStep(t, "e2epgx_", "--pg-driver", "pgx")
+	killTransferAtEachStep(t, "e2epgx_", "rm", []string{"before-prepare", "after-prepare", "before-commit-point", "after-commit-point"}, "after-commit-point", "--", "--pg-driver", "pgx")
 }
 
 // msgCounter is a proxy to PostgreSQL that counts the round trips clients

@@ -166,6 +166,12 @@ func newBank(t *testing.T, d dbs, accounts int) *bank {
 
 // transfer moves 1 from account a on PostgreSQL to account a on MariaDB.
 func (b *bank) transfer(ctx context.Context, cli *client.Client, a int) (string, error) {
+	return b.transferWith(ctx, cli, a, client.CommitOptions{})
+}
+
+// transferWith is transfer with opts for the transaction (the client's
+// defaults when zero).
+func (b *bank) transferWith(ctx context.Context, cli *client.Client, a int, opts client.CommitOptions) (string, error) {
 	pc, err := b.d.pg.Conn(ctx)
 	if err != nil {
 		return "", err
@@ -185,6 +191,9 @@ func (b *bank) transfer(ctx context.Context, cli *client.Client, a int) (string,
 		mc.Close()
 	}()
 	tx := cli.Begin()
+	if opts != (client.CommitOptions{}) {
+		tx.SetOptions(opts)
+	}
 	g := tx.GTRID().String()
 	pb, err := tx.Branch(ctx, "pg", pc)
 	if err != nil {
