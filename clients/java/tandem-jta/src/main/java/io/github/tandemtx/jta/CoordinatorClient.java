@@ -90,6 +90,8 @@ final class CoordinatorClient implements AutoCloseable {
      */
     static final Metadata.Key<String> OWNER_HEADER = Metadata.Key.of("tandem-owner", Metadata.ASCII_STRING_MARSHALLER);
     static final Metadata.Key<String> NOT_PRIMARY = Metadata.Key.of("tandem-not-primary", Metadata.ASCII_STRING_MARSHALLER);
+    /** Health's header: "1" when the coordinator accepts client_settles on any resource manager (api/metadata.go). */
+    static final Metadata.Key<String> CLIENT_SETTLES_ANY = Metadata.Key.of("tandem-client-settles-any", Metadata.ASCII_STRING_MARSHALLER);
 
     /** Bounds one probe of the coordinators' Health. */
     static final Duration PROBE_TIMEOUT = Duration.ofSeconds(1);
@@ -119,13 +121,54 @@ final class CoordinatorClient implements AutoCloseable {
         final ManagedChannel channel;
         final CoordinatorGrpc.CoordinatorBlockingStub stub;
         final CoordinatorGrpc.CoordinatorFutureStub future;
+        /** The stubs Health is asked through: they note what its headers say the coordinator accepts. */
+        final CoordinatorGrpc.CoordinatorBlockingStub healthStub;
+        final CoordinatorGrpc.CoordinatorFutureStub healthFuture;
+        /**
+         * Its last Health said it accepts client_settles on any resource
+         * manager ({@link #CLIENT_SETTLES_ANY}); false until a Health answered.
+         */
+        volatile boolean settlesAny;
 
         Endpoint(String target, ManagedChannel channel) {
             this.target = target;
             this.channel = channel;
             this.stub = CoordinatorGrpc.newBlockingStub(channel);
             this.future = CoordinatorGrpc.newFutureStub(channel);
+            ClientInterceptor watch = new ClientInterceptor() {
+                @Override
+                public <Q, R> ClientCall<Q, R> interceptCall(MethodDescriptor<Q, R> method, CallOptions options, Channel next) {
+                    return new ForwardingClientCall.SimpleForwardingClientCall<>(next.newCall(method, options)) {
+                        @Override
+                        public void start(Listener<R> listener, Metadata headers) {
+                            super.start(new ForwardingClientCallListener.SimpleForwardingClientCallListener<>(listener) {
+                                @Override
+                                public void onHeaders(Metadata md) {
+                                    settlesAny = "1".equals(md.get(CLIENT_SETTLES_ANY));
+                                    super.onHeaders(md);
+                                }
+                            }, headers);
+                        }
+                    };
+                }
+            };
+            this.healthStub = stub.withInterceptors(watch);
+            this.healthFuture = future.withInterceptors(watch);
         }
+    }
+
+    /**
+     * Whether the coordinator in use accepts client_settles on a branch that
+     * is not session-bound (PostgreSQL), as its last Health said: the
+     * transaction then commits every branch itself after the early decision.
+     */
+    boolean settlesAny() {
+        return cur.get().settlesAny;
+    }
+
+    /** Forgets that the coordinator in use accepts it: one refused a Commit that asked it (an older one at the same address). */
+    void settlesAnyRefused() {
+        cur.get().settlesAny = false;
     }
 
     private final List<Endpoint> eps = new ArrayList<>();
@@ -375,7 +418,7 @@ final class CoordinatorClient implements AutoCloseable {
         List<Future<HealthResponse>> asks = new ArrayList<>();
         long left = Math.max(1, deadline - System.nanoTime());
         for (Endpoint ep : eps) {
-            asks.add(ep.future.withDeadlineAfter(left, TimeUnit.NANOSECONDS).health(HealthRequest.getDefaultInstance()));
+            asks.add(ep.healthFuture.withDeadlineAfter(left, TimeUnit.NANOSECONDS).health(HealthRequest.getDefaultInstance()));
         }
         HealthResponse[] answers = new HealthResponse[eps.size()];
         for (int i = 0; i < eps.size(); i++) {
@@ -759,7 +802,7 @@ final class CoordinatorClient implements AutoCloseable {
 
     /** Health of the coordinator in use now (no probe, no move). */
     HealthResponse health(Duration timeout) {
-        HealthResponse h = cur.get().stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
+        HealthResponse h = cur.get().healthStub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
         learn(h);
         return h;
     }
@@ -776,7 +819,7 @@ final class CoordinatorClient implements AutoCloseable {
         Endpoint ep = cur.get();
         HealthResponse h;
         try {
-            h = ep.stub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
+            h = ep.healthStub.withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS).health(HealthRequest.getDefaultInstance());
             learn(h);
             if (h.getServing() || eps.size() == 1) {
                 return h;
@@ -789,13 +832,13 @@ final class CoordinatorClient implements AutoCloseable {
             if (next == ep) {
                 throw e;
             }
-            return next.stub.withDeadlineAfter(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS).health(HealthRequest.getDefaultInstance());
+            return next.healthStub.withDeadlineAfter(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS).health(HealthRequest.getDefaultInstance());
         }
         Endpoint next = moveFrom(ep, "does not serve (" + h.getMessage() + ")", deadline);
         if (next == ep) {
             return h;
         }
-        return next.stub.withDeadlineAfter(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS).health(HealthRequest.getDefaultInstance());
+        return next.healthStub.withDeadlineAfter(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS).health(HealthRequest.getDefaultInstance());
     }
 
     static String describe(StatusRuntimeException e) {

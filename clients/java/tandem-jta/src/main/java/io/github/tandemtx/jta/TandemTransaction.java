@@ -50,6 +50,8 @@ public final class TandemTransaction implements Transaction {
         final TandemResource res;
         TandemXid xid; // named with the commit point before a PostgreSQL branch prepares
         boolean suspended;
+        /** The coordinator's Commit named it client_settles: this transaction commits or rolls it back itself after the decision. */
+        boolean clientSettles;
         Phase phase = Phase.ACTIVE;
 
         Enlisted(TandemResource res, TandemXid xid) {
@@ -77,8 +79,10 @@ public final class TandemTransaction implements Transaction {
     private boolean unnamedXA;
 
     /**
-     * Called at each step of the commit-point path with its name
-     * ("before-commit-point", "after-commit-point"): tests kill the JVM there.
+     * Called at each step of the commit path with its name
+     * ("before-commit-point", "after-commit-point"; on the coordinator's
+     * path "before-client-settles": COMMIT durable, no branch settled yet):
+     * tests kill the JVM there.
      */
     static volatile java.util.function.Consumer<String> failpoint = step -> { };
     private String rollbackReason;
@@ -550,15 +554,25 @@ public final class TandemTransaction implements Transaction {
         }
         setStatus(Status.STATUS_PREPARED);
         // The decision: one call.
+        // A MariaDB branch is bound to its session: only this transaction can
+        // commit it. With a coordinator that allows it, every other branch
+        // too, in parallel, as raw 2PC would: the reply then waits for no
+        // phase 2 of the coordinator's, which only checks, after a head
+        // start, that each is gone (README, "How a commit works").
         CommitRequest.Builder req = CommitRequest.newBuilder().setGtrid(gtrid);
+        boolean settleAll = tm.coordinator().settlesAny();
         boolean bound = false;
         for (Enlisted w : prepared) {
-            req.addBranches(Branch.newBuilder().setRm(w.res.rmName()).setClientSettles(w.res.sessionBound()));
-            bound |= w.res.sessionBound();
+            w.clientSettles = settleAll || w.res.sessionBound();
+            req.addBranches(Branch.newBuilder().setRm(w.res.rmName()).setClientSettles(w.clientSettles));
+            bound |= w.clientSettles;
         }
         AtomicReference<CompletableFuture<Boolean>> settled = new AtomicReference<>();
         Runnable onCommitted = bound
-                ? () -> settled.set(CompletableFuture.supplyAsync(() -> settleOwn(prepared, true), tm.executor()))
+                ? () -> {
+                    failpoint.accept("before-client-settles"); // COMMIT durable; nothing settled yet
+                    settled.set(CompletableFuture.supplyAsync(() -> settleOwn(prepared, true), tm.executor()));
+                }
                 : null;
         setStatus(Status.STATUS_COMMITTING);
         // The decision's span is current during the call: the coordinator's spans are its children.
@@ -604,6 +618,9 @@ public final class TandemTransaction implements Transaction {
         if (r.refused != null) {
             // Every attempt was answered and this one refused the request as a
             // whole: no decision was written anywhere, so rolling back is safe.
+            if (settleAll && r.refused.getStatus().getCode() == io.grpc.Status.Code.INVALID_ARGUMENT) {
+                tm.coordinator().settlesAnyRefused(); // an older coordinator: the next transaction asks the old way
+            }
             abort(all);
             throw rollback(r.noPrimary ? ClientMetrics.AbortStage.NO_COORDINATOR : ClientMetrics.AbortStage.REFUSED, r.refusal, r.refused);
         }
@@ -829,11 +846,15 @@ public final class TandemTransaction implements Transaction {
         return tm.parallel(tasks) == null;
     }
 
-    /** Commits (or rolls back) the session-bound prepared branches on their own sessions; true if every one was settled here. */
+    /**
+     * Commits (or rolls back) the prepared branches this transaction settles
+     * (session-bound ones, and any its Commit named client_settles) on their
+     * own connections, in parallel; true if every one was settled here.
+     */
     private boolean settleOwn(List<Enlisted> prepared, boolean commit) {
         List<Callable<Void>> own = new ArrayList<>();
         for (Enlisted w : prepared) {
-            if (!w.res.sessionBound()) {
+            if (!w.clientSettles && !w.res.sessionBound()) {
                 continue; // the coordinator's to settle
             }
             own.add(() -> {
@@ -845,6 +866,10 @@ public final class TandemTransaction implements Transaction {
                         w.res.rollback(w.xid);
                     }
                 } catch (XAException e) {
+                    if (e.errorCode == XAException.XAER_NOTA && !w.res.sessionBound()) {
+                        TandemTracing.end(sp, (Throwable) null);
+                        return null; // the coordinator, after its head start, settled it already
+                    }
                     TandemTracing.end(sp, e);
                     w.res.releaseSession(); // hands the branch to the coordinator
                     throw e;

@@ -369,8 +369,9 @@ class TracingTest {
                           coordinator tandem.coordinator.Commit{tandem.outcome=committed tandem.phase2_pending=false}
                             coordinator tandem.coordinator.decision_log{tandem.durable=true tandem.outcome=committed}
                             coordinator tandem.coordinator.phase2{tandem.action=check tandem.result=settled tandem.rm=maria}
-                            coordinator tandem.coordinator.phase2{tandem.action=commit tandem.result=settled tandem.rm=pg}
+                            coordinator tandem.coordinator.phase2{tandem.action=check tandem.result=settled tandem.rm=pg}
                         client tandem.phase2{tandem.action=commit tandem.rm=maria}
+                        client tandem.phase2{tandem.action=commit tandem.rm=pg}
                         client tandem.prepare{tandem.rm=maria}
                         client tandem.prepare{tandem.rm=pg}
                     """;

@@ -27,12 +27,12 @@ import tandem.v1.Tandem.Outcome;
 class JpaCrashTest {
     /**
      * Decided by the coordinator: the coordinator holds its phase 2 for 8 s
-     * (failpoint before-phase2); once its Status says COMMITTED, with the
-     * PostgreSQL branch still prepared, the child is SIGKILLed. (The MariaDB
-     * branch, bound to the child's session, may be committed already: the
-     * coordinator's answer, COMMITTED with phase 2 pending, lets the client
-     * commit it on its session.) After the failpoint the coordinator commits
-     * what is left.
+     * (failpoint before-phase2); the child halts once the decision is durable,
+     * before it settles any branch (tandem-jta's failpoint
+     * before-client-settles: it commits both itself otherwise), and is
+     * SIGKILLed once the coordinator's Status says COMMITTED, with the
+     * PostgreSQL branch still prepared. After the failpoint the coordinator
+     * commits both.
      */
     @Test
     void jvmKilledAfterTheCoordinatorsDecisionIsSettledWhole() throws Exception {

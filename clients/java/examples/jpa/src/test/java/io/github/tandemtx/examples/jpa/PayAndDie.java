@@ -13,15 +13,21 @@ import org.springframework.transaction.support.TransactionTemplate;
  * JpaCrashTest's child JVM: the JPA example application (coordinator
  * args[0]) pays 30 from wallet 1 as payment args[1], printing "GTRID
  * &lt;gtrid&gt;" inside the transaction, and never gets past the commit:
- * args[2] "coordinator" decides at the coordinator (the parent kills this
- * JVM once the decision is made), "commit-point" decides at a database
+ * args[2] "coordinator" decides at the coordinator and halts once the
+ * decision is durable, before it settles any branch (the parent kills it
+ * too, once the coordinator's Status says COMMITTED), "commit-point" decides at a database
  * commit point and halts right after it (tandem-jta's failpoint).
  */
 public final class PayAndDie {
     public static void main(String[] args) throws Exception {
         List<String> props = new ArrayList<>(List.of("--tandem.coordinators=" + args[0], "--logging.level.root=ERROR"));
         switch (args[2]) {
-            case "coordinator" -> props.addAll(List.of("--tandem.decide-at=COORDINATOR", "--tandem.decision-timeout=60s"));
+            case "coordinator" -> {
+                props.addAll(List.of("--tandem.decide-at=COORDINATOR", "--tandem.decision-timeout=60s"));
+                // The transaction commits its branches itself once the
+                // decision is durable (PostgreSQL's too): halt before it does.
+                JvmFailpoint.haltAt("before-client-settles");
+            }
             case "commit-point" -> JvmFailpoint.haltAt("after-commit-point");
             default -> throw new IllegalArgumentException("mode " + args[2]);
         }

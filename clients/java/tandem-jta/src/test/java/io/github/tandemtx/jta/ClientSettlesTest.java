@@ -1,0 +1,132 @@
+package io.github.tandemtx.jta;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.grpc.ForwardingServerCall;
+import io.grpc.Metadata;
+import io.grpc.ServerBuilder;
+import io.grpc.ServerCall;
+import io.grpc.ServerCallHandler;
+import io.grpc.ServerInterceptor;
+import io.grpc.ServerInterceptors;
+import io.grpc.Status;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import jakarta.transaction.RollbackException;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import tandem.v1.Tandem.Branch;
+import tandem.v1.Tandem.CommitRequest;
+import tandem.v1.Tandem.Outcome;
+
+/**
+ * A coordinator whose Health sends tandem-client-settles-any: 1 lets the
+ * transaction commit every branch itself after the decision (PostgreSQL's
+ * too, as raw 2PC would), so that the reply waits for no phase 2 of the
+ * coordinator's. The fakes here settle nothing: a committed PostgreSQL row
+ * is the transaction's own COMMIT PREPARED.
+ */
+class ClientSettlesTest {
+    @BeforeAll
+    static void tables() throws Exception {
+        TestEnv.createTables();
+    }
+
+    /** Health's answers carry the header, as the coordinator's do. */
+    private static ServerInterceptor allowing() {
+        return new ServerInterceptor() {
+            @Override
+            public <Q, R> ServerCall.Listener<Q> interceptCall(ServerCall<Q, R> call, Metadata headers, ServerCallHandler<Q, R> next) {
+                return next.startCall(new ForwardingServerCall.SimpleForwardingServerCall<>(call) {
+                    @Override
+                    public void sendHeaders(Metadata md) {
+                        if (call.getMethodDescriptor().getBareMethodName().equals("Health")) {
+                            md.put(CoordinatorClient.CLIENT_SETTLES_ANY, "1");
+                        }
+                        super.sendHeaders(md);
+                    }
+                }, headers);
+            }
+        };
+    }
+
+    private static Map<String, Boolean> settles(CommitRequest req) {
+        Map<String, Boolean> m = new TreeMap<>();
+        for (Branch b : req.getBranchesList()) {
+            m.put(b.getRm(), b.getClientSettles());
+        }
+        return m;
+    }
+
+    @Test
+    void everyBranchIsTheTransactionsWhenTheCoordinatorAllowsIt() throws Exception {
+        FollowTest.RoleFake fake = new FollowTest.RoleFake(true, 1, true);
+        List<CommitRequest> seen = new CopyOnWriteArrayList<>();
+        fake.commit = req -> {
+            seen.add(req);
+            return Outcome.COMMITTED;
+        };
+        fake.server = ServerBuilder.forPort(0).addService(ServerInterceptors.intercept(fake, allowing())).build().start();
+        try (TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(fake.addr())
+                        .withDecideAt(TandemConfig.DecideAt.COORDINATOR).withDecisionTimeout(Duration.ofSeconds(5)));
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            String g = CommitPointTest.writeBoth(tm, pg, maria, id);
+            tm.commit();
+            assertEquals(Map.of("maria", true, "pg", true), settles(seen.get(0)), "the Commit names both branches the transaction's");
+            assertTrue(TestEnv.pgHas(id), "the PostgreSQL branch committed by the transaction (the fake coordinator settles nothing)");
+            assertTrue(TestEnv.mariaHas(id), "the MariaDB branch committed on its session");
+            assertEquals(List.of(), TestEnv.prepared(g), "nothing left prepared");
+        } finally {
+            fake.server.shutdownNow();
+        }
+    }
+
+    /**
+     * An older coordinator at the same address refuses client_settles on
+     * PostgreSQL (INVALID_ARGUMENT, nothing written): that transaction rolls
+     * back, and the next asks the old way.
+     */
+    @Test
+    void aRefusalIsNotAskedAgain() throws Exception {
+        FollowTest.RoleFake fake = new FollowTest.RoleFake(true, 1, true);
+        List<CommitRequest> seen = new CopyOnWriteArrayList<>();
+        fake.commit = req -> {
+            seen.add(req);
+            if (settles(req).get("pg")) {
+                return Status.INVALID_ARGUMENT.withDescription("client_settles is only for session-bound branches (mysql)");
+            }
+            return Outcome.COMMITTED;
+        };
+        fake.server = ServerBuilder.forPort(0).addService(ServerInterceptors.intercept(fake, allowing())).build().start();
+        try (TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(fake.addr())
+                        .withDecideAt(TandemConfig.DecideAt.COORDINATOR).withDecisionTimeout(Duration.ofSeconds(5)));
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            String id = TandemJtaTest.id();
+            String g = CommitPointTest.writeBoth(tm, pg, maria, id);
+            assertThrows(RollbackException.class, tm::commit, "refused as a whole: rolled back");
+            assertTrue(!TestEnv.pgHas(id) && !TestEnv.mariaHas(id), "rolled back on both");
+            assertEquals(List.of(), TestEnv.prepared(g), "nothing left prepared");
+
+            String id2 = TandemJtaTest.id();
+            String g2 = CommitPointTest.writeBoth(tm, pg, maria, id2);
+            tm.commit();
+            assertEquals(Map.of("maria", true, "pg", false), settles(seen.get(1)), "after the refusal, PostgreSQL's branch is the coordinator's");
+            assertTrue(TestEnv.mariaHas(id2), "the MariaDB branch committed on its session");
+            // The fake coordinator settles nothing: PostgreSQL's branch waits prepared.
+            assertEquals(1, TestEnv.prepared(g2).size(), "PostgreSQL's branch left to the coordinator: " + TestEnv.prepared(g2));
+            try (java.sql.Connection c = TestEnv.pg(); java.sql.Statement st = c.createStatement()) {
+                st.execute("ROLLBACK PREPARED '" + TestEnv.prepared(g2).get(0).substring(3) + "'");
+            }
+        } finally {
+            fake.server.shutdownNow();
+        }
+    }
+}
