@@ -95,6 +95,21 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	rpcStart := time.Now()
 	mayTakeOver := t.opts.MayTakeOver && t.opts.Visibility == VisibilityAsync
 	resp, calls, err := t.c.commitRPC(rpcCtx, req, t.trace, t.traceCoord, mayTakeOver, onCommitted)
+	if settleAll && refusedClientSettles(err) {
+		// A coordinator older than the Health that allowed it (replaced at
+		// the same address, or the primary after a failover): it refused
+		// the request as a whole, before writing anything. Ask again, the
+		// old way, and keep asking so until a Health says otherwise.
+		t.c.current().settlesAny.Store(false)
+		req.Branches = req.Branches[:0]
+		for _, b := range writers {
+			b.clientSettles = b.rm.dialect.SessionBound()
+			req.Branches = append(req.Branches, &api.Branch{Rm: b.rm.name, ClientSettles: b.clientSettles})
+		}
+		var more int
+		resp, more, err = t.c.commitRPC(rpcCtx, req, t.trace, t.traceCoord, mayTakeOver, onCommitted)
+		calls += more
+	}
 	_ = failpoint.Inject("after-commit-rpc") // kill: the decision is made; session-bound branches wait for the coordinator
 	res.CoordinatorCalls = calls
 	if t.rec {
@@ -146,11 +161,6 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 	case isRejection(err):
 		// Every attempt was answered, and this one refused the request as a
 		// whole: no decision was written anywhere, so rolling back is safe.
-		if settleAll && status.Code(err) == codes.InvalidArgument {
-			// A coordinator older than its Health said (replaced at the
-			// same address, say): the next transaction asks the old way.
-			t.c.current().settlesAny.Store(false)
-		}
 		t.abortAll(ctx, all)
 		return res, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "the coordinator refused the commit", Cause: err, stage: stageRefused}
 	case errors.As(err, new(*logFullError)):
@@ -398,6 +408,14 @@ func (c *Client) commitStream(ctx context.Context, ep *endpoint, req *api.Commit
 		return nil, stream.Trailer(), err
 	}
 	return resp, stream.Trailer(), nil
+}
+
+// refusedClientSettles reports whether err is a coordinator's refusal of
+// client_settles on a branch that is not session-bound (INVALID_ARGUMENT
+// naming it): a coordinator older than api.MetadataClientSettlesAny.
+func refusedClientSettles(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && err != nil && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "client_settles")
 }
 
 // unknownAfterError is what commitRPC returns when an attempt was refused

@@ -58,9 +58,9 @@ func TestClientSettlesEveryBranchWhenTheCoordinatorAllowsIt(t *testing.T) {
 }
 
 // A coordinator that refuses client_settles on PostgreSQL (one older than
-// its Health said: replaced at the same address) aborts that transaction
-// with nothing decided; the next one asks the old way and commits.
-func TestARefusedClientSettlesIsNotAskedAgain(t *testing.T) {
+// its Health said: replaced at the same address) refuses before writing
+// anything: the client asks again the old way, and keeps doing so.
+func TestARefusedClientSettlesIsAskedAgainTheOldWay(t *testing.T) {
 	f := &fakeCoordinator{settlesAny: true}
 	f.commit = func(req *api.CommitRequest) (*api.CommitResponse, error) {
 		if clientSettled(req)["pg"] {
@@ -71,18 +71,33 @@ func TestARefusedClientSettlesIsNotAskedAgain(t *testing.T) {
 	c := newClient(t, Config{Coordinator: startCoordinator(t, f)})
 	tx, pg, _ := twoBranches(t, c)
 	tx.SetOptions(CommitOptions{DecideAt: DecideAtCoordinator})
-	if _, err := tx.Commit(context.Background()); !errors.Is(err, ErrAborted) {
-		t.Fatalf("Commit refused by the coordinator: %v, want ErrAborted", err)
+	res, err := tx.Commit(context.Background())
+	if err != nil || res.CoordinatorCalls != 2 {
+		t.Fatalf("Commit refused once by the coordinator: %+v, %v; want committed on the second call", res, err)
 	}
 	g := tx.GTRID()
-	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g), "ROLLBACK PREPARED "+pgGID(g))
+	// PostgreSQL's branch is the coordinator's (which, a fake, leaves it).
+	wantLog(t, "pg", pg, "BEGIN", "UPDATE a SET v = 1", "PREPARE TRANSACTION "+pgGID(g))
+	if got := clientSettled(f.commits[1]); !reflect.DeepEqual(got, map[string]bool{"pg": false, "maria": true}) {
+		t.Errorf("asked again: Commit request branches (rm → client settles) = %v, want only maria the client's", got)
+	}
 
 	tx, _, _ = twoBranches(t, c)
 	tx.SetOptions(CommitOptions{DecideAt: DecideAtCoordinator})
-	if _, err := tx.Commit(context.Background()); err != nil {
-		t.Fatalf("the next Commit: %v", err)
+	if res, err := tx.Commit(context.Background()); err != nil || res.CoordinatorCalls != 1 {
+		t.Fatalf("the next Commit: %+v, %v; want one call", res, err)
 	}
-	if got := clientSettled(f.commits[1]); !reflect.DeepEqual(got, map[string]bool{"pg": false, "maria": true}) {
+	if got := clientSettled(f.commits[2]); !reflect.DeepEqual(got, map[string]bool{"pg": false, "maria": true}) {
 		t.Errorf("after the refusal: Commit request branches (rm → client settles) = %v, want only maria the client's", got)
+	}
+
+	// Another refusal (not of client_settles) rolls back, as ever.
+	f.commit = func(*api.CommitRequest) (*api.CommitResponse, error) {
+		return nil, status.Error(codes.InvalidArgument, "gtrid began 30s in the future")
+	}
+	tx, _, _ = twoBranches(t, c)
+	tx.SetOptions(CommitOptions{DecideAt: DecideAtCoordinator})
+	if _, err := tx.Commit(context.Background()); !errors.Is(err, ErrAborted) {
+		t.Fatalf("Commit refused by the coordinator: %v, want ErrAborted", err)
 	}
 }

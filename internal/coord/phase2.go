@@ -164,8 +164,17 @@ func (c *Coordinator) settleFirst(t *txn, b *branchProgress, recovered bool) {
 	c.mu.Lock()
 	waitForClient := b.clientSettles && !recovered
 	c.mu.Unlock()
-	if waitForClient && !c.sleep(clientSettleFirstCheck) {
-		return
+	if waitForClient {
+		// The first look needs a scan that began well into the client's
+		// head start: one begun earlier (another branch's, reused) would
+		// find this branch prepared before a live client could commit it,
+		// and the coordinator would race the client's own commit. Half the
+		// head start still lets the branches checked within 50 ms share a
+		// scan.
+		p.scanSince = time.Now().Add(clientSettleFirstCheck / 2)
+		if !c.sleep(clientSettleFirstCheck) {
+			return
+		}
 	}
 	switch c.attempt(p, !waitForClient) {
 	case attemptSettled:

@@ -580,6 +580,20 @@ public final class TandemTransaction implements Transaction {
         CoordinatorClient.CommitResult r;
         try (Scope ignored = dspan != null ? dspan.makeCurrent() : Scope.noop()) {
             r = tm.coordinator().commit(req.build(), tm.config().decisionTimeout(), onCommitted, ownerOf(prepared));
+            if (settleAll && refusedClientSettles(r)) {
+                // A coordinator older than the Health that allowed it refused
+                // the request as a whole, before writing anything: ask again
+                // the old way, and keep asking so until a Health says otherwise.
+                tm.coordinator().settlesAnyRefused();
+                req.clearBranches();
+                for (Enlisted w : prepared) {
+                    w.clientSettles = w.res.sessionBound();
+                    req.addBranches(Branch.newBuilder().setRm(w.res.rmName()).setClientSettles(w.clientSettles));
+                }
+                int first = r.calls;
+                r = tm.coordinator().commit(req.build(), tm.config().decisionTimeout(), bound(prepared) ? onCommitted : null, ownerOf(prepared));
+                r.calls += first;
+            }
         } catch (RuntimeException e) {
             TandemTracing.end(dspan, e);
             throw e;
@@ -618,9 +632,6 @@ public final class TandemTransaction implements Transaction {
         if (r.refused != null) {
             // Every attempt was answered and this one refused the request as a
             // whole: no decision was written anywhere, so rolling back is safe.
-            if (settleAll && r.refused.getStatus().getCode() == io.grpc.Status.Code.INVALID_ARGUMENT) {
-                tm.coordinator().settlesAnyRefused(); // an older coordinator: the next transaction asks the old way
-            }
             abort(all);
             throw rollback(r.noPrimary ? ClientMetrics.AbortStage.NO_COORDINATOR : ClientMetrics.AbortStage.REFUSED, r.refusal, r.refused);
         }
@@ -882,6 +893,22 @@ public final class TandemTransaction implements Transaction {
             });
         }
         return tm.parallel(own) == null;
+    }
+
+    /** Whether r is a refusal of client_settles on a branch that is not session-bound (a coordinator older than that). */
+    private static boolean refusedClientSettles(CoordinatorClient.CommitResult r) {
+        return r.refused != null && r.refused.getStatus().getCode() == io.grpc.Status.Code.INVALID_ARGUMENT
+                && String.valueOf(r.refused.getStatus().getDescription()).contains("client_settles");
+    }
+
+    /** Whether one of ws is session-bound (its branch only this transaction can settle). */
+    private static boolean bound(List<Enlisted> ws) {
+        for (Enlisted w : ws) {
+            if (w.res.sessionBound()) {
+                return true;
+            }
+        }
+        return false;
     }
 
     private void releaseOwn(List<Enlisted> prepared) {
