@@ -53,6 +53,20 @@ class ClientSettlesTest {
         };
     }
 
+    /** A serving fake coordinator whose Health allows client_settles on any RM, answering Commit with commit. */
+    private static FollowTest.RoleFake allowingFake(java.util.function.Function<CommitRequest, Object> commit) throws java.io.IOException {
+        FollowTest.RoleFake fake = new FollowTest.RoleFake(true, 1, true);
+        fake.commit = commit;
+        fake.server = ServerBuilder.forPort(0).addService(ServerInterceptors.intercept(fake, allowing())).build().start();
+        return fake;
+    }
+
+    /** A transaction manager deciding at fake. */
+    private static TandemTransactionManager decidingAt(FollowTest.RoleFake fake) {
+        return TandemTransactionManager.create(TandemConfig.coordinator(fake.addr())
+                .withDecideAt(TandemConfig.DecideAt.COORDINATOR).withDecisionTimeout(Duration.ofSeconds(5)));
+    }
+
     private static Map<String, Boolean> settles(CommitRequest req) {
         Map<String, Boolean> m = new TreeMap<>();
         for (Branch b : req.getBranchesList()) {
@@ -63,15 +77,12 @@ class ClientSettlesTest {
 
     @Test
     void everyBranchIsTheTransactionsWhenTheCoordinatorAllowsIt() throws Exception {
-        FollowTest.RoleFake fake = new FollowTest.RoleFake(true, 1, true);
         List<CommitRequest> seen = new CopyOnWriteArrayList<>();
-        fake.commit = req -> {
+        FollowTest.RoleFake fake = allowingFake(req -> {
             seen.add(req);
             return Outcome.COMMITTED;
-        };
-        fake.server = ServerBuilder.forPort(0).addService(ServerInterceptors.intercept(fake, allowing())).build().start();
-        try (TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(fake.addr())
-                        .withDecideAt(TandemConfig.DecideAt.COORDINATOR).withDecisionTimeout(Duration.ofSeconds(5)));
+        });
+        try (TandemTransactionManager tm = decidingAt(fake);
                 TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
                 TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
             String id = TandemJtaTest.id();
@@ -93,18 +104,15 @@ class ClientSettlesTest {
      */
     @Test
     void aRefusalIsAskedAgainTheOldWay() throws Exception {
-        FollowTest.RoleFake fake = new FollowTest.RoleFake(true, 1, true);
         List<CommitRequest> seen = new CopyOnWriteArrayList<>();
-        fake.commit = req -> {
+        FollowTest.RoleFake fake = allowingFake(req -> {
             seen.add(req);
             if (settles(req).get("pg")) {
                 return Status.INVALID_ARGUMENT.withDescription("client_settles is set on the branch on \"pg\": client_settles is only for session-bound branches (mysql)");
             }
             return Outcome.COMMITTED;
-        };
-        fake.server = ServerBuilder.forPort(0).addService(ServerInterceptors.intercept(fake, allowing())).build().start();
-        try (TandemTransactionManager tm = TandemTransactionManager.create(TandemConfig.coordinator(fake.addr())
-                        .withDecideAt(TandemConfig.DecideAt.COORDINATOR).withDecisionTimeout(Duration.ofSeconds(5)));
+        });
+        try (TandemTransactionManager tm = decidingAt(fake);
                 TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
                 TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
             for (int i = 0; i < 2; i++) {
