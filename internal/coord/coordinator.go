@@ -139,6 +139,10 @@ type Options struct {
 	// prepared, if set, replaces the resource managers' answer to "is this
 	// branch prepared?" when Status resolves a gtrid: the same kind of seam.
 	prepared func(ctx context.Context, rm string, b xid.Branch) (bool, error)
+	// scanSince, if set, is told the oldest scan start each check of a
+	// branch would accept (ownPreparedSince's since): a test's view of
+	// which scans a check may share.
+	scanSince func(rm string, b xid.Branch, since time.Time)
 	// recover, if set, replaces the resource managers' recover scans (the
 	// in-doubt scan, Status of a commit-point gtrid): the same kind of seam.
 	recover func(ctx context.Context, rm string) ([]rm.InDoubt, error)

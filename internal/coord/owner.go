@@ -154,6 +154,9 @@ func (c *Coordinator) ownPreparedSince(ctx context.Context, rmName string, g xid
 	for _, b := range c.ownNames(g, rmName) {
 		var ok bool
 		var err error
+		if c.opts.scanSince != nil {
+			c.opts.scanSince(rmName, b, since)
+		}
 		if c.opts.prepared != nil {
 			ok, err = c.opts.prepared(ctx, rmName, b)
 		} else {
