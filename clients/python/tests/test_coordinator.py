@@ -21,13 +21,18 @@ from test_commit import write_both
 class FakeCoordinator(pb_grpc.CoordinatorServicer):
     """A scripted coordinator: health() answers Health; commit is a list of
     answers for successive Commit calls: a grpc.StatusCode (refused with
-    it; with the tandem-not-primary trailer when not_primary is set), or
+    it; with the tandem-not-primary trailer when not_primary is set),
     "taken-over" (COMMITTED, with the headers of a coordinator that took the
-    session-bound branches over; it settles nothing). metadata holds each
-    Commit's request metadata."""
+    session-bound branches over; it settles nothing), "committed" (COMMITTED;
+    it settles nothing) or "refuse-client-settles" (an older coordinator's
+    refusal of client_settles on PostgreSQL). metadata holds each Commit's
+    request metadata, requests the requests; with settles_any its Health
+    says it accepts client_settles on any RM."""
 
-    def __init__(self, cluster: str, serving: bool, role: str = "primary", commit=(), not_primary: str = ""):
+    def __init__(self, cluster: str, serving: bool, role: str = "primary", commit=(), not_primary: str = "", settles_any: bool = False):
         self.cluster, self.serving, self.role = cluster, serving, role
+        self.settles_any = settles_any
+        self.requests = []
         self.commit_answers = list(commit)
         self.not_primary = not_primary
         self.commits = 0
@@ -43,6 +48,8 @@ class FakeCoordinator(pb_grpc.CoordinatorServicer):
         self.server.stop(0)
 
     def Health(self, request, context):
+        if self.settles_any:
+            context.send_initial_metadata((("tandem-client-settles-any", "1"),))
         return pb.HealthResponse(
             serving=self.serving, message="role=%s cluster=%s epoch=1" % (self.role, self.cluster),
             rms=[pb.RMHealth(name="pg", reachable=True), pb.RMHealth(name="maria", reachable=True)],
@@ -57,7 +64,12 @@ class FakeCoordinator(pb_grpc.CoordinatorServicer):
         with self.mu:
             self.commits += 1
             self.metadata.append(dict(context.invocation_metadata()))
+            self.requests.append(request)
             a = self.commit_answers.pop(0) if self.commit_answers else grpc.StatusCode.FAILED_PRECONDITION
+        if a == "committed":
+            return pb.CommitResponse(outcome=pb.COMMITTED)
+        if a == "refuse-client-settles":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, 'client_settles is set on the branch on "pg": client_settles is only for session-bound branches (mysql)')
         if a == "taken-over":
             context.send_initial_metadata((("tandem-decision", "COMMITTED"), ("tandem-taken-over", "1")))
             return pb.CommitResponse(outcome=pb.COMMITTED, phase2_pending=True)
@@ -322,6 +334,68 @@ def test_a_take_over_answered_to_a_retry_is_honoured_even_unasked(db):
         with pytest.raises(pymysql.err.Error):
             my.cursor().execute("SELECT 1")
         assert len(db.prepared_for(tx.gtrid)) == 2, "a branch was settled by the client after the coordinator took it over"
+    finally:
+        db.rollback_leftovers()
+        cli.close()
+        fake.stop()
+
+
+def settled_by_client(req) -> dict:
+    return {b.rm: b.client_settles for b in req.branches}
+
+
+def test_client_settles_every_branch_when_the_coordinator_allows_it(db):
+    """A coordinator whose Health says tandem-client-settles-any: 1 gets both
+    branches as the client's under visibility sync: the client commits
+    PostgreSQL's too, on its own connection (the fake settles nothing, so
+    the row is the client's doing). Under visibility async PostgreSQL's
+    branch stays the coordinator's."""
+    fake = FakeCoordinator("0123456789abcdef0123456789abcdef", serving=True, commit=["committed", "committed"], settles_any=True)
+    db.table("py_settle_all")
+    cli = tandem.Client(
+        rms=[tandem.RM("pg", "postgres", connect=db.pg_conn), tandem.RM("maria", "mysql", connect=db.my_conn)],
+        coordinator=fake.addr, defaults=tandem.CommitOptions(decide_at="coordinator"), decision_timeout=5,
+    )
+    try:
+        tx = cli.begin()
+        write_both(tx, db, "py_settle_all", 1)
+        res = tx.commit()
+        assert settled_by_client(fake.requests[0]) == {"pg": True, "maria": True}, fake.requests[0]
+        assert not res.phase2_pending, res
+        assert db.count("pg", "py_settle_all", 1) == 1 and db.count("maria", "py_settle_all", 1) == 1
+        assert db.prepared_for(tx.gtrid) == []
+
+        tx = cli.begin(tandem.CommitOptions(decide_at="coordinator", visibility="async"))
+        write_both(tx, db, "py_settle_all", 2)
+        tx.commit()
+        assert settled_by_client(fake.requests[1]) == {"pg": False, "maria": True}, fake.requests[1]
+        assert len(db.prepared_for(tx.gtrid)) == 1, "PostgreSQL's branch is the coordinator's under visibility async"
+    finally:
+        db.rollback_leftovers()
+        cli.close()
+        fake.stop()
+
+
+def test_a_refused_client_settles_is_asked_again_the_old_way(db):
+    """An older coordinator at the same address refuses client_settles on
+    PostgreSQL before writing anything: the client sends the Commit again
+    with only MariaDB's branch its own, and keeps doing so."""
+    fake = FakeCoordinator("0123456789abcdef0123456789abcdef", serving=True, commit=["refuse-client-settles", "committed", "committed"], settles_any=True)
+    db.table("py_settle_old")
+    cli = tandem.Client(
+        rms=[tandem.RM("pg", "postgres", connect=db.pg_conn), tandem.RM("maria", "mysql", connect=db.my_conn)],
+        coordinator=fake.addr, defaults=tandem.CommitOptions(decide_at="coordinator"), decision_timeout=5,
+    )
+    try:
+        for i in (1, 2):
+            tx = cli.begin()
+            write_both(tx, db, "py_settle_old", i)
+            tx.commit()
+            assert db.count("maria", "py_settle_old", i) == 1
+            assert len(db.prepared_for(tx.gtrid)) == 1, "PostgreSQL's branch left to the (fake) coordinator"
+            db.rollback_leftovers()
+        assert fake.commits == 3, fake.commits
+        assert [settled_by_client(r) for r in fake.requests] == [{"pg": True, "maria": True}, {"pg": False, "maria": True}, {"pg": False, "maria": True}]
     finally:
         db.rollback_leftovers()
         cli.close()

@@ -37,6 +37,9 @@ MD_OWNER = "tandem-owner"
 # beside MD_DECISION, says it did.
 MD_MAY_TAKE_OVER = "tandem-may-take-over"
 MD_TAKEN_OVER = "tandem-taken-over"
+# Health's header: "1" when the coordinator accepts client_settles on a
+# branch of any resource manager, not only a session-bound one.
+MD_CLIENT_SETTLES_ANY = "tandem-client-settles-any"
 
 PROBE_TIMEOUT = 1.0
 PROBE_QUIET = 0.05
@@ -143,13 +146,27 @@ class LogFull(Exception):
     nothing written) until the deadline: no decision exists."""
 
 
+def _details(err: BaseException) -> str:
+    """The status message of a gRPC error ("" for none)."""
+    try:
+        return err.details() or ""  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        return ""
+
+
 class Rejected(Exception):
     """Every attempt was answered, and the last refused the request as a
     whole: no decision was written anywhere."""
 
-    def __init__(self, msg: str, code):
+    def __init__(self, msg: str, code, details: str = ""):
         super().__init__(msg)
         self.code = code
+        self.details = details  # the refusal's own message
+
+    def refuses_client_settles(self) -> bool:
+        """A coordinator older than tandem-client-settles-any refused
+        client_settles on a branch that is not session-bound."""
+        return self.code == grpc.StatusCode.INVALID_ARGUMENT and "client_settles" in self.details
 
 
 class Failed(Exception):
@@ -175,6 +192,9 @@ class _Endpoint:
         self.addr = addr
         self.channel = channel
         self.stub = pb_grpc.CoordinatorStub(channel)
+        # Its last Health said it accepts client_settles on any resource
+        # manager (header tandem-client-settles-any: 1); False until one did.
+        self.settles_any = False
 
 
 class Coordinators:
@@ -244,8 +264,11 @@ class Coordinators:
     # --- Health, and where the primary is ------------------------------------
 
     def health(self, ep: _Endpoint, timeout: float):
+        """Asks ep's Health, and keeps what its headers say it accepts."""
         self._count()
-        return ep.stub.Health(pb.HealthRequest(), timeout=timeout, metadata=self.md)
+        h, call = ep.stub.Health.with_call(pb.HealthRequest(), timeout=timeout, metadata=self.md)
+        ep.settles_any = any(k == MD_CLIENT_SETTLES_ANY and v == "1" for k, v in (call.initial_metadata() or ()))
+        return h
 
     def may_have_moved(self, e: BaseException, trailer) -> bool:
         if not_primary(trailer) is not None:
@@ -486,7 +509,7 @@ class Coordinators:
                 raise UnknownAfter(ambiguous, last)
             if not retry:
                 if is_rejection(err) and ambiguous is None:
-                    raise Rejected(last, code_of(err))
+                    raise Rejected(last, code_of(err), _details(err))
                 raise Failed(last)
             if time.monotonic() + backoff >= deadline:
                 self._give_up(ambiguous, err, last, refused_here)

@@ -130,6 +130,9 @@ class Branch:
         self.wrote = False
         self.self_cp = False
         self.form_chosen = False
+        # The coordinator's Commit named it client_settles: the client commits
+        # or rolls it back itself after the decision (always a session-bound one).
+        self.client_settles = False
         self.trips = 0
         self.last_err: Optional[BaseException] = None
         self._mu = threading.RLock()
@@ -938,7 +941,7 @@ class Tx:
     def _settle_own(self, writers: List[Branch], commit: bool) -> bool:
         own = []
         for b in writers:
-            if b.rm.dialect.session_bound:
+            if b.client_settles or b.rm.dialect.session_bound:
                 own.append(b)
             else:
                 b.state = HANDED_OVER
@@ -1134,14 +1137,22 @@ class Tx:
             durability={None: pb.DURABILITY_DEFAULT, "wait": pb.WAIT, "nowait": pb.NOWAIT}[self.opts.durability],
             visibility={None: pb.VISIBILITY_DEFAULT, "sync": pb.SYNC, "async": pb.ASYNC}[self.opts.visibility],
         )
-        req = pb.CommitRequest(
-            gtrid=self.gtrid,
-            branches=[pb.Branch(rm=b.rm.name, client_settles=b.rm.dialect.session_bound) for b in writers],
-            options=opts,
-        )
         # Session-bound branches (MariaDB) can only be committed on the session
         # that prepared them: they commit as soon as the response headers say
         # the COMMIT is durable, while the coordinator commits the others.
+        # Under visibility sync, with a coordinator that allows it (Health's
+        # tandem-client-settles-any), every branch commits here, in parallel,
+        # as raw 2PC would: the reply then waits for no phase 2 of the
+        # coordinator's, which only checks, after a head start, that they
+        # are gone.
+        settle_all = self.opts.visibility != "async" and c.coords.current().settles_any
+
+        def request(settle_all: bool) -> pb.CommitRequest:
+            for b in writers:
+                b.client_settles = settle_all or b.rm.dialect.session_bound
+            return pb.CommitRequest(gtrid=self.gtrid, branches=[pb.Branch(rm=b.rm.name, client_settles=b.client_settles) for b in writers], options=opts)
+
+        req = request(settle_all)
         settled: List[Any] = []
         taken_over: List[bool] = []
 
@@ -1156,6 +1167,8 @@ class Tx:
                 f.set_result(False)
                 settled.append(f)
                 return
+            # COMMIT is durable; nothing is settled yet.
+            _failpoint.inject("before-client-settles")
             # A thread of its own: _settle_own may use the client's pool.
 
             def run():
@@ -1167,7 +1180,7 @@ class Tx:
             threading.Thread(target=run, name="tandem-settle", daemon=True).start()
             settled.append(f)
 
-        has_bound = any(b.rm.dialect.session_bound for b in writers)
+        has_bound = any(b.client_settles for b in writers)
         owner = next((b.id.owner for b in writers if not b.id.commit_point and b.id.owner), "")
         _failpoint.inject("before-commit-rpc")  # every branch prepared, nothing decided
         start = time.monotonic()
@@ -1180,7 +1193,18 @@ class Tx:
         self._deciding = True
         try:
             may_take_over = self.opts.may_take_over and self.opts.visibility == "async"
-            resp, _ = c.coords.commit(req, owner, deadline, on_committed if has_bound else None, may_take_over)
+            try:
+                resp, _ = c.coords.commit(req, owner, deadline, on_committed if has_bound else None, may_take_over)
+            except Rejected as e:
+                if not (settle_all and e.refuses_client_settles()):
+                    raise
+                # A coordinator older than the Health that allowed it refused
+                # the request as a whole, before writing anything: ask again
+                # the old way, and keep asking so until a Health says otherwise.
+                c.coords.current().settles_any = False
+                req = request(False)
+                has_bound = any(b.client_settles for b in writers)
+                resp, _ = c.coords.commit(req, owner, deadline, on_committed if has_bound else None, may_take_over)
         except (UnknownAfter, GaveUp, Failed, NoPrimary, LogFull, Rejected, Closed) as e:
             rpc_err = e
         _failpoint.inject("after-commit-rpc")  # decided: session-bound branches wait for the coordinator
