@@ -55,7 +55,8 @@ func (e *endpoint) health(ctx context.Context) (*api.HealthResponse, error) {
 	var md metadata.MD
 	h, err := e.api.Health(ctx, &api.HealthRequest{}, grpc.Header(&md))
 	if err == nil {
-		e.settlesAny.Store(len(md.Get(api.MetadataClientSettlesAny)) > 0 && md.Get(api.MetadataClientSettlesAny)[0] == "1")
+		v := md.Get(api.MetadataClientSettlesAny)
+		e.settlesAny.Store(len(v) > 0 && v[0] == "1")
 	}
 	return h, err
 }

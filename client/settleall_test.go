@@ -101,3 +101,27 @@ func TestARefusedClientSettlesIsAskedAgainTheOldWay(t *testing.T) {
 		t.Fatalf("Commit refused by the coordinator: %v, want ErrAborted", err)
 	}
 }
+
+// The client's own COMMIT PREPARED fails (PostgreSQL unreachable after the
+// decision): the outcome is still known, COMMITTED, with phase 2 pending:
+// the branch is the coordinator's, whose check finds it prepared and
+// commits it.
+func TestClientSettledBranchThatFailsIsPendingNotLost(t *testing.T) {
+	f := &fakeCoordinator{settlesAny: true, commit: func(*api.CommitRequest) (*api.CommitResponse, error) {
+		return &api.CommitResponse{Outcome: api.Outcome_COMMITTED}, nil
+	}}
+	c := newClient(t, Config{Coordinator: startCoordinator(t, f)})
+	tx, pg, _ := twoBranches(t, c)
+	tx.SetOptions(CommitOptions{DecideAt: DecideAtCoordinator})
+	g := tx.GTRID()
+	pg.mu.Lock()
+	pg.fail["COMMIT PREPARED "+pgGID(g)] = errors.New("connection reset by peer")
+	pg.mu.Unlock()
+	res, err := tx.Commit(context.Background())
+	if err != nil || !res.Phase2Pending {
+		t.Fatalf("Commit whose own COMMIT PREPARED failed: %+v, %v; want committed with phase 2 pending", res, err)
+	}
+	if got := clientSettled(f.commits[0]); !got["pg"] {
+		t.Fatalf("Commit request branches (rm → client settles) = %v, want pg the client's", got)
+	}
+}

@@ -181,11 +181,7 @@ func TestClientSettledPostgresBranchIsCheckedNotTrusted(t *testing.T) {
 	if d := time.Since(start); d >= clientSettleFirstCheck {
 		t.Errorf("the reply took %s: it waited for the client's branches", d)
 	}
-	for deadline := time.Now().Add(30 * time.Second); mustStatus(t, c, done.String(), false, Committed).Phase2Pending; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting until both branches were checked and done")
-		}
-	}
+	waitPhase2Done(t, c, done, "both branches checked and done")
 
 	// The client died after the decision: both branches still prepared.
 	dead := xid.New()
@@ -195,11 +191,7 @@ func TestClientSettledPostgresBranchIsCheckedNotTrusted(t *testing.T) {
 	if r, err := c.Commit(short(t), dead.String(), refs, CommitMode{WaitPhase2: true}); err != nil || r.Outcome != Committed {
 		t.Fatalf("Commit: %+v, %v", r, err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); mustStatus(t, c, dead.String(), false, Committed).Phase2Pending; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting until the coordinator settled the dead client's PostgreSQL branch")
-		}
-	}
+	waitPhase2Done(t, c, dead, "the coordinator settled the dead client's PostgreSQL branch")
 	mu.Lock()
 	defer mu.Unlock()
 	if !settled[xid.Branch{GTRID: dead, RM: "pg"}] {
@@ -208,6 +200,16 @@ func TestClientSettledPostgresBranchIsCheckedNotTrusted(t *testing.T) {
 	for _, rmName := range []string{"pg", "maria"} {
 		if n := calls[xid.Branch{GTRID: done, RM: rmName}]; n != 0 {
 			t.Errorf("the coordinator made %d phase-2 calls on the %s branch the client had settled, want none (the scan says it is gone)", n, rmName)
+		}
+	}
+}
+
+// waitPhase2Done waits until Status says g's COMMIT has no phase 2 left.
+func waitPhase2Done(t *testing.T, c *Coordinator, g xid.GTRID, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); mustStatus(t, c, g.String(), false, Committed).Phase2Pending; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
 		}
 	}
 }
@@ -235,11 +237,7 @@ func TestClientSettledBranchIsCheckedByALateEnoughScan(t *testing.T) {
 	if r, err := c.Commit(short(t), g.String(), []BranchRef{{RM: "pg", ClientSettles: true}, {RM: "maria", ClientSettles: true}}, CommitMode{WaitPhase2: true}); err != nil || r.Outcome != Committed {
 		t.Fatalf("Commit: %+v, %v", r, err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); mustStatus(t, c, g.String(), false, Committed).Phase2Pending; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for the checks")
-		}
-	}
+	waitPhase2Done(t, c, g, "the branches checked")
 	mu.Lock()
 	defer mu.Unlock()
 	for _, rmName := range []string{"pg", "maria"} {
