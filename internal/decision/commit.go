@@ -63,6 +63,13 @@ type Commit struct {
 	// The zero Table skips that check (callers that have not read the id
 	// yet); every new caller passes it.
 	Table xid.Owner
+	// TableChecked says the table checks its own id (ReadIDChecked: on
+	// MySQL/MariaDB a table_id column whose CHECK constraint names it,
+	// idcheck.go): the INSERT then writes Table into that column and the
+	// table itself refuses another id (RefusedWrongTable), instead of
+	// reading the id table in a subquery. Ignored on PostgreSQL and with
+	// the zero Table.
+	TableChecked bool
 	// Participants are the RMs holding a prepared branch of GTRID, each with
 	// its table id: who must be seen to hold no branch before the row may be
 	// forgotten by a sweep.
@@ -98,7 +105,8 @@ type Commit struct {
 // (began_at, NOT NULL, receives NULL; a transaction not begun by
 // BeginStatements on MySQL has no start noted and is refused the same way),
 // or when the database's decision table has another id than c.Table
-// (participants, NOT NULL, receives NULL). See Refused.
+// (participants, NOT NULL, receives NULL; with c.TableChecked, the table's
+// own CHECK compares the id). See Refused.
 //
 // On PostgreSQL they start with SET LOCAL synchronous_commit = on.
 func CommitStatements(d rm.Driver, c Commit) []string {
@@ -110,6 +118,13 @@ func (t table) commitStatements(d rm.Driver, c Commit) []string {
 	// (SweepAborts), whatever a caller passes.
 	us := strconv.FormatInt(min(c.MaxAge, MaxCommitPointAge).Microseconds(), 10)
 	parts := t.checkedValue(d, stringLiteral(d, FormatParticipants(c.Participants)), c.Table)
+	cols := "gtrid, outcome, began_at, participants"
+	if d == rm.MySQL && c.TableChecked && !c.Table.IsZero() {
+		// The table's CHECK compares the id (idcheck.go); a session that
+		// turned CHECK constraints off writes NULL, which NOT NULL refuses.
+		cols += ", " + tableIDColumn
+		parts = stringLiteral(d, FormatParticipants(c.Participants)) + ", IF(@@check_constraint_checks = 1, " + ownerLiteral(c.Table) + ", NULL)"
+	}
 	var out []string
 	if d == rm.MySQL {
 		// Also refused (began_at NULL): outside a transaction (something
@@ -117,7 +132,7 @@ func (t table) commitStatements(d rm.Driver, c Commit) []string {
 		// must fail loudly, not commit a decision alone), and when the
 		// server's durability settings changed since the commit point was
 		// checked (a decision a crash could lose).
-		out = []string{"INSERT INTO " + t.name + " (gtrid, outcome, began_at, participants) VALUES (" + literal(c.GTRID) + ", 'C', " +
+		out = []string{"INSERT INTO " + t.name + " (" + cols + ") VALUES (" + literal(c.GTRID) + ", 'C', " +
 			"IF(@@in_transaction = 1 AND @@GLOBAL.innodb_flush_log_at_trx_commit = 1 AND (@@GLOBAL.log_bin = 0 OR @@GLOBAL.sync_binlog = 1) AND " +
 			"TIMESTAMPDIFF(MICROSECOND, @tandem_began, UTC_TIMESTAMP(6)) < " + us + " AND " +
 			"(UNIX_TIMESTAMP(SYSDATE(6)) - @tandem_began_s) * 1000000 < " + us + ", @tandem_began, NULL), " + parts + ")"}
@@ -200,6 +215,11 @@ const (
 	// another id than Commit.Table (ErrWrongTable): another schema,
 	// database or server. Worth an alarm.
 	RefusedWrongTable = "the connection reaches another decision table than the commit point's (its id differs): wrong schema, database or server"
+	// RefusedUnchecked: the session turned CHECK constraints off
+	// (MariaDB's check_constraint_checks = 0), so the table could not have
+	// checked its id (Commit.TableChecked). Turn it back on for the
+	// application's connections.
+	RefusedUnchecked = "the session has CHECK constraints turned off (check_constraint_checks = 0), which the decision table's id check needs: turn them back on"
 )
 
 // Refused reports whether err, from sending CommitStatements, means the
@@ -220,8 +240,12 @@ func Refused(err error) (why string, ok bool) {
 		return RefusedDuplicate, true
 	case isBadNull(err, "began_at"):
 		return RefusedTooOld, true
-	case isBadNull(err, "participants"):
+	case isBadNull(err, "participants"), isIDCheckFailed(err), isUnknownColumn(err, tableIDColumn):
+		// An unknown table_id: the table reached is older than the id
+		// check, so not the one whose check was read.
 		return RefusedWrongTable, true
+	case isBadNull(err, tableIDColumn):
+		return RefusedUnchecked, true
 	}
 	return "", false
 }

@@ -17,6 +17,9 @@ import (
 //	deadlock victim      40P01 deadlock_detected  1213 ER_LOCK_DEADLOCK
 //	no such table        42P01 undefined_table    1146 ER_NO_SUCH_TABLE
 //	column exists        42701 duplicate_column   1060 ER_DUP_FIELDNAME
+//	no such column       42703 undefined_column   1054 ER_BAD_FIELD_ERROR
+//	CHECK failed         23514 check_violation    4025 ER_CONSTRAINT_FAILED
+//	no such constraint   42704 undefined_object   4028 ER_CONSTRAINT_NOT_FOUND (MariaDB)
 const (
 	myDupEntry    = 1062
 	myBadNull     = 1048
@@ -24,6 +27,8 @@ const (
 	myDeadlock    = 1213
 	myNoSuchTable = 1146
 	myDupColumn   = 1060
+	myBadField    = 1054
+	myCheckFailed = 4025
 )
 
 func pgCode(err error) string {
@@ -61,3 +66,20 @@ func isLockTimeout(err error) bool { return pgCode(err) == "55P03" || myCode(err
 func isDeadlock(err error) bool { return pgCode(err) == "40P01" || myCode(err) == myDeadlock }
 
 func isNoTable(err error) bool { return pgCode(err) == "42P01" || myCode(err) == myNoSuchTable }
+
+// isUnknownColumn reports whether err says the column col does not exist.
+func isUnknownColumn(err error, col string) bool {
+	var e *pgconn.PgError
+	if errors.As(err, &e) {
+		return e.Code == "42703" && strings.Contains(e.Message, `"`+col+`"`)
+	}
+	var m *mysql.MySQLError
+	return errors.As(err, &m) && m.Number == myBadField && strings.Contains(m.Message, "'"+col+"'")
+}
+
+// isIDCheckFailed reports whether err is a decision table's id check
+// refusing a row (MariaDB names the constraint, <table>_table).
+func isIDCheckFailed(err error) bool {
+	var m *mysql.MySQLError
+	return errors.As(err, &m) && m.Number == myCheckFailed && strings.Contains(m.Message, idCheckSuffix+"` failed")
+}
