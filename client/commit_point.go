@@ -112,7 +112,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 	if cp.rm.db == nil {
 		forget = cp.rm.cp.takeForget(time.Now()) // no pool: carried by this commit
 	}
-	dc := decision.Commit{GTRID: t.gtrid, Table: cpID, Participants: parts, MaxAge: t.c.cfg.MaxTxnAge, Forget: forget}
+	dc := decision.Commit{GTRID: t.gtrid, Table: cpID, TableChecked: cp.rm.tableChecked(), Participants: parts, MaxAge: t.c.cfg.MaxTxnAge, Forget: forget}
 	if cp.selfCP {
 		dc.XA = cp.id.MySQLXID()
 	}
@@ -134,6 +134,9 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 			reason = "the commit point " + cp.rm.name + " refused the decision: " + why
 			if why == decision.RefusedDuplicate {
 				reason += t.c.checkForeignCommit(ctx, cp.rm, t.gtrid, cpID)
+			}
+			if why == decision.RefusedWrongTable && dc.TableChecked {
+				cp.rm.forgetTableChecked()
 			}
 		}
 		t.abortAll(ctx, all)

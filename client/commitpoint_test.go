@@ -33,7 +33,13 @@ func cpClient(t *testing.T, rms ...RM) *Client {
 
 const (
 	tableCheck = "SELECT gtrid FROM tandem_decision WHERE 1 = 0"
-	idQuery    = "SELECT id FROM " + decision.IDTableName
+)
+
+// The first read of a decision table's id (and, on MariaDB, of whether the
+// table checks it itself).
+var (
+	idQuery   = decision.IDCheckedQuery(rm.Postgres)
+	idQueryMy = decision.IDCheckedQuery(rm.MySQL)
 )
 
 // cpGID is the name of rmName's branch prepared under commit point cp
@@ -81,7 +87,7 @@ func TestCommitPointOnMariaDB(t *testing.T) {
 			"PREPARE TRANSACTION "+cpGID(g, "pg", "maria"), "COMMIT PREPARED "+cpGID(g, "pg", "maria"))...)
 		checks = nil
 		if i == 0 {
-			checks = []string{"SELECT @@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.sync_binlog, @@GLOBAL.log_bin", tableCheck, idQuery}
+			checks = []string{"SELECT @@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.sync_binlog, @@GLOBAL.log_bin", tableCheck, idQueryMy}
 		}
 		want := append(checks, decision.BeginStatements(rm.MySQL, xid.CommitPointSelf(g, "maria", fakeTableID).MySQLXID())...) //nolint:gocritic // checks is not used again
 		want = append(want, "UPDATE b SET v = 2")
@@ -221,7 +227,7 @@ func TestCommitPointPinnedOnPostgres(t *testing.T) {
 	}
 	g := tx.GTRID()
 	x := xid.Branch{GTRID: g, RM: "maria", CommitPoint: "pg", Owner: fakeTableID}.MySQLXID()
-	wantLog(t, "maria", maria, idQuery, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA COMMIT "+x)
+	wantLog(t, "maria", maria, idQueryMy, "XA START "+x, "UPDATE b SET v = 2", "XA END "+x, "XA PREPARE "+x, "XA COMMIT "+x)
 	want := []string{"SHOW fsync", tableCheck, idQuery, "BEGIN", "UPDATE a SET v = 1"}
 	wantLog(t, "pg", pg, append(want, cpDecision(rm.Postgres, g, "pg", "maria")...)...)
 }

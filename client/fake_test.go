@@ -23,6 +23,7 @@ import (
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/decision"
+	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -34,8 +35,11 @@ type fakeDB struct {
 	fail     map[string]error // statement → error
 	rowsFail map[string]error // query → error returned while its rows are read
 	tableID  xid.Owner        // its decision table's id; zero: fakeTableID
-	readOnly bool             // answer to the read-only query
-	closed   int              // connections closed (a released session)
+	// selfChecked: the decision table checks its id itself (answered to
+	// decision.IDCheckedQuery).
+	selfChecked bool
+	readOnly    bool // answer to the read-only query
+	closed      int  // connections closed (a released session)
 	// slow: statement → how long it takes before it is logged and answered
 	// (a database that answers late).
 	slow map[string]time.Duration
@@ -104,14 +108,21 @@ func (c *fakeConn) QueryContext(_ context.Context, q string, _ []driver.NamedVal
 	if rerr != nil {
 		return &fakeRows{err: rerr}, nil
 	}
-	if q == "SELECT id FROM "+decision.IDTableName {
+	if q == "SELECT id FROM "+decision.IDTableName || q == decision.IDCheckedQuery(rm.Postgres) || q == decision.IDCheckedQuery(rm.MySQL) {
 		c.db.mu.Lock()
-		id := c.db.tableID
+		id, checked := c.db.tableID, c.db.selfChecked
 		c.db.mu.Unlock()
 		if id.IsZero() {
 			id = fakeTableID
 		}
-		return &fakeRows{v: id.String()}, nil
+		if q == "SELECT id FROM "+decision.IDTableName {
+			return &fakeRows{v: id.String()}, nil
+		}
+		n := int64(0)
+		if checked {
+			n = 1
+		}
+		return &fakeRows{vs: []driver.Value{id.String(), n}}, nil
 	}
 	if strings.Contains(q, "txid_current_if_assigned") {
 		c.db.mu.Lock()

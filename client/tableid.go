@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tandem-tx/tandem/internal/decision"
+	"github.com/tandem-tx/tandem/internal/rm"
 	"github.com/tandem-tx/tandem/xid"
 )
 
@@ -22,10 +23,11 @@ import (
 
 // idState is what a client knows of one RM's decision-table id.
 type idState struct {
-	mu      sync.Mutex
-	id      xid.Owner // zero: not known
-	err     error     // the last failure to read it
-	checked time.Time // when err was met
+	mu          sync.Mutex
+	id          xid.Owner // zero: not known
+	selfChecked bool      // the table checks id itself (decision.ReadIDChecked)
+	err         error     // the last failure to read it
+	checked     time.Time // when err was met
 }
 
 // idRetry is how long a failure to read an id is kept before trying again.
@@ -58,14 +60,31 @@ func (c *Client) tableID(ctx context.Context, info *rmInfo, conn rowReader) (xid
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	id, err = readTableID(ctx, q)
+	id, tableChecked, err := readTableIDChecked(ctx, q, info.dialect.Driver())
 	if err != nil {
 		err = fmt.Errorf("rm %q: %w", info.name, err)
 	}
 	s.mu.Lock()
-	s.id, s.err, s.checked = id, err, time.Now()
+	s.id, s.selfChecked, s.err, s.checked = id, tableChecked, err, time.Now()
 	s.mu.Unlock()
 	return id, err
+}
+
+// tableChecked reports whether info's decision table was read to check its
+// id itself (decision.Commit.TableChecked).
+func (info *rmInfo) tableChecked() bool {
+	info.id.mu.Lock()
+	defer info.id.mu.Unlock()
+	return info.id.selfChecked
+}
+
+// forgetTableChecked makes later decisions at info check its id through the
+// id table again: a table refused the checked form (another table, or one
+// that lost its check), and the subquery form says which.
+func (info *rmInfo) forgetTableChecked() {
+	info.id.mu.Lock()
+	info.id.selfChecked = false
+	info.id.mu.Unlock()
 }
 
 // knownTableID returns info's id if it was read, without reading it.
@@ -91,6 +110,25 @@ func readTableID(ctx context.Context, q rowReader) (xid.Owner, error) {
 		return xid.Owner{}, fmt.Errorf("the id in %s is not an id (%w): the table was written by something else; inspect it", decision.IDTableName, err)
 	}
 	return o, nil
+}
+
+// readTableIDChecked reads, in one statement, the id of the decision table
+// q reaches and whether that table checks the id itself
+// (decision.ReadIDChecked, through a rowReader).
+func readTableIDChecked(ctx context.Context, q rowReader, d rm.Driver) (xid.Owner, bool, error) {
+	var s string
+	var n int
+	if err := q.readRow(ctx, decision.IDCheckedQuery(d), &s, &n); err != nil {
+		// A server without the catalog it reads (MySQL before 8.0.16), or
+		// no id at all: the plain read says which.
+		id, err := readTableID(ctx, q)
+		return id, false, err
+	}
+	o, err := xid.ParseOwner(s)
+	if err != nil {
+		return xid.Owner{}, false, fmt.Errorf("the id in %s is not an id (%w): the table was written by something else; inspect it", decision.IDTableName, err)
+	}
+	return o, n == 1, nil
 }
 
 func isNoRows(err error) bool {
