@@ -114,7 +114,7 @@ func initRM(rc rm.Config, timeout time.Duration, allow []string) (table, point s
 	if err := decision.Ensure(ctx, conn.DB(), d); err != nil {
 		return "", "", errors.New(conn.Redact(err.Error()))
 	}
-	id, err := decision.ReadID(ctx, conn.DB(), d)
+	id, checked, err := decision.ReadIDChecked(ctx, conn.DB(), d)
 	if err != nil {
 		return "", "", errors.New(conn.Redact(err.Error()))
 	}
@@ -123,6 +123,10 @@ func initRM(rc rm.Config, timeout time.Duration, allow []string) (table, point s
 		table = "exists"
 	}
 	table += "\tid " + id.String()
+	if d == rm.MySQL && !checked {
+		// Decisions still check the id, through the id table (slower).
+		table += " (NOTE: the table does not check its id itself yet: another session held it for over a second, or this user may not ALTER it; run this again)"
+	}
 	point = "commit point: yes"
 	if why := decision.CheckDurable(ctx, conn.DB(), d); why != nil {
 		point = "commit point: NO: " + oneLine(conn.Redact(why.Error()))
