@@ -55,6 +55,11 @@ final class DecisionTable {
     static final String UNKNOWN_ID = "0".repeat(32);
 
     /** The reason {@link #refused} gives for a duplicate key. */
+    /** The MariaDB decision table's own copy of its id (the Go package's idcheck.go). */
+    static final String TABLE_ID_COLUMN = "table_id";
+    /** The session turned CHECK constraints off, which the table's own id check needs. */
+    static final String REFUSED_UNCHECKED = "the session has CHECK constraints turned off (check_constraint_checks = 0),"
+            + " which the decision table's id check needs: turn them back on";
     static final String REFUSED_DUPLICATE = "a decision row for the gtrid exists (a recoverer recorded abort)";
     /** The reason {@link #refused} gives for the age or durability check. */
     static final String REFUSED_TOO_OLD = "the transaction began longer ago than the maximum transaction age by the database's clock,"
@@ -98,11 +103,28 @@ final class DecisionTable {
      * participants: "rm=id" of every prepared branch ({@link #participants}).
      */
     static List<String> commitStatements(Dialect d, String gtrid, Duration maxAge, String table, String participants, String xa) {
+        return commitStatements(d, gtrid, maxAge, table, false, participants, xa);
+    }
+
+    /**
+     * As {@link #commitStatements(Dialect, String, Duration, String, String, String)};
+     * tableChecked: the MariaDB table checks its own id ({@link #readIdChecked}),
+     * so the INSERT writes the expected id into its table_id column, whose
+     * CHECK refuses another, instead of reading the id table in a subquery
+     * (the Go package's Commit.TableChecked; a session with
+     * check_constraint_checks = 0 writes NULL there: {@link #REFUSED_UNCHECKED}).
+     */
+    static List<String> commitStatements(Dialect d, String gtrid, Duration maxAge, String table, boolean tableChecked, String participants, String xa) {
         checkGtrid(gtrid);
         String us = Long.toString(maxAge.toNanos() / 1000);
         String parts = checkedValue(stringLiteral(d, participants), table);
+        String cols = "gtrid, outcome, began_at, participants";
+        if (d == Dialect.MARIADB && tableChecked) {
+            cols += ", " + TABLE_ID_COLUMN;
+            parts = stringLiteral(d, participants) + ", IF(@@check_constraint_checks = 1, '" + TandemXid.checkOwner(table) + "', NULL)";
+        }
         if (d == Dialect.MARIADB) {
-            return List.of("INSERT INTO " + NAME + " (gtrid, outcome, began_at, participants) VALUES ('" + gtrid + "', 'C', "
+            return List.of("INSERT INTO " + NAME + " (" + cols + ") VALUES ('" + gtrid + "', 'C', "
                     + "IF(@@in_transaction = 1 AND @@GLOBAL.innodb_flush_log_at_trx_commit = 1 AND (@@GLOBAL.log_bin = 0 OR @@GLOBAL.sync_binlog = 1) AND "
                     + "TIMESTAMPDIFF(MICROSECOND, @tandem_began, UTC_TIMESTAMP(6)) < " + us + " AND "
                     + "(UNIX_TIMESTAMP(SYSDATE(6)) - @tandem_began_s) * 1000000 < " + us + ", @tandem_began, NULL), " + parts + ")",
@@ -160,14 +182,28 @@ final class DecisionTable {
             if (isBadNull(x, "began_at")) {
                 return REFUSED_TOO_OLD;
             }
-            if (isBadNull(x, "participants")) {
+            if (isBadNull(x, "participants") || isIdCheckFailed(x)) {
                 return REFUSED_WRONG_TABLE;
+            }
+            if (isBadNull(x, TABLE_ID_COLUMN)) {
+                return REFUSED_UNCHECKED;
             }
             if (x.getNextException() == x) {
                 break;
             }
         }
         return null;
+    }
+
+    /**
+     * Whether x is a MariaDB decision table's own id check refusing a row
+     * (its CHECK constraint, named &lt;table&gt;_table), or a table without
+     * that column (older than the check): another table than the one read.
+     */
+    private static boolean isIdCheckFailed(SQLException x) {
+        String m = x.getMessage() == null ? "" : x.getMessage();
+        return x.getErrorCode() == 4025 && m.contains("_table` failed")
+                || x.getErrorCode() == 1054 && m.contains("'" + TABLE_ID_COLUMN + "'");
     }
 
     /** Whether e is NULL refused by the NOT NULL column col of the decision table. */
@@ -214,7 +250,42 @@ final class DecisionTable {
      * What {@link #check} found: why the database cannot be a commit point
      * (null: it can), and its decision table's id (null: not readable).
      */
-    record Check(String why, String id) {
+    record Check(String why, String id, boolean tableChecked) {
+        Check(String why, String id) {
+            this(why, id, false);
+        }
+    }
+
+    /** An id and whether its table checks it itself. */
+    record IdChecked(String id, boolean checked) {
+    }
+
+    /**
+     * The id of the decision table c reaches ({@link #readId}) and, on
+     * MariaDB, whether that table checks the id itself: a CHECK constraint
+     * &lt;table&gt;_table whose clause is exactly {@code `table_id` = '<id>'}
+     * (the Go package's ReadIDChecked, the same query). A server without
+     * that catalog answers false.
+     */
+    static IdChecked readIdChecked(Connection c, Dialect d) throws SQLException {
+        String id = readId(c);
+        if (d != Dialect.MARIADB) {
+            return new IdChecked(id, false);
+        }
+        String q = "SELECT i.id, (SELECT count(*) FROM information_schema.CHECK_CONSTRAINTS c WHERE c.CONSTRAINT_SCHEMA = DATABASE() AND c.TABLE_NAME = '"
+                + NAME + "' AND c.CONSTRAINT_NAME = '" + NAME + "_table' AND c.CHECK_CLAUSE = concat('`" + TABLE_ID_COLUMN
+                + "` = ''', i.id, '''')) FROM " + ID_NAME + " i";
+        try (Statement st = c.createStatement(); ResultSet rs = st.executeQuery(q)) {
+            if (!rs.next() || !id.equals(rs.getString(1))) {
+                return new IdChecked(id, false);
+            }
+            return new IdChecked(id, rs.getLong(2) == 1);
+        } catch (SQLException e) {
+            if (!serverAnswered(e)) {
+                throw e;
+            }
+            return new IdChecked(id, false);
+        }
     }
 
     /**
@@ -227,9 +298,12 @@ final class DecisionTable {
      */
     static Check check(Connection c, Dialect d) throws SQLException {
         String id = null;
+        boolean tableChecked = false;
         String idWhy = null;
         try {
-            id = readId(c);
+            IdChecked ic = readIdChecked(c, d);
+            id = ic.id();
+            tableChecked = ic.checked();
         } catch (SQLException e) {
             if (!serverAnswered(e)) {
                 throw e;
@@ -266,7 +340,7 @@ final class DecisionTable {
                 return new Check(idWhy, null);
             }
             try (ResultSet rs = st.executeQuery("SELECT gtrid, participants FROM " + NAME + " WHERE 1 = 0")) {
-                return new Check(null, id);
+                return new Check(null, id, tableChecked);
             } catch (SQLException e) {
                 if (!serverAnswered(e)) {
                     throw e;

@@ -57,6 +57,7 @@ final class ResourceManager {
     private String why; // null: qualifies
     private boolean passing; // the answer may pass by itself (a failed connection)
     private String tableId; // the decision table's id, from the last check that read it; null: not known
+    private boolean tableChecked; // that table checks the id itself (MariaDB, DecisionTable.readIdChecked)
 
     /** A decided gtrid waiting to be forgotten, and when (System.nanoTime) it was queued. */
     private record Decided(String gtrid, long at) {
@@ -107,6 +108,20 @@ final class ResourceManager {
         return tableId;
     }
 
+    /** Whether the decision table checks its id itself, as the last check read it. */
+    synchronized boolean tableChecked() {
+        return tableChecked;
+    }
+
+    /**
+     * Makes later decisions check the id through the id table again: the
+     * table refused the checked form as another table, and the subquery
+     * form says whether it is.
+     */
+    synchronized void forgetTableChecked() {
+        tableChecked = false;
+    }
+
     /**
      * Whether the RM can be a commit point, checking through c (a connection
      * of the RM outside any transaction) when it has not been checked yet, or
@@ -124,11 +139,13 @@ final class ResourceManager {
         }
         String w;
         String id = null;
+        boolean checked = false;
         boolean p = false;
         try {
             DecisionTable.Check k = DecisionTable.check(c, dialect);
             w = k.why();
             id = k.id();
+            checked = k.tableChecked();
         } catch (SQLException e) {
             w = "the check failed: " + e.getMessage();
             p = !DecisionTable.serverAnswered(e);
@@ -139,6 +156,7 @@ final class ResourceManager {
             passing = p;
             if (id != null) {
                 tableId = id;
+                tableChecked = checked;
             }
         }
         if (w != null) {

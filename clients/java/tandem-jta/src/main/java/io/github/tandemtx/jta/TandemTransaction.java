@@ -754,8 +754,9 @@ public final class TandemTransaction implements Transaction {
         failpoint.accept("before-commit-point"); // every other branch prepared, no decision anywhere
         setStatus(Status.STATUS_COMMITTING);
         Span dspan = trace.decision("commit-point", point.rm);
+        boolean checked = point.info.tableChecked();
         try {
-            point.commitDecision(DecisionTable.commitStatements(point.info.dialect, gtrid, tm.config().maxTransactionAge(), table,
+            point.commitDecision(DecisionTable.commitStatements(point.info.dialect, gtrid, tm.config().maxTransactionAge(), table, checked,
                     DecisionTable.participants(participants), point.xid.mysqlXid()));
             TandemTracing.end(dspan, (Throwable) null);
         } catch (RuntimeException e) {
@@ -764,6 +765,9 @@ public final class TandemTransaction implements Transaction {
         } catch (SQLException e) {
             TandemTracing.end(dspan, e);
             String why = DecisionTable.refused(e);
+            if (DecisionTable.REFUSED_WRONG_TABLE.equals(why) && checked) {
+                point.info.forgetTableChecked(); // the next decision asks the id table, which says whether it is
+            }
             if (DecisionTable.REFUSED_WRONG_TABLE.equals(why)) {
                 java.util.logging.Logger.getLogger("io.github.tandemtx.jta").severe("tandem: ALARM: the data source of resource manager \""
                         + point.rm + "\" reaches a decision table whose id is not " + point.info.tableId() + " (the one it read at its check):"

@@ -150,4 +150,37 @@ class XaCommitPointTest {
             assertEquals("", CommitPointTest.decisionRow(TestEnv.maria(), g));
         }
     }
+
+    /**
+     * MariaDB's decision table checks its own id (the coordinator's Ensure
+     * gave it a CHECK at start): the data source reads that with the id and
+     * decides without the id table's subquery, so a session that turned
+     * CHECK constraints off (which would skip the check) is refused, and
+     * nothing commits.
+     */
+    @Test
+    void aSessionWithoutCheckConstraintsIsRefused() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
+            CommitPointTest.writeBoth(tm, maria, pg, TandemJtaTest.id());
+            tm.commit(); // the check ran and read the table's own id check
+            assertTrue(maria.resourceManager().tableChecked(), "MariaDB's decision table checks its id itself");
+            String id = TandemJtaTest.id();
+            tm.begin();
+            String g = CommitPointTest.gtrid(tm);
+            try (Connection b = maria.getConnection(); Connection a = pg.getConnection()) {
+                try (Statement st = b.createStatement()) {
+                    st.execute("SET SESSION check_constraint_checks = 0");
+                }
+                CommitPointTest.insert(b, id);
+                CommitPointTest.insert(a, id);
+            }
+            RollbackException e = assertThrows(RollbackException.class, tm::commit);
+            assertTrue(e.getMessage().contains(DecisionTable.REFUSED_UNCHECKED), e.getMessage());
+            assertFalse(TestEnv.pgHas(id) || TestEnv.mariaHas(id), "nothing committed");
+            assertTrue(TestEnv.prepared(g).isEmpty(), "nothing left prepared: " + TestEnv.prepared(g));
+            assertEquals("", CommitPointTest.decisionRow(TestEnv.maria(), g));
+        }
+    }
 }
