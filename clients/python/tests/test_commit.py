@@ -206,6 +206,29 @@ def test_too_old_transaction_is_refused_by_the_commit_point(db, coordinator):
     cli.close()
 
 
+def test_a_session_without_check_constraints_is_refused(db, coordinator):
+    # MariaDB's decision table checks its own id (the coordinator's Ensure
+    # added the CHECK), so the client decides without the id table's
+    # subquery; a session that turned CHECK constraints off would skip the
+    # check: refused, nothing commits.
+    db.table("py_nock")
+    cli = make_client(db, coordinator)
+    tx = cli.begin()
+    write_both(tx, db, "py_nock", 1)
+    tx.commit()
+    assert cli.rms["maria"].self_checked
+    tx = cli.begin()
+    my = db.my_conn()
+    with my.cursor() as c:
+        c.execute("SET SESSION check_constraint_checks = 0")
+    write_both(tx, db, "py_nock", 2, my=my)
+    with pytest.raises(tandem.Aborted) as e:
+        tx.commit()
+    assert "check_constraint_checks" in str(e.value)
+    assert db.count("pg", "py_nock", 2) == 0 and db.count("maria", "py_nock", 2) == 0 and db.prepared_for(tx.gtrid) == []
+    cli.close()
+
+
 def test_transaction_control_on_postgres_is_refused_before_it_is_sent(db, coordinator):
     db.table("py_txctl")
     cli = make_client(db, coordinator)

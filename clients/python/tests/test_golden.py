@@ -34,6 +34,8 @@ def test_decision_statements_are_gos(golden, d):
     parts = [("pg2", PART), ("maria", TABLE), ("x", "")]
     assert decision.commit_statements(d, G, TABLE, parts, 3600.0, [G, OTHER], x) == g["commit"]
     assert decision.commit_statements(d, G, TABLE, (), 0.2) == g["commit_young"]
+    assert decision.commit_statements(d, G, TABLE, [("pg2", PART)], 3600.0, (), x, table_checked=True) == g["commit_checked"]
+    assert decision.id_checked_query(d) == g["id_checked"]
     assert decision.commit_statements(d, G, "", (), 7200.0) == g["commit_zero"]
     assert decision.ddl(d) == g["ddl"]
     before, body, after = decision.resolve_statements(d, G, TABLE, 2.0)

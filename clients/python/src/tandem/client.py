@@ -245,6 +245,7 @@ class _RMInfo:
         self.id = ""  # its decision table's id; "" not known
         self.id_err: Optional[BaseException] = None
         self.id_checked = 0.0
+        self.self_checked = False  # its table checks the id itself (decision.id_checked_query)
 
     def known_table_id(self) -> str:
         with self.id_mu:
@@ -548,7 +549,13 @@ class Client:
                 q = own = _own_conn(info)
             if q is None:
                 raise TandemError("tandem: rm %r: its decision-table id is not known yet, and there is no RM.connect to read it with" % info.name)
-            row = _db.read_row(info.driver, q, "SELECT id FROM " + decision.ID_TABLE_NAME)
+            checked = False
+            try:
+                row = _db.read_row(info.driver, q, decision.id_checked_query(info.driver))
+                checked = row is not None and int(row[1]) == 1
+            except Exception:
+                # A server without the catalog it reads: the plain read.
+                row = _db.read_row(info.driver, q, "SELECT id FROM " + decision.ID_TABLE_NAME)
             if row is None:
                 raise TandemError("tandem: rm %r: %s has no row: run `tandem init-rm`" % (info.name, decision.ID_TABLE_NAME))
             ident = check_owner(str(row[0]).strip())
@@ -566,7 +573,7 @@ class Client:
             if own is not None:
                 _db.close_conn(own)
         with info.id_mu:
-            info.id, info.id_err = ident, None
+            info.id, info.id_err, info.self_checked = ident, None, checked
         return ident
 
     def _qualifies(self, info: _RMInfo, conn: Any) -> bool:

@@ -64,6 +64,15 @@ REFUSED_WRONG_TABLE = (
     "the connection reaches another decision table than the commit point's (its id differs): "
     "wrong schema, database or server"
 )
+REFUSED_UNCHECKED = (
+    "the session has CHECK constraints turned off (check_constraint_checks = 0), "
+    "which the decision table's id check needs: turn them back on"
+)
+
+# The MariaDB decision table's own copy of its id (the Go package's
+# idcheck.go): a column whose CHECK constraint <table>_table names the id.
+TABLE_ID_COLUMN = "table_id"
+
 
 
 class DecisionError(Exception):
@@ -186,6 +195,7 @@ def commit_statements(
     max_age: float = MAX_COMMIT_POINT_AGE,
     forget: Sequence[str] = (),
     xa: str = "",
+    table_checked: bool = False,
 ) -> List[str]:
     """Records COMMIT for gtrid and commits the commit point's transaction
     (begun by begin_statements). Send them joined by "; " in ONE round trip.
@@ -194,9 +204,15 @@ def commit_statements(
     database's clock, or when the decision table's id is not table."""
     us = _us(min(max_age, MAX_COMMIT_POINT_AGE))
     parts = checked_value(d, string_literal(d, format_participants(participants)), table)
+    cols = "gtrid, outcome, began_at, participants"
+    if d == MYSQL and table_checked and table:
+        # The table's CHECK compares the id (read_id_checked); a session that
+        # turned CHECK constraints off writes NULL, which NOT NULL refuses.
+        cols += ", " + TABLE_ID_COLUMN
+        parts = string_literal(d, format_participants(participants)) + ", IF(@@check_constraint_checks = 1, " + _owner_literal(table) + ", NULL)"
     if d == MYSQL:
         out = [
-            "INSERT INTO " + TABLE_NAME + " (gtrid, outcome, began_at, participants) VALUES (" + _literal(gtrid) + ", 'C', "
+            "INSERT INTO " + TABLE_NAME + " (" + cols + ") VALUES (" + _literal(gtrid) + ", 'C', "
             "IF(@@in_transaction = 1 AND @@GLOBAL.innodb_flush_log_at_trx_commit = 1 AND (@@GLOBAL.log_bin = 0 OR @@GLOBAL.sync_binlog = 1) AND "
             "TIMESTAMPDIFF(MICROSECOND, @tandem_began, UTC_TIMESTAMP(6)) < " + us + " AND "
             "(UNIX_TIMESTAMP(SYSDATE(6)) - @tandem_began_s) * 1000000 < " + us + ", @tandem_began, NULL), " + parts + ")"
@@ -253,6 +269,18 @@ def durability_query(d: str) -> str:
     if d == MYSQL:
         return "SELECT @@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.sync_binlog, @@GLOBAL.log_bin"
     return "SHOW fsync"
+
+
+def id_checked_query(d: str) -> str:
+    """One row: the id and 1 when the decision table checks that id itself
+    (MariaDB; decision.IDCheckedQuery, the same text), else 0."""
+    if d != MYSQL:
+        return "SELECT id, 0 FROM " + ID_TABLE_NAME
+    return (
+        "SELECT i.id, (SELECT count(*) FROM information_schema.CHECK_CONSTRAINTS c WHERE c.CONSTRAINT_SCHEMA = DATABASE() AND c.TABLE_NAME = '"
+        + TABLE_NAME + "' AND c.CONSTRAINT_NAME = '" + TABLE_NAME + "_table' AND c.CHECK_CLAUSE = concat('`" + TABLE_ID_COLUMN
+        + "` = ''', i.id, '''')) FROM " + ID_TABLE_NAME + " i"
+    )
 
 
 def read_id_query(d: str) -> str:
@@ -349,6 +377,11 @@ def refused(e: Optional[BaseException]) -> Optional[str]:
         return REFUSED_TOO_OLD
     if _is_bad_null(e, "participants"):
         return REFUSED_WRONG_TABLE
+    msg = _db.my_message(e)
+    if (_db.my_code(e) == 4025 and "_table` failed" in msg) or (_db.my_code(e) == 1054 and "'" + TABLE_ID_COLUMN + "'" in msg):
+        return REFUSED_WRONG_TABLE  # the table's own id check, or a table older than it
+    if _is_bad_null(e, TABLE_ID_COLUMN):
+        return REFUSED_UNCHECKED
     return None
 
 

@@ -1041,7 +1041,9 @@ class Tx:
         if cp.rm.connect is None:
             forget = cp.rm.cp.take_forget(time.monotonic())  # no pool: carried by this commit
         xa = cp.id.mysql_xid() if cp.self_cp else ""
-        stmts = decision.commit_statements(cp.rm.driver, self.gtrid, cp_id, parts, c.max_txn_age, forget, xa)
+        with cp.rm.id_mu:
+            checked = cp.rm.self_checked
+        stmts = decision.commit_statements(cp.rm.driver, self.gtrid, cp_id, parts, c.max_txn_age, forget, xa, table_checked=checked)
         decided = time.monotonic()
         self._deciding = True
         derr: Optional[BaseException] = None
@@ -1060,6 +1062,9 @@ class Tx:
             # failed, so the commit point's transaction did not commit.
             cp.rm.cp.give_back(forget)
             why = decision.refused(derr)
+            if why == decision.REFUSED_WRONG_TABLE and checked:
+                with cp.rm.id_mu:
+                    cp.rm.self_checked = False  # the next decision asks the id table, which says whether it is
             reason = "the commit point %s could not record the decision" % cp.rm.name
             if why is not None:
                 reason = "the commit point %s refused the decision: %s" % (cp.rm.name, why)

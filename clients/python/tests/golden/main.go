@@ -66,8 +66,11 @@ func run(out io.Writer) error {
 				Participants: []decision.Participant{{RM: "pg2", Table: part}, {RM: "maria", Table: table}, {RM: "x", Table: xid.Owner{}}},
 				Forget:       []xid.GTRID{g, other}, XA: x}),
 			"commit_young": decision.CommitStatements(d, decision.Commit{GTRID: g, Table: table, MaxAge: 200 * time.Millisecond}),
-			"commit_zero":  decision.CommitStatements(d, decision.Commit{GTRID: g, MaxAge: 2 * time.Hour}),
-			"ddl":          decision.DDL(d),
+			"commit_checked": decision.CommitStatements(d, decision.Commit{GTRID: g, Table: table, TableChecked: true, MaxAge: time.Hour,
+				Participants: []decision.Participant{{RM: "pg2", Table: part}}, XA: x}),
+			"id_checked":  decision.IDCheckedQuery(d),
+			"commit_zero": decision.CommitStatements(d, decision.Commit{GTRID: g, MaxAge: 2 * time.Hour}),
+			"ddl":         decision.DDL(d),
 		}
 		ctx := context.Background()
 		rec, db := open(d)
