@@ -135,7 +135,7 @@ func (t *Tx) commitAtRM(ctx context.Context, all, writers []*Branch, cp *Branch,
 			if why == decision.RefusedDuplicate {
 				reason += t.c.checkForeignCommit(ctx, cp.rm, t.gtrid, cpID)
 			}
-			if why == decision.RefusedWrongTable && dc.TableChecked {
+			if (why == decision.RefusedWrongTable || why == decision.RefusedUnchecked) && dc.TableChecked {
 				cp.rm.forgetTableChecked()
 			}
 		}

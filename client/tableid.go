@@ -79,8 +79,9 @@ func (info *rmInfo) tableChecked() bool {
 }
 
 // forgetTableChecked makes later decisions at info check its id through the
-// id table again: a table refused the checked form (another table, or one
-// that lost its check), and the subquery form says which.
+// id table again: a table refused the checked form (another table, one
+// that lost its reference, or a session with foreign-key checks off), and
+// the subquery form says which, or works.
 func (info *rmInfo) forgetTableChecked() {
 	info.id.mu.Lock()
 	info.id.selfChecked = false

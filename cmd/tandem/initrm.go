@@ -114,6 +114,7 @@ func initRM(rc rm.Config, timeout time.Duration, allow []string) (table, point s
 	if err := decision.Ensure(ctx, conn.DB(), d); err != nil {
 		return "", "", errors.New(conn.Redact(err.Error()))
 	}
+	idCheck := decision.AddIDCheck(ctx, conn.DB(), d)
 	id, checked, err := decision.ReadIDChecked(ctx, conn.DB(), d)
 	if err != nil {
 		return "", "", errors.New(conn.Redact(err.Error()))
@@ -125,7 +126,7 @@ func initRM(rc rm.Config, timeout time.Duration, allow []string) (table, point s
 	table += "\tid " + id.String()
 	if d == rm.MySQL && !checked {
 		// Decisions still check the id, through the id table (slower).
-		table += " (NOTE: the table does not check its id itself yet: another session held it for over a second, or this user may not ALTER it; run this again)"
+		table += " (NOTE: the table does not reference its id itself yet: " + oneLine(conn.Redact(fmt.Sprint(idCheck))) + ")"
 	}
 	point = "commit point: yes"
 	if why := decision.CheckDurable(ctx, conn.DB(), d); why != nil {

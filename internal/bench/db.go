@@ -525,6 +525,9 @@ func (e *env) setup(ctx context.Context) error {
 			if err := decision.Ensure(ctx, r.db, r.Driver); err != nil {
 				return fmt.Errorf("bench: rm %q: %w", r.Name, err)
 			}
+			if err := decision.AddIDCheck(ctx, r.db, r.Driver); err != nil {
+				return fmt.Errorf("bench: rm %q: %w", r.Name, err)
+			}
 		}
 		stmts = append(stmts, "DELETE FROM tandem_bench")
 		for _, s := range stmts {

@@ -64,7 +64,7 @@ type Commit struct {
 	// yet); every new caller passes it.
 	Table xid.Owner
 	// TableChecked says the table checks its own id (ReadIDChecked: on
-	// MySQL/MariaDB a table_id column whose CHECK constraint names it,
+	// MySQL/MariaDB a table_id column with a foreign key to the id,
 	// idcheck.go): the INSERT then writes Table into that column and the
 	// table itself refuses another id (RefusedWrongTable), instead of
 	// reading the id table in a subquery. Ignored on PostgreSQL and with
@@ -106,7 +106,7 @@ type Commit struct {
 // BeginStatements on MySQL has no start noted and is refused the same way),
 // or when the database's decision table has another id than c.Table
 // (participants, NOT NULL, receives NULL; with c.TableChecked, the table's
-// own CHECK compares the id). See Refused.
+// own foreign key compares the id). See Refused.
 //
 // On PostgreSQL they start with SET LOCAL synchronous_commit = on.
 func CommitStatements(d rm.Driver, c Commit) []string {
@@ -120,10 +120,11 @@ func (t table) commitStatements(d rm.Driver, c Commit) []string {
 	parts := t.checkedValue(d, stringLiteral(d, FormatParticipants(c.Participants)), c.Table)
 	cols := "gtrid, outcome, began_at, participants"
 	if d == rm.MySQL && c.TableChecked && !c.Table.IsZero() {
-		// The table's CHECK compares the id (idcheck.go); a session that
-		// turned CHECK constraints off writes NULL, which NOT NULL refuses.
+		// The table's foreign key compares the id (idcheck.go); a session
+		// that turned foreign-key checks off writes NULL, which NOT NULL
+		// refuses.
 		cols += ", " + tableIDColumn
-		parts = stringLiteral(d, FormatParticipants(c.Participants)) + ", IF(@@check_constraint_checks = 1, " + ownerLiteral(c.Table) + ", NULL)"
+		parts = stringLiteral(d, FormatParticipants(c.Participants)) + ", IF(@@foreign_key_checks = 1, " + ownerLiteral(c.Table) + ", NULL)"
 	}
 	var out []string
 	if d == rm.MySQL {
@@ -215,11 +216,11 @@ const (
 	// another id than Commit.Table (ErrWrongTable): another schema,
 	// database or server. Worth an alarm.
 	RefusedWrongTable = "the connection reaches another decision table than the commit point's (its id differs): wrong schema, database or server"
-	// RefusedUnchecked: the session turned CHECK constraints off
-	// (MariaDB's check_constraint_checks = 0), so the table could not have
-	// checked its id (Commit.TableChecked). Turn it back on for the
-	// application's connections.
-	RefusedUnchecked = "the session has CHECK constraints turned off (check_constraint_checks = 0), which the decision table's id check needs: turn them back on"
+	// RefusedUnchecked: the session turned foreign-key checks off
+	// (foreign_key_checks = 0), so the table could not have checked its id
+	// (Commit.TableChecked). Turn them back on for the application's
+	// connections (the next decision checks through the id table).
+	RefusedUnchecked = "the session has foreign-key checks turned off (foreign_key_checks = 0), which the decision table's id check needs: turn them back on"
 )
 
 // Refused reports whether err, from sending CommitStatements, means the

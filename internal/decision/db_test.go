@@ -63,6 +63,9 @@ func forEachDB(t *testing.T, f func(t *testing.T, e *dbEnv)) {
 			if err := e.tab.ensure(ctx, db, k.d); err != nil {
 				t.Fatalf("a second Ensure: %v", err)
 			}
+			if err := e.tab.addIDCheck(ctx, db, k.d); err != nil {
+				t.Fatalf("AddIDCheck: %v", err)
+			}
 			if e.id, err = e.tab.readID(ctx, db, k.d); err != nil {
 				t.Fatal(err)
 			}

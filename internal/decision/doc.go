@@ -59,8 +59,8 @@
 //     and the column is NOT NULL. So a DSN that reaches another schema,
 //     database or server never records a decision there. On MariaDB a
 //     table that checks its id itself (idcheck.go) is told the expected id
-//     in its table_id column instead (Commit.TableChecked): its CHECK
-//     refuses another.
+//     in its table_id column instead (Commit.TableChecked): its foreign
+//     key to the id table refuses another.
 //
 // On MySQL/MariaDB, begin every commit point with BeginStatements: a
 // transaction begun otherwise on a session that still holds an earlier

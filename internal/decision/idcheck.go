@@ -3,6 +3,7 @@ package decision
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,64 +11,67 @@ import (
 	"github.com/tandem-tx/tandem/xid"
 )
 
-// The decision table's own id check (MySQL/MariaDB).
+// The decision table's own reference to its id (MySQL/MariaDB).
 //
 // Every 'C' names the id of the table it expects (Commit.Table), and the
 // database compares it. The first form, kept for callers that do not know
-// better (the Java and Python clients, a table not yet migrated), reads the
-// id table in a scalar subquery of the INSERT; on MariaDB that subquery is
-// planned and run for every decision and cost the server about 50 µs of CPU
-// per transaction, as much as the rest of the decision's checks together
+// better (older clients, a table not yet migrated), reads the id table in a
+// scalar subquery of the INSERT; on MariaDB that subquery is planned and run
+// for every decision and cost the server about 50 µs of CPU per transaction
 // (measured: 313 against 258 µs per transaction for the whole commit, one
-// session). So Ensure also gives the MariaDB decision table a column
-// table_id, NOT NULL DEFAULT <id>, with a CHECK constraint table_id = <id>:
-// the table carries its own id, and an INSERT that writes the id it expects
-// into table_id is refused by the table itself when it reaches another one
-// (another deployment's: its CHECK names another id; an older table: no such
-// column). The default keeps every other writer's rows valid ('A' keys,
-// older clients): they still check through the subquery.
+// session). So AddIDCheck gives the MariaDB decision table a column
+// table_id, NOT NULL DEFAULT <id>, with a FOREIGN KEY to the id table's id
+// (which gets a unique key): an INSERT that writes the id it expects into
+// table_id is refused by InnoDB's own foreign-key check unless the id table
+// beside it holds exactly that id, which is the subquery's condition,
+// without planning a query. The reference also ties the two tables: the id
+// row cannot be changed or deleted while a decision row names it (a table
+// re-keyed under a client that still expects the old id would otherwise
+// accept its decisions), and a table of another deployment, or one older
+// than the column, refuses the INSERT (another id; no such column).
 //
-// A caller may use the checked form only once it has read, through the same
-// connection as its decisions, that the table checks its id (ReadIDChecked).
-// A session with check_constraint_checks = 0 would skip the CHECK, so the
-// checked INSERT writes NULL into table_id there (RefusedUnchecked).
+// A caller may use this checked form once it has read, with the id, that
+// the table has exactly this reference (ReadIDChecked). A session with
+// foreign_key_checks = 0 would skip the check, so the checked INSERT writes
+// NULL into table_id there (RefusedUnchecked). The default keeps every
+// other writer's rows valid ('A' keys, older clients): they still check
+// through the subquery.
 //
 // PostgreSQL keeps the subquery: there it also checks that the id row is
-// beside the decision table the search path resolves (schema.go), which a
-// CHECK copied into a temporary table would not.
+// beside the decision table the search path resolves (schema.go).
 
-// tableIDColumn is the decision table's copy of its id.
+// tableIDColumn is the decision table's reference to its id.
 const tableIDColumn = "table_id"
 
-// idCheckSuffix ends the name of the CHECK constraint on tableIDColumn.
+// idCheckSuffix ends the name of the foreign key on tableIDColumn.
 const idCheckSuffix = "_table"
 
-// idCheckLockWait bounds how long Ensure waits for the table to itself to
-// add the check (open commit points hold it shared until they end; while the
+// idCheckLockWait bounds how long AddIDCheck waits for the tables' metadata
+// locks (open commit points hold them shared until they end; while the
 // ALTER waits, new statements on the table queue behind it). It gives up
-// after this and leaves the table as it was: a later Ensure adds it.
+// after this and leaves the table as it was: a later call adds it.
 const idCheckLockWait = time.Second
 
 func (t table) idCheckName() string { return t.name + idCheckSuffix }
 
 // IDCheckedQuery is the query ReadIDChecked sends: one row of two columns,
-// the id (a string) and 1 when the decision table checks that id itself, else
-// 0. For callers that read through their own connections.
+// the id (a string) and 1 when the decision table references that id
+// itself (the foreign key), else 0. For callers that read through their own
+// connections.
 func IDCheckedQuery(d rm.Driver) string { return defaultTable.idCheckedQuery(d) }
 
 func (t table) idCheckedQuery(d rm.Driver) string {
 	if d != rm.MySQL {
 		return "SELECT id, 0 FROM " + t.id
 	}
-	// The clause as MariaDB stores it, exactly: anything else (another id,
-	// a looser condition) is not the check.
-	return "SELECT i.id, (SELECT count(*) FROM information_schema.CHECK_CONSTRAINTS c WHERE c.CONSTRAINT_SCHEMA = DATABASE() AND c.TABLE_NAME = '" + t.name +
-		"' AND c.CONSTRAINT_NAME = '" + t.idCheckName() + "' AND c.CHECK_CLAUSE = concat('`" + tableIDColumn + "` = ''', i.id, '''')) FROM " + t.id + " i"
+	return "SELECT i.id, (SELECT count(*) FROM information_schema.KEY_COLUMN_USAGE k WHERE k.CONSTRAINT_SCHEMA = DATABASE() AND k.TABLE_SCHEMA = DATABASE() AND k.TABLE_NAME = '" + t.name +
+		"' AND k.CONSTRAINT_NAME = '" + t.idCheckName() + "' AND k.COLUMN_NAME = '" + tableIDColumn + "' AND k.REFERENCED_TABLE_SCHEMA = DATABASE() AND k.REFERENCED_TABLE_NAME = '" + t.id +
+		"' AND k.REFERENCED_COLUMN_NAME = 'id') FROM " + t.id + " i"
 }
 
 // ReadIDChecked returns the id of the decision table q reaches, as ReadID,
-// and whether that table checks the id itself (Commit.TableChecked may be
-// set for decisions sent through the same connection). Always false on
+// and whether that table references the id itself (Commit.TableChecked may
+// be set for decisions sent through the same connection). Always false on
 // PostgreSQL.
 func ReadIDChecked(ctx context.Context, q RowQuerier, d rm.Driver) (xid.Owner, bool, error) {
 	return defaultTable.readIDChecked(ctx, q, d)
@@ -81,7 +85,7 @@ func (t table) readIDChecked(ctx context.Context, q RowQuerier, d rm.Driver) (xi
 	var s string
 	var n int
 	if err := q.QueryRowContext(ctx, t.idCheckedQuery(d)).Scan(&s, &n); err != nil {
-		return xid.Owner{}, false, fmt.Errorf("decision: read whether %s checks its id: %w", t.name, err)
+		return xid.Owner{}, false, fmt.Errorf("decision: read whether %s references its id: %w", t.name, err)
 	}
 	if s != id.String() {
 		return xid.Owner{}, false, fmt.Errorf("decision: the id of %s changed while it was read (%s, then %s): inspect %s", t.name, id, s, t.id)
@@ -89,33 +93,56 @@ func (t table) readIDChecked(ctx context.Context, q RowQuerier, d rm.Driver) (xi
 	return id, n == 1, nil
 }
 
-// addIDCheck gives a MySQL/MariaDB decision table its id check (id is the
-// one of its id table) if it has none. It looks first, so that a table that
-// has it is never locked. It never fails Ensure: a table without the check
-// is valid (decisions check through the subquery), so a user without ALTER,
-// a lock held past idCheckLockWait, or a table whose column names another
-// id (the id row was replaced: worth a look, not a refusal here) leave it
-// as it is.
-func (t table) addIDCheck(ctx context.Context, db *sql.DB, d rm.Driver, id xid.Owner) {
+// AddIDCheck gives a MySQL/MariaDB decision table (made by Ensure, with its
+// id row) its reference to its id, if it has none: a unique key on the id
+// table's id, the column table_id (DEFAULT the id) and the foreign key. It
+// looks first, so that a table that has it is never altered; it waits at
+// most idCheckLockWait for the tables, and adds the key without checking
+// the rows (foreign_key_checks = 0 for that statement only: every row has
+// the default, the id), so that MariaDB builds it in place without copying
+// the table. Nothing on PostgreSQL. A table without the reference stays
+// valid (decisions check through the subquery), so callers may treat an
+// error as a warning: it says what is missing and what to run.
+func AddIDCheck(ctx context.Context, db *sql.DB, d rm.Driver) error {
+	return defaultTable.addIDCheck(ctx, db, d)
+}
+
+func (t table) addIDCheck(ctx context.Context, db *sql.DB, d rm.Driver) error {
 	if d != rm.MySQL {
-		return
+		return nil
 	}
-	if _, checked, err := t.readIDChecked(ctx, db, d); err != nil || checked {
-		return
+	id, checked, err := t.readIDChecked(ctx, db, d)
+	if err != nil || checked {
+		return err
 	}
-	var cols int
-	q := "SELECT count(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '" + t.name + "' AND COLUMN_NAME = '" + tableIDColumn + "'"
-	if err := db.QueryRowContext(ctx, q).Scan(&cols); err != nil {
-		return
+	var cols, keys int
+	q := "SELECT (SELECT count(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '" + t.name + "' AND COLUMN_NAME = '" + tableIDColumn + "'), " +
+		"(SELECT count(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '" + t.id + "' AND INDEX_NAME = '" + t.id + "_id')"
+	if err := db.QueryRowContext(ctx, q).Scan(&cols, &keys); err != nil {
+		return fmt.Errorf("decision: look for %s.%s: %w", t.name, tableIDColumn, err)
 	}
-	check := "ADD CONSTRAINT " + t.idCheckName() + " CHECK (" + tableIDColumn + " = " + ownerLiteral(id) + ")"
-	alter := "ALTER TABLE " + t.name + " WAIT " + fmt.Sprint(int(idCheckLockWait.Seconds())) + " "
+	wait := " WAIT " + fmt.Sprint(int(idCheckLockWait.Seconds())) + " "
+	var stmts []string
+	if keys == 0 {
+		stmts = append(stmts, "ALTER TABLE "+t.id+wait+"ADD UNIQUE KEY "+t.id+"_id (id)")
+	}
+	fk := "ADD CONSTRAINT " + t.idCheckName() + " FOREIGN KEY (" + tableIDColumn + ") REFERENCES " + t.id + " (id)"
 	if cols == 0 {
-		alter += "ADD COLUMN " + tableIDColumn + " CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT " + ownerLiteral(id) + ", " + check
+		fk = "ADD COLUMN " + tableIDColumn + " CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT " + ownerLiteral(id) + ", " + fk
 	} else {
-		alter += check
+		// A column without the key (a half-made earlier attempt): its
+		// default must be this id for the rows other writers add.
+		fk = "ALTER COLUMN " + tableIDColumn + " SET DEFAULT " + ownerLiteral(id) + ", " + fk
 	}
-	// An error leaves the table as it was: another process added the check
-	// first, no ALTER privilege, a lock held too long (see above).
-	_, _ = db.ExecContext(ctx, alter)
+	stmts = append(stmts, "SET STATEMENT foreign_key_checks = 0 FOR ALTER TABLE "+t.name+wait+fk)
+	for _, s := range stmts {
+		if _, err := db.ExecContext(ctx, s); err != nil && myCode(err) != myDupKeyName && myCode(err) != myDupColumn {
+			return fmt.Errorf("decision: give %s its reference to its id (%s): %w; decisions still check the id, through %s (slower); "+
+				"run tandem init-rm as a user allowed to ALTER both tables, when no long transaction holds them", t.name, s, err, t.id)
+		}
+	}
+	if _, checked, err := t.readIDChecked(ctx, db, d); err != nil || !checked {
+		return errors.Join(fmt.Errorf("decision: %s still has no reference to its id after adding it (another process may be adding it)", t.name), err)
+	}
+	return nil
 }

@@ -18,12 +18,26 @@ func (c *cp) checkedCommit(ctx context.Context, want xid.Owner) error {
 	return err
 }
 
-// On MariaDB, Ensure gives the decision table its own id check (a column
-// whose CHECK names the id): ReadIDChecked says so, and a commit point that
-// names the id it expects in that column commits without the id table's
-// subquery, while one that expects another id is refused by the table
-// itself and commits nothing. PostgreSQL keeps the subquery (its check also
-// places the id row beside the decision table on the search path).
+// refusedAndNothingCommitted checks that err is the refusal want and that
+// c committed nothing.
+func (c *cp) refusedAndNothingCommitted(t *testing.T, ctx context.Context, err error, want, what string) {
+	t.Helper()
+	if why, ok := Refused(err); !ok || why != want {
+		t.Fatalf("%s: %v (refused %v %q), want %q", what, err, ok, why, want)
+	}
+	c.exec(t, ctx, "ROLLBACK")
+	if c.e.rowVisible(t, c.row) || c.e.decisionRows(t, c.g) != 0 {
+		t.Fatalf("%s: the refused commit committed something", what)
+	}
+}
+
+// On MariaDB, AddIDCheck gives the decision table a reference to its id (a
+// foreign key): ReadIDChecked says so, and a commit point that names the
+// id it expects in that column commits without the id table's subquery,
+// while one that expects another id, or runs on a session with
+// foreign-key checks off, is refused by the database and commits nothing.
+// PostgreSQL keeps the subquery (its check also places the id row beside
+// the decision table on the search path).
 func TestTableChecksItsOwnID(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *dbEnv) {
 		ctx := testCtx(t)
@@ -54,36 +68,60 @@ func TestTableChecksItsOwnID(t *testing.T) {
 		}
 
 		bad := e.beginCP(t, ctx)
-		err = bad.checkedCommit(ctx, xid.NewOwner())
-		if why, ok := Refused(err); !ok || why != RefusedWrongTable {
-			t.Fatalf("checked commit expecting another id: %v (refused %v %q), want RefusedWrongTable", err, ok, why)
-		}
-		bad.exec(t, ctx, "ROLLBACK")
-		if e.rowVisible(t, bad.row) || e.decisionRows(t, bad.g) != 0 {
-			t.Fatal("the refused checked commit committed something")
-		}
+		bad.refusedAndNothingCommitted(t, ctx, bad.checkedCommit(ctx, xid.NewOwner()), RefusedWrongTable, "checked commit expecting another id")
 
-		// A session that turned CHECK constraints off cannot use the form.
 		off := e.beginCP(t, ctx)
-		off.exec(t, ctx, "SET SESSION check_constraint_checks = 0")
-		err = off.checkedCommit(ctx, xid.NewOwner())
-		if why, ok := Refused(err); !ok || why != RefusedUnchecked {
-			t.Fatalf("checked commit on a session with check_constraint_checks = 0: %v (refused %v %q), want RefusedUnchecked", err, ok, why)
-		}
-		off.exec(t, ctx, "ROLLBACK")
-		if e.rowVisible(t, off.row) || e.decisionRows(t, off.g) != 0 {
-			t.Fatal("the refused unchecked commit committed something")
-		}
+		off.exec(t, ctx, "SET SESSION foreign_key_checks = 0")
+		off.refusedAndNothingCommitted(t, ctx, off.checkedCommit(ctx, xid.NewOwner()), RefusedUnchecked, "checked commit on a session with foreign_key_checks = 0")
 	})
 }
 
-// A MariaDB decision table made before the id check (by an older Tandem, or
-// the Java or Python client's DDL) refuses the checked form (it has no such
+// The id row cannot change under the decisions that name it: with a
+// decision row in the table, the id table refuses an UPDATE or DELETE of
+// its row. And a table whose id was replaced while it had no rows (the
+// only way to re-key it) refuses a commit point that still expects the old
+// id: the reference compares with the id table, not with a copy.
+func TestTheIDCannotChangeUnderItsDecisions(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *dbEnv) {
+		if e.d != rm.MySQL {
+			t.Skip("MariaDB only")
+		}
+		ctx := testCtx(t)
+		c := e.beginCP(t, ctx)
+		if err := c.checkedCommit(ctx, e.id); err != nil {
+			t.Fatal(err)
+		}
+		other := xid.NewOwner()
+		for _, s := range []string{
+			"UPDATE " + e.tab.id + " SET id = " + ownerLiteral(other),
+			"DELETE FROM " + e.tab.id,
+		} {
+			if _, err := e.db.ExecContext(ctx, s); err == nil {
+				t.Fatalf("%s with a decision naming the id: accepted", s)
+			}
+		}
+		if got, err := e.tab.readID(ctx, e.db, e.d); err != nil || got != e.id {
+			t.Fatalf("the id after the refused changes: %s %v, want %s", got, err, e.id)
+		}
+
+		if _, err := e.db.ExecContext(ctx, "DELETE FROM "+e.tab.name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.db.ExecContext(ctx, "UPDATE "+e.tab.id+" SET id = "+ownerLiteral(other)); err != nil {
+			t.Fatalf("re-keying an empty table: %v", err)
+		}
+		late := e.beginCP(t, ctx)
+		late.refusedAndNothingCommitted(t, ctx, late.checkedCommit(ctx, e.id), RefusedWrongTable, "checked commit expecting the id the table had")
+	})
+}
+
+// A MariaDB decision table made before the reference (by an older Tandem,
+// or the Java or Python client's DDL) refuses the checked form (no such
 // column: another table than expected, as far as the form can tell) and
-// gains the check on the next Ensure, keeping its rows; the subquery form
+// gains the reference from AddIDCheck, keeping its rows; the subquery form
 // and a recoverer's key still work on it afterwards (the column's default
 // is the id).
-func TestEnsureAddsTheIDCheckToAnOldTable(t *testing.T) {
+func TestAddIDCheckToAnOldTable(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *dbEnv) {
 		if e.d != rm.MySQL {
 			t.Skip("MariaDB only")
@@ -98,20 +136,16 @@ func TestEnsureAddsTheIDCheckToAnOldTable(t *testing.T) {
 			t.Fatalf("the subquery form on an old table: %v", err)
 		}
 		c := e.beginCP(t, ctx)
-		err := c.checkedCommit(ctx, e.id)
-		if why, ok := Refused(err); !ok || why != RefusedWrongTable {
-			t.Fatalf("checked commit on an old table: %v (refused %v %q), want RefusedWrongTable", err, ok, why)
-		}
-		c.exec(t, ctx, "ROLLBACK")
-		if e.rowVisible(t, c.row) || e.decisionRows(t, c.g) != 0 {
-			t.Fatal("the refused checked commit committed something")
-		}
+		c.refusedAndNothingCommitted(t, ctx, c.checkedCommit(ctx, e.id), RefusedWrongTable, "checked commit on an old table")
 
-		if err := e.tab.ensure(ctx, e.db, e.d); err != nil {
-			t.Fatalf("Ensure on an old table: %v", err)
+		if err := e.tab.addIDCheck(ctx, e.db, e.d); err != nil {
+			t.Fatalf("AddIDCheck on an old table: %v", err)
 		}
 		if _, checked, err := e.tab.readIDChecked(ctx, e.db, e.d); err != nil || !checked {
-			t.Fatalf("after Ensure: checked %v (%v), want true", checked, err)
+			t.Fatalf("after AddIDCheck: checked %v (%v), want true", checked, err)
+		}
+		if err := e.tab.addIDCheck(ctx, e.db, e.d); err != nil {
+			t.Fatalf("AddIDCheck again: %v", err)
 		}
 		if o, found := e.lookupMust(t, old.g); !found || o != Committed {
 			t.Fatalf("the old row after the migration: %v %v", o, found)
@@ -130,11 +164,11 @@ func TestEnsureAddsTheIDCheckToAnOldTable(t *testing.T) {
 	})
 }
 
-// Adding the check needs the table to itself for a moment; Ensure never
-// waits long for an open commit point to get it: it gives up within its
-// bound, leaves the table as it was (the subquery form works), and adds the
-// check on a later Ensure.
-func TestEnsureDoesNotWaitLongToAddTheIDCheck(t *testing.T) {
+// Adding the reference needs the tables to itself for a moment;
+// AddIDCheck never waits long for an open commit point to get them: it
+// gives up within its bound with an error that says what to run, leaves
+// the table as it was (the subquery form works), and adds it later.
+func TestAddIDCheckDoesNotWaitLong(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *dbEnv) {
 		if e.d != rm.MySQL {
 			t.Skip("MariaDB only")
@@ -144,32 +178,36 @@ func TestEnsureDoesNotWaitLongToAddTheIDCheck(t *testing.T) {
 		open := e.beginCP(t, ctx)
 		open.insertC(t, ctx)
 		start := time.Now()
-		if err := e.tab.ensure(ctx, e.db, e.d); err != nil {
-			t.Fatalf("Ensure while a commit point is open: %v", err)
+		err := e.tab.addIDCheck(ctx, e.db, e.d)
+		if took := time.Since(start); took > 2*idCheckLockWait+3*time.Second {
+			t.Fatalf("AddIDCheck waited %s for an open commit point, want at most about %s", took, 2*idCheckLockWait)
 		}
-		if took := time.Since(start); took > idCheckLockWait+3*time.Second {
-			t.Fatalf("Ensure waited %s for an open commit point, want at most about %s", took, idCheckLockWait)
+		if err == nil || !strings.Contains(err.Error(), "tandem init-rm") {
+			t.Fatalf("AddIDCheck while a commit point is open: %v, want an error saying what to run", err)
 		}
 		if _, checked, err := e.tab.readIDChecked(ctx, e.db, e.d); err != nil || checked {
 			t.Fatalf("with a commit point open: checked %v (%v), want the table left as it was", checked, err)
 		}
 		open.exec(t, ctx, "COMMIT")
 		if o, found := e.lookupMust(t, open.g); !found || o != Committed {
-			t.Fatalf("the open commit point after Ensure gave up: %v %v", o, found)
+			t.Fatalf("the open commit point after AddIDCheck gave up: %v %v", o, found)
 		}
-		if err := e.tab.ensure(ctx, e.db, e.d); err != nil {
-			t.Fatal(err)
-		}
-		if _, checked, err := e.tab.readIDChecked(ctx, e.db, e.d); err != nil || !checked {
-			t.Fatalf("Ensure with nothing open: checked %v (%v), want true", checked, err)
+		if err := e.tab.addIDCheck(ctx, e.db, e.d); err != nil {
+			t.Fatalf("AddIDCheck with nothing open: %v", err)
 		}
 	})
 }
 
-// dropIDCheck makes e's table as it was before the id check existed.
+// dropIDCheck makes e's table as it was before the reference existed.
 func (e *dbEnv) dropIDCheck(t *testing.T, ctx context.Context) {
 	t.Helper()
-	if _, err := e.db.ExecContext(ctx, "ALTER TABLE "+e.tab.name+" DROP CONSTRAINT "+e.tab.idCheckName()+", DROP COLUMN "+tableIDColumn); err != nil {
-		t.Fatal(err)
+	for _, s := range []string{
+		"ALTER TABLE " + e.tab.name + " DROP FOREIGN KEY " + e.tab.idCheckName(),
+		"ALTER TABLE " + e.tab.name + " DROP COLUMN " + tableIDColumn,
+		"ALTER TABLE " + e.tab.id + " DROP KEY " + e.tab.id + "_id",
+	} {
+		if _, err := e.db.ExecContext(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
 	}
 }

@@ -18,8 +18,8 @@ import (
 //	no such table        42P01 undefined_table    1146 ER_NO_SUCH_TABLE
 //	column exists        42701 duplicate_column   1060 ER_DUP_FIELDNAME
 //	no such column       42703 undefined_column   1054 ER_BAD_FIELD_ERROR
-//	CHECK failed         23514 check_violation    4025 ER_CONSTRAINT_FAILED
-//	no such constraint   42704 undefined_object   4028 ER_CONSTRAINT_NOT_FOUND (MariaDB)
+//	no parent row        23503 foreign_key_violation 1452 ER_NO_REFERENCED_ROW_2
+//	key name exists      42P07 duplicate_table    1061 ER_DUP_KEYNAME
 const (
 	myDupEntry    = 1062
 	myBadNull     = 1048
@@ -28,7 +28,8 @@ const (
 	myNoSuchTable = 1146
 	myDupColumn   = 1060
 	myBadField    = 1054
-	myCheckFailed = 4025
+	myNoParent    = 1452
+	myDupKeyName  = 1061
 )
 
 func pgCode(err error) string {
@@ -77,9 +78,10 @@ func isUnknownColumn(err error, col string) bool {
 	return errors.As(err, &m) && m.Number == myBadField && strings.Contains(m.Message, "'"+col+"'")
 }
 
-// isIDCheckFailed reports whether err is a decision table's id check
-// refusing a row (MariaDB names the constraint, <table>_table).
+// isIDCheckFailed reports whether err is a decision table's reference to
+// its id refusing a row: the id table beside it holds another id (MariaDB
+// names the key and its column).
 func isIDCheckFailed(err error) bool {
 	var m *mysql.MySQLError
-	return errors.As(err, &m) && m.Number == myCheckFailed && strings.Contains(m.Message, idCheckSuffix+"` failed")
+	return errors.As(err, &m) && m.Number == myNoParent && strings.Contains(m.Message, idCheckSuffix+"` FOREIGN KEY (`"+tableIDColumn+"`) REFERENCES")
 }

@@ -99,10 +99,10 @@ func (t table) ddl(d rm.Driver) []string {
 // Ensure creates the decision table and its id table if they do not exist,
 // gives the id table its one row (a random id, xid.NewOwner) if it has none,
 // and adds the participants column to a decision table made before it
-// existed (NOT NULL DEFAULT ”: the old rows name no participants), and on
-// MySQL/MariaDB the table's own id check (idcheck.go) when it can get the
-// table to itself within a second. Several processes may call it at once: one id row is made, and every caller then
-// reads the same id (ReadID).
+// existed (NOT NULL DEFAULT ”: the old rows name no participants).
+// Several processes may call it at once: one id row is made, and every
+// caller then reads the same id (ReadID). The table's reference to its id
+// (MariaDB) is AddIDCheck's, run by the coordinator and tandem init-rm.
 func Ensure(ctx context.Context, db *sql.DB, d rm.Driver) error {
 	return defaultTable.ensure(ctx, db, d)
 }
@@ -129,8 +129,7 @@ func (t table) ensure(ctx context.Context, db *sql.DB, d rm.Driver) error {
 	// decision wait behind it. So: a plain read first (no lock), and only
 	// if there is no row an insert that does nothing on a duplicate (a
 	// shared lock at most). Of concurrent inserts the constant key admits one.
-	if id, err := t.readID(ctx, db, d); err == nil {
-		t.addIDCheck(ctx, db, d, id)
+	if _, err := t.readID(ctx, db, d); err == nil {
 		return nil
 	} else if errors.Is(err, ErrWrongTable) {
 		return err // the two tables in different schemas (schema.go): no row to add
@@ -142,11 +141,9 @@ func (t table) ensure(ctx context.Context, db *sql.DB, d rm.Driver) error {
 	if _, err := db.ExecContext(ctx, ins); err != nil {
 		return fmt.Errorf("decision: give %s its id row: %w; the database user needs INSERT on it (or run tandem init-rm as one who has)", t.id, err)
 	}
-	id, err := t.readID(ctx, db, d)
-	if err != nil {
+	if _, err := t.readID(ctx, db, d); err != nil {
 		return fmt.Errorf("decision: give %s its id row: %w", t.id, err)
 	}
-	t.addIDCheck(ctx, db, d, id)
 	return nil
 }
 

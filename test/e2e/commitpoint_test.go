@@ -422,26 +422,29 @@ func TestCommitPointRefusesImplicitCommits(t *testing.T) {
 	}
 }
 
-// MariaDB's decision table checks its own id (a CHECK constraint), which a
-// session can turn off (check_constraint_checks = 0): a commit point on
-// such a session is refused by the database, not decided unchecked, and
-// the transaction rolls back whole. The next one, on a session with the
-// checks on, commits.
-func TestCommitPointRefusesASessionWithoutCheckConstraints(t *testing.T) {
+// MariaDB's decision table references its own id (a foreign key), which a
+// session can turn off (foreign_key_checks = 0): a commit point on such a
+// session is refused by the database, not decided unchecked, and the
+// transaction rolls back whole. The next one, on a session with the checks
+// on, commits.
+func TestCommitPointRefusesASessionWithoutForeignKeyChecks(t *testing.T) {
 	d := openDBs(t)
 	d.table(t, "e2e_cp_nock")
+	if err := decision.AddIDCheck(context.Background(), d.my, rm.MySQL); err != nil {
+		t.Fatal(err)
+	}
 	cli := cpClient(t, d)
 	ctx := context.Background()
 	pgConn, myConn := conns(t, d)
 	tx := cli.Begin()
 	writeBoth(t, ctx, tx, "e2e_cp_nock", 1, pgConn, myConn)
 	bm, _ := tx.Branch(ctx, "maria", myConn)
-	if _, err := bm.ExecContext(ctx, "SET SESSION check_constraint_checks = 0"); err != nil {
+	if _, err := bm.ExecContext(ctx, "SET SESSION foreign_key_checks = 0"); err != nil {
 		t.Fatal(err)
 	}
 	_, err := tx.Commit(ctx)
-	if !errors.Is(err, client.ErrAborted) || !strings.Contains(err.Error(), "check_constraint_checks") {
-		t.Fatalf("Commit on a session without CHECK constraints = %v, want ErrAborted naming check_constraint_checks", err)
+	if !errors.Is(err, client.ErrAborted) || !strings.Contains(err.Error(), "foreign_key_checks") {
+		t.Fatalf("Commit on a session without foreign-key checks = %v, want ErrAborted naming foreign_key_checks", err)
 	}
 	if d.count(t, d.pg, "e2e_cp_nock", 1) != 0 || d.count(t, d.my, "e2e_cp_nock", 1) != 0 {
 		t.Fatal("a row of the refused transaction is visible")
@@ -449,7 +452,7 @@ func TestCommitPointRefusesASessionWithoutCheckConstraints(t *testing.T) {
 	if left := d.preparedFor(t, tx.GTRID().String()); len(left) != 0 {
 		t.Errorf("left prepared: %v", left)
 	}
-	if _, err := myConn.ExecContext(ctx, "SET SESSION check_constraint_checks = 1"); err != nil {
+	if _, err := myConn.ExecContext(ctx, "SET SESSION foreign_key_checks = 1"); err != nil {
 		t.Fatal(err)
 	}
 	tx = cli.Begin()

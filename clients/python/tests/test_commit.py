@@ -206,10 +206,10 @@ def test_too_old_transaction_is_refused_by_the_commit_point(db, coordinator):
     cli.close()
 
 
-def test_a_session_without_check_constraints_is_refused(db, coordinator):
-    # MariaDB's decision table checks its own id (the coordinator's Ensure
-    # added the CHECK), so the client decides without the id table's
-    # subquery; a session that turned CHECK constraints off would skip the
+def test_a_session_without_foreign_key_checks_is_refused(db, coordinator):
+    # MariaDB's decision table references its own id (the coordinator added
+    # the foreign key), so the client decides without the id table's
+    # subquery; a session that turned foreign-key checks off would skip the
     # check: refused, nothing commits.
     db.table("py_nock")
     cli = make_client(db, coordinator)
@@ -220,11 +220,11 @@ def test_a_session_without_check_constraints_is_refused(db, coordinator):
     tx = cli.begin()
     my = db.my_conn()
     with my.cursor() as c:
-        c.execute("SET SESSION check_constraint_checks = 0")
+        c.execute("SET SESSION foreign_key_checks = 0")
     write_both(tx, db, "py_nock", 2, my=my)
     with pytest.raises(tandem.Aborted) as e:
         tx.commit()
-    assert "check_constraint_checks" in str(e.value)
+    assert "foreign_key_checks" in str(e.value)
     assert db.count("pg", "py_nock", 2) == 0 and db.count("maria", "py_nock", 2) == 0 and db.prepared_for(tx.gtrid) == []
     cli.close()
 

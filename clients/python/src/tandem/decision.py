@@ -65,12 +65,12 @@ REFUSED_WRONG_TABLE = (
     "wrong schema, database or server"
 )
 REFUSED_UNCHECKED = (
-    "the session has CHECK constraints turned off (check_constraint_checks = 0), "
+    "the session has foreign-key checks turned off (foreign_key_checks = 0), "
     "which the decision table's id check needs: turn them back on"
 )
 
-# The MariaDB decision table's own copy of its id (the Go package's
-# idcheck.go): a column whose CHECK constraint <table>_table names the id.
+# The MariaDB decision table's reference to its id (the Go package's
+# idcheck.go): a column with a foreign key <table>_table to the id.
 TABLE_ID_COLUMN = "table_id"
 
 
@@ -206,10 +206,11 @@ def commit_statements(
     parts = checked_value(d, string_literal(d, format_participants(participants)), table)
     cols = "gtrid, outcome, began_at, participants"
     if d == MYSQL and table_checked and table:
-        # The table's CHECK compares the id (read_id_checked); a session that
-        # turned CHECK constraints off writes NULL, which NOT NULL refuses.
+        # The table's foreign key compares the id (id_checked_query); a
+        # session that turned foreign-key checks off writes NULL, which NOT
+        # NULL refuses.
         cols += ", " + TABLE_ID_COLUMN
-        parts = string_literal(d, format_participants(participants)) + ", IF(@@check_constraint_checks = 1, " + _owner_literal(table) + ", NULL)"
+        parts = string_literal(d, format_participants(participants)) + ", IF(@@foreign_key_checks = 1, " + _owner_literal(table) + ", NULL)"
     if d == MYSQL:
         out = [
             "INSERT INTO " + TABLE_NAME + " (" + cols + ") VALUES (" + _literal(gtrid) + ", 'C', "
@@ -272,14 +273,15 @@ def durability_query(d: str) -> str:
 
 
 def id_checked_query(d: str) -> str:
-    """One row: the id and 1 when the decision table checks that id itself
-    (MariaDB; decision.IDCheckedQuery, the same text), else 0."""
+    """One row: the id and 1 when the decision table references that id
+    itself (MariaDB: its foreign key; decision.IDCheckedQuery, the same
+    text), else 0."""
     if d != MYSQL:
         return "SELECT id, 0 FROM " + ID_TABLE_NAME
     return (
-        "SELECT i.id, (SELECT count(*) FROM information_schema.CHECK_CONSTRAINTS c WHERE c.CONSTRAINT_SCHEMA = DATABASE() AND c.TABLE_NAME = '"
-        + TABLE_NAME + "' AND c.CONSTRAINT_NAME = '" + TABLE_NAME + "_table' AND c.CHECK_CLAUSE = concat('`" + TABLE_ID_COLUMN
-        + "` = ''', i.id, '''')) FROM " + ID_TABLE_NAME + " i"
+        "SELECT i.id, (SELECT count(*) FROM information_schema.KEY_COLUMN_USAGE k WHERE k.CONSTRAINT_SCHEMA = DATABASE() AND k.TABLE_SCHEMA = DATABASE() AND k.TABLE_NAME = '"
+        + TABLE_NAME + "' AND k.CONSTRAINT_NAME = '" + TABLE_NAME + "_table' AND k.COLUMN_NAME = '" + TABLE_ID_COLUMN
+        + "' AND k.REFERENCED_TABLE_SCHEMA = DATABASE() AND k.REFERENCED_TABLE_NAME = '" + ID_TABLE_NAME + "' AND k.REFERENCED_COLUMN_NAME = 'id') FROM " + ID_TABLE_NAME + " i"
     )
 
 
@@ -378,8 +380,10 @@ def refused(e: Optional[BaseException]) -> Optional[str]:
     if _is_bad_null(e, "participants"):
         return REFUSED_WRONG_TABLE
     msg = _db.my_message(e)
-    if (_db.my_code(e) == 4025 and "_table` failed" in msg) or (_db.my_code(e) == 1054 and "'" + TABLE_ID_COLUMN + "'" in msg):
-        return REFUSED_WRONG_TABLE  # the table's own id check, or a table older than it
+    if (_db.my_code(e) == 1452 and "_table` FOREIGN KEY (`" + TABLE_ID_COLUMN + "`) REFERENCES" in msg) or (
+        _db.my_code(e) == 1054 and "'" + TABLE_ID_COLUMN + "'" in msg
+    ):
+        return REFUSED_WRONG_TABLE  # the table's reference to its id, or a table older than it
     if _is_bad_null(e, TABLE_ID_COLUMN):
         return REFUSED_UNCHECKED
     return None

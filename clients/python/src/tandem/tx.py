@@ -1062,7 +1062,7 @@ class Tx:
             # failed, so the commit point's transaction did not commit.
             cp.rm.cp.give_back(forget)
             why = decision.refused(derr)
-            if why == decision.REFUSED_WRONG_TABLE and checked:
+            if why in (decision.REFUSED_WRONG_TABLE, decision.REFUSED_UNCHECKED) and checked:
                 with cp.rm.id_mu:
                     cp.rm.self_checked = False  # the next decision asks the id table, which says whether it is
             reason = "the commit point %s could not record the decision" % cp.rm.name

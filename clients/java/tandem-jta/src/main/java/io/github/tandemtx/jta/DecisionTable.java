@@ -55,10 +55,10 @@ final class DecisionTable {
     static final String UNKNOWN_ID = "0".repeat(32);
 
     /** The reason {@link #refused} gives for a duplicate key. */
-    /** The MariaDB decision table's own copy of its id (the Go package's idcheck.go). */
+    /** The MariaDB decision table's reference to its id (the Go package's idcheck.go). */
     static final String TABLE_ID_COLUMN = "table_id";
-    /** The session turned CHECK constraints off, which the table's own id check needs. */
-    static final String REFUSED_UNCHECKED = "the session has CHECK constraints turned off (check_constraint_checks = 0),"
+    /** The session turned foreign-key checks off, which the table's reference to its id needs. */
+    static final String REFUSED_UNCHECKED = "the session has foreign-key checks turned off (foreign_key_checks = 0),"
             + " which the decision table's id check needs: turn them back on";
     static final String REFUSED_DUPLICATE = "a decision row for the gtrid exists (a recoverer recorded abort)";
     /** The reason {@link #refused} gives for the age or durability check. */
@@ -108,20 +108,20 @@ final class DecisionTable {
 
     /**
      * As {@link #commitStatements(Dialect, String, Duration, String, String, String)};
-     * tableChecked: the MariaDB table checks its own id ({@link #readIdChecked}),
+     * tableChecked: the MariaDB table references its own id ({@link #readIdChecked}),
      * so the INSERT writes the expected id into its table_id column, whose
-     * CHECK refuses another, instead of reading the id table in a subquery
-     * (the Go package's Commit.TableChecked; a session with
-     * check_constraint_checks = 0 writes NULL there: {@link #REFUSED_UNCHECKED}).
+     * foreign key to the id table refuses another, instead of reading the id
+     * table in a subquery (the Go package's Commit.TableChecked; a session with
+     * foreign_key_checks = 0 writes NULL there: {@link #REFUSED_UNCHECKED}).
      */
     static List<String> commitStatements(Dialect d, String gtrid, Duration maxAge, String table, boolean tableChecked, String participants, String xa) {
         checkGtrid(gtrid);
         String us = Long.toString(maxAge.toNanos() / 1000);
         String parts = checkedValue(stringLiteral(d, participants), table);
         String cols = "gtrid, outcome, began_at, participants";
-        if (d == Dialect.MARIADB && tableChecked) {
+        if (d == Dialect.MARIADB && tableChecked && table != null) {
             cols += ", " + TABLE_ID_COLUMN;
-            parts = stringLiteral(d, participants) + ", IF(@@check_constraint_checks = 1, '" + TandemXid.checkOwner(table) + "', NULL)";
+            parts = stringLiteral(d, participants) + ", IF(@@foreign_key_checks = 1, '" + TandemXid.checkOwner(table) + "', NULL)";
         }
         if (d == Dialect.MARIADB) {
             return List.of("INSERT INTO " + NAME + " (" + cols + ") VALUES ('" + gtrid + "', 'C', "
@@ -196,13 +196,14 @@ final class DecisionTable {
     }
 
     /**
-     * Whether x is a MariaDB decision table's own id check refusing a row
-     * (its CHECK constraint, named &lt;table&gt;_table), or a table without
-     * that column (older than the check): another table than the one read.
+     * Whether x is a MariaDB decision table's reference to its id refusing a
+     * row (its foreign key, &lt;table&gt;_table: the id table holds another
+     * id), or a table without that column (older than the reference):
+     * another table than the one read.
      */
     private static boolean isIdCheckFailed(SQLException x) {
         String m = x.getMessage() == null ? "" : x.getMessage();
-        return x.getErrorCode() == 4025 && m.contains("_table` failed")
+        return x.getErrorCode() == 1452 && m.contains("_table` FOREIGN KEY (`" + TABLE_ID_COLUMN + "`) REFERENCES")
                 || x.getErrorCode() == 1054 && m.contains("'" + TABLE_ID_COLUMN + "'");
     }
 
@@ -262,19 +263,19 @@ final class DecisionTable {
 
     /**
      * The id of the decision table c reaches ({@link #readId}) and, on
-     * MariaDB, whether that table checks the id itself: a CHECK constraint
-     * &lt;table&gt;_table whose clause is exactly {@code `table_id` = '<id>'}
-     * (the Go package's ReadIDChecked, the same query). A server without
-     * that catalog answers false.
+     * MariaDB, whether that table references the id itself: a foreign key
+     * &lt;table&gt;_table from its table_id to the id table's id (the Go
+     * package's ReadIDChecked, the same query). A server without that
+     * catalog answers false.
      */
     static IdChecked readIdChecked(Connection c, Dialect d) throws SQLException {
         String id = readId(c);
         if (d != Dialect.MARIADB) {
             return new IdChecked(id, false);
         }
-        String q = "SELECT i.id, (SELECT count(*) FROM information_schema.CHECK_CONSTRAINTS c WHERE c.CONSTRAINT_SCHEMA = DATABASE() AND c.TABLE_NAME = '"
-                + NAME + "' AND c.CONSTRAINT_NAME = '" + NAME + "_table' AND c.CHECK_CLAUSE = concat('`" + TABLE_ID_COLUMN
-                + "` = ''', i.id, '''')) FROM " + ID_NAME + " i";
+        String q = "SELECT i.id, (SELECT count(*) FROM information_schema.KEY_COLUMN_USAGE k WHERE k.CONSTRAINT_SCHEMA = DATABASE() AND k.TABLE_SCHEMA = DATABASE() AND k.TABLE_NAME = '"
+                + NAME + "' AND k.CONSTRAINT_NAME = '" + NAME + "_table' AND k.COLUMN_NAME = '" + TABLE_ID_COLUMN
+                + "' AND k.REFERENCED_TABLE_SCHEMA = DATABASE() AND k.REFERENCED_TABLE_NAME = '" + ID_NAME + "' AND k.REFERENCED_COLUMN_NAME = 'id') FROM " + ID_NAME + " i";
         try (Statement st = c.createStatement(); ResultSet rs = st.executeQuery(q)) {
             if (!rs.next() || !id.equals(rs.getString(1))) {
                 return new IdChecked(id, false);

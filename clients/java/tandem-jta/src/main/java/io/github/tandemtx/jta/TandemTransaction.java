@@ -765,7 +765,7 @@ public final class TandemTransaction implements Transaction {
         } catch (SQLException e) {
             TandemTracing.end(dspan, e);
             String why = DecisionTable.refused(e);
-            if (DecisionTable.REFUSED_WRONG_TABLE.equals(why) && checked) {
+            if ((DecisionTable.REFUSED_WRONG_TABLE.equals(why) || DecisionTable.REFUSED_UNCHECKED.equals(why)) && checked) {
                 point.info.forgetTableChecked(); // the next decision asks the id table, which says whether it is
             }
             if (DecisionTable.REFUSED_WRONG_TABLE.equals(why)) {

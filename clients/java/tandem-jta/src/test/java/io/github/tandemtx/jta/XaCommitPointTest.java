@@ -152,14 +152,14 @@ class XaCommitPointTest {
     }
 
     /**
-     * MariaDB's decision table checks its own id (the coordinator's Ensure
-     * gave it a CHECK at start): the data source reads that with the id and
+     * MariaDB's decision table references its own id (the coordinator gave
+     * it a foreign key at start): the data source reads that with the id and
      * decides without the id table's subquery, so a session that turned
-     * CHECK constraints off (which would skip the check) is refused, and
+     * foreign-key checks off (which would skip the check) is refused, and
      * nothing commits.
      */
     @Test
-    void aSessionWithoutCheckConstraintsIsRefused() throws Exception {
+    void aSessionWithoutForeignKeyChecksIsRefused() throws Exception {
         try (TandemTransactionManager tm = tm();
                 TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
                 TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource())) {
@@ -171,7 +171,7 @@ class XaCommitPointTest {
             String g = CommitPointTest.gtrid(tm);
             try (Connection b = maria.getConnection(); Connection a = pg.getConnection()) {
                 try (Statement st = b.createStatement()) {
-                    st.execute("SET SESSION check_constraint_checks = 0");
+                    st.execute("SET SESSION foreign_key_checks = 0");
                 }
                 CommitPointTest.insert(b, id);
                 CommitPointTest.insert(a, id);
