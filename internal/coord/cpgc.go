@@ -136,6 +136,18 @@ func (c *Coordinator) ensureTable(name string) {
 		return
 	}
 	c.tableReady[name] = true
+	// The table's reference to its id (MariaDB) makes every decision
+	// cheaper; without it decisions check through the id table, so a
+	// failure (a lock held past a second, no ALTER privilege) is a warning,
+	// tried again at the next start.
+	if a, ok := c.decisions().(interface {
+		AddIDCheck(ctx context.Context, rm string) error
+	}); ok {
+		if err := a.AddIDCheck(ctx, name); err != nil && c.ctx.Err() == nil {
+			c.logger.Warn("the decision table has no reference to its id yet: decisions at this RM check the id through the id table (slower); "+
+				"tried again at the next start, or run tandem init-rm --rm "+name+"=DRIVER:DSN", "rm", name, "error", err)
+		}
+	}
 }
 
 // sweepOnce deletes, on every RM (the 'C' rows: of the next page of its pass

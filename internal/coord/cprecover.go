@@ -151,15 +151,14 @@ type dbTables map[string]*rm.Conn
 
 func (t dbTables) Ensure(ctx context.Context, name string) error {
 	c := t[name]
-	if err := dtable.Ensure(ctx, c.DB(), c.Dialect().Driver()); err != nil {
-		return rmErr(c, err)
-	}
-	// The table's reference to its id (MariaDB) makes every decision
-	// cheaper; without it decisions check through the id table, so a
-	// failure (a lock held past a second, no ALTER privilege) is left to
-	// tandem init-rm, which reports it, and to the next start.
-	_ = dtable.AddIDCheck(ctx, c.DB(), c.Dialect().Driver())
-	return nil
+	return rmErr(c, dtable.Ensure(ctx, c.DB(), c.Dialect().Driver()))
+}
+
+// AddIDCheck gives RM name's decision table its reference to its id
+// (decision.AddIDCheck; nothing on PostgreSQL).
+func (t dbTables) AddIDCheck(ctx context.Context, name string) error {
+	c := t[name]
+	return rmErr(c, dtable.AddIDCheck(ctx, c.DB(), c.Dialect().Driver()))
 }
 
 func (t dbTables) ID(ctx context.Context, name string) (xid.Owner, error) {
