@@ -112,8 +112,11 @@ func (t table) addIDCheck(ctx context.Context, db *sql.DB, d rm.Driver) error {
 		return nil
 	}
 	id, checked, err := t.readIDChecked(ctx, db, d)
-	if err != nil || checked {
+	if err != nil {
 		return err
+	}
+	if checked {
+		return t.repairIDDefault(ctx, db, id)
 	}
 	var cols, keys int
 	q := "SELECT (SELECT count(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '" + t.name + "' AND COLUMN_NAME = '" + tableIDColumn + "'), " +
@@ -122,9 +125,13 @@ func (t table) addIDCheck(ctx context.Context, db *sql.DB, d rm.Driver) error {
 		return fmt.Errorf("decision: look for %s.%s: %w", t.name, tableIDColumn, err)
 	}
 	wait := " WAIT " + fmt.Sprint(int(idCheckLockWait.Seconds())) + " "
+	// In place, never a copy of the table, and never blocking writes while
+	// the index is built: a server that cannot refuses, and the table stays
+	// as it was.
+	const online = ", ALGORITHM=INPLACE, LOCK=NONE"
 	var stmts []string
 	if keys == 0 {
-		stmts = append(stmts, "ALTER TABLE "+t.id+wait+"ADD UNIQUE KEY "+t.id+"_id (id)")
+		stmts = append(stmts, "ALTER TABLE "+t.id+wait+"ADD UNIQUE KEY "+t.id+"_id (id)"+online)
 	}
 	fk := "ADD CONSTRAINT " + t.idCheckName() + " FOREIGN KEY (" + tableIDColumn + ") REFERENCES " + t.id + " (id)"
 	if cols == 0 {
@@ -134,7 +141,7 @@ func (t table) addIDCheck(ctx context.Context, db *sql.DB, d rm.Driver) error {
 		// default must be this id for the rows other writers add.
 		fk = "ALTER COLUMN " + tableIDColumn + " SET DEFAULT " + ownerLiteral(id) + ", " + fk
 	}
-	stmts = append(stmts, "SET STATEMENT foreign_key_checks = 0 FOR ALTER TABLE "+t.name+wait+fk)
+	stmts = append(stmts, "SET STATEMENT foreign_key_checks = 0 FOR ALTER TABLE "+t.name+wait+fk+online)
 	for _, s := range stmts {
 		if _, err := db.ExecContext(ctx, s); err != nil && myCode(err) != myDupKeyName && myCode(err) != myDupColumn {
 			return fmt.Errorf("decision: give %s its reference to its id (%s): %w; decisions still check the id, through %s (slower); "+
@@ -143,6 +150,29 @@ func (t table) addIDCheck(ctx context.Context, db *sql.DB, d rm.Driver) error {
 	}
 	if _, checked, err := t.readIDChecked(ctx, db, d); err != nil || !checked {
 		return errors.Join(fmt.Errorf("decision: %s still has no reference to its id after adding it (another process may be adding it)", t.name), err)
+	}
+	return nil
+}
+
+// repairIDDefault makes table_id's default the current id (the rows that
+// writers omitting the column add: 'A' keys, older clients, the subquery
+// form). The id can change only while no decision row names it (a table
+// emptied, then re-keyed), and the old default would then make every such
+// insert fail the foreign key. SET DEFAULT changes only the table's
+// definition.
+func (t table) repairIDDefault(ctx context.Context, db *sql.DB, id xid.Owner) error {
+	var def sql.NullString
+	q := "SELECT COLUMN_DEFAULT FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '" + t.name + "' AND COLUMN_NAME = '" + tableIDColumn + "'"
+	if err := db.QueryRowContext(ctx, q).Scan(&def); err != nil {
+		return fmt.Errorf("decision: read the default of %s.%s: %w", t.name, tableIDColumn, err)
+	}
+	if def.Valid && (def.String == ownerLiteral(id) || def.String == id.String()) {
+		return nil
+	}
+	s := "ALTER TABLE " + t.name + " WAIT " + fmt.Sprint(int(idCheckLockWait.Seconds())) + " ALTER COLUMN " + tableIDColumn + " SET DEFAULT " + ownerLiteral(id)
+	if _, err := db.ExecContext(ctx, s); err != nil {
+		return fmt.Errorf("decision: %s.%s defaults to %s, not the table's id %s (the id was replaced): %s: %w; until it is fixed, "+
+			"keys and older clients' decisions fail there: run tandem init-rm as a user allowed to ALTER it", t.name, tableIDColumn, def.String, id, s, err)
 	}
 	return nil
 }

@@ -112,6 +112,20 @@ func TestTheIDCannotChangeUnderItsDecisions(t *testing.T) {
 		}
 		late := e.beginCP(t, ctx)
 		late.refusedAndNothingCommitted(t, ctx, late.checkedCommit(ctx, e.id), RefusedWrongTable, "checked commit expecting the id the table had")
+
+		// Writers that omit table_id (keys, older clients, the subquery
+		// form) get its default, still the old id: AddIDCheck repairs it.
+		if err := e.tab.addIDCheck(ctx, e.db, e.d); err != nil {
+			t.Fatalf("AddIDCheck after a re-key: %v", err)
+		}
+		if o, err := e.tab.resolve(ctx, e.db, e.d, xid.New(), other, time.Second); err != nil || o != Aborted {
+			t.Fatalf("a key after the re-key and AddIDCheck: %v %v", o, err)
+		}
+		sub := e.beginCP(t, ctx)
+		s := e.tab.commitStatements(e.d, Commit{GTRID: sub.g, Table: other, MaxAge: time.Hour})
+		if _, err := sub.conn.ExecContext(ctx, strings.Join(s, "; ")); err != nil {
+			t.Fatalf("the subquery form with the new id after AddIDCheck: %v", err)
+		}
 	})
 }
 

@@ -54,12 +54,12 @@ final class DecisionTable {
     /** The owner id written for a participant whose table id is not known: no sweeper matches it, so the row is kept. */
     static final String UNKNOWN_ID = "0".repeat(32);
 
-    /** The reason {@link #refused} gives for a duplicate key. */
     /** The MariaDB decision table's reference to its id (the Go package's idcheck.go). */
     static final String TABLE_ID_COLUMN = "table_id";
     /** The session turned foreign-key checks off, which the table's reference to its id needs. */
     static final String REFUSED_UNCHECKED = "the session has foreign-key checks turned off (foreign_key_checks = 0),"
             + " which the decision table's id check needs: turn them back on";
+    /** The reason {@link #refused} gives for a duplicate key. */
     static final String REFUSED_DUPLICATE = "a decision row for the gtrid exists (a recoverer recorded abort)";
     /** The reason {@link #refused} gives for the age or durability check. */
     static final String REFUSED_TOO_OLD = "the transaction began longer ago than the maximum transaction age by the database's clock,"
