@@ -227,10 +227,20 @@ func pgOwned(g xid.GTRID, rmName string) string {
 // twoBranches begins a transaction with a write on pg and one on maria.
 func twoBranches(t *testing.T, c *Client) (tx *Tx, pg, maria *fakeDB) {
 	t.Helper()
+	return twoBranchesWith(t, c, nil)
+}
+
+// twoBranchesWith is twoBranches with setup run on the two fake databases
+// before the branches touch them (nil: none).
+func twoBranchesWith(t *testing.T, c *Client, setup func(pg, maria *fakeDB)) (tx *Tx, pg, maria *fakeDB) {
+	t.Helper()
 	ctx := context.Background()
 	tx = c.Begin()
 	pgConn, pg := fakeConnTo(t)
 	myConn, maria := fakeConnTo(t)
+	if setup != nil {
+		setup(pg, maria)
+	}
 	bp, err := tx.Branch(ctx, "pg", pgConn)
 	if err != nil {
 		t.Fatal(err)

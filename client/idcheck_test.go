@@ -18,28 +18,21 @@ import (
 // own id (decision.ReadIDChecked answers 1) when checked is true.
 func checkedBranches(t *testing.T, c *Client, checked bool) (tx *Tx, maria *fakeDB) {
 	t.Helper()
-	ctx := context.Background()
-	pgConn, _ := fakeConnTo(t)
-	myConn, maria := fakeConnTo(t)
-	maria.mu.Lock()
-	maria.selfChecked = checked
-	maria.mu.Unlock()
-	tx = c.Begin()
-	bp, err := tx.Branch(ctx, "pg", pgConn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bm, err := tx.Branch(ctx, "maria", myConn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bp.ExecContext(ctx, "UPDATE a SET v = 1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bm.ExecContext(ctx, "UPDATE b SET v = 2"); err != nil {
-		t.Fatal(err)
-	}
+	tx, _, maria = twoBranchesWith(t, c, func(_, maria *fakeDB) {
+		maria.mu.Lock()
+		maria.selfChecked = checked
+		maria.mu.Unlock()
+	})
 	return tx, maria
+}
+
+// wantDecision checks that maria's last statements are want.
+func wantDecision(t *testing.T, maria *fakeDB, want []string) {
+	t.Helper()
+	got := maria.log()
+	if len(got) < len(want) || strings.Join(got[len(got)-len(want):], "; ") != strings.Join(want, "; ") {
+		t.Fatalf("maria's decision:\n got %q\nwant %q", got, want)
+	}
 }
 
 // checkedDecision is what the commit point at maria sends to decide g when
@@ -62,10 +55,7 @@ func TestCommitPointUsesTheTablesOwnIDCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := checkedDecision(tx.GTRID())
-		got := maria.log()
-		if got := got[len(got)-len(want):]; strings.Join(got, "; ") != strings.Join(want, "; ") {
-			t.Fatalf("maria's decision:\n got %q\nwant %q", got, want)
-		}
+		wantDecision(t, maria, want)
 		if strings.Contains(want[0], decision.IDTableName) {
 			t.Fatalf("the checked form reads the id table: %s", want[0])
 		}
@@ -76,11 +66,7 @@ func TestCommitPointUsesTheTablesOwnIDCheck(t *testing.T) {
 		if _, err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		want := cpDecision(rm.MySQL, tx.GTRID(), "maria", "pg")
-		got := maria.log()
-		if got := got[len(got)-len(want):]; strings.Join(got, "; ") != strings.Join(want, "; ") {
-			t.Fatalf("maria's decision:\n got %q\nwant %q", got, want)
-		}
+		wantDecision(t, maria, cpDecision(rm.MySQL, tx.GTRID(), "maria", "pg"))
 	})
 	t.Run("refused as the wrong table", func(t *testing.T) {
 		c := cpClient(t)
@@ -96,10 +82,6 @@ func TestCommitPointUsesTheTablesOwnIDCheck(t *testing.T) {
 		if _, err := tx2.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		want := cpDecision(rm.MySQL, tx2.GTRID(), "maria", "pg")
-		got := maria2.log()
-		if got := got[len(got)-len(want):]; strings.Join(got, "; ") != strings.Join(want, "; ") {
-			t.Fatalf("after the refusal, maria's decision:\n got %q\nwant the subquery form %q", got, want)
-		}
+		wantDecision(t, maria2, cpDecision(rm.MySQL, tx2.GTRID(), "maria", "pg")) // the subquery form again
 	})
 }

@@ -106,6 +106,11 @@ func readTableID(ctx context.Context, q rowReader) (xid.Owner, error) {
 		}
 		return xid.Owner{}, fmt.Errorf("read the decision-table id from %s (%w): run `tandem init-rm` on it, or give client.RM.DB, which creates it", decision.IDTableName, err)
 	}
+	return parseTableID(s)
+}
+
+// parseTableID is the id read from the id table, or why it is not one.
+func parseTableID(s string) (xid.Owner, error) {
 	o, err := xid.ParseOwner(s)
 	if err != nil {
 		return xid.Owner{}, fmt.Errorf("the id in %s is not an id (%w): the table was written by something else; inspect it", decision.IDTableName, err)
@@ -125,11 +130,8 @@ func readTableIDChecked(ctx context.Context, q rowReader, d rm.Driver) (xid.Owne
 		id, err := readTableID(ctx, q)
 		return id, false, err
 	}
-	o, err := xid.ParseOwner(s)
-	if err != nil {
-		return xid.Owner{}, false, fmt.Errorf("the id in %s is not an id (%w): the table was written by something else; inspect it", decision.IDTableName, err)
-	}
-	return o, n == 1, nil
+	o, err := parseTableID(s)
+	return o, n == 1 && err == nil, err
 }
 
 func isNoRows(err error) bool {

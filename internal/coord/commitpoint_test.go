@@ -37,28 +37,30 @@ func (l *logBuf) String() string {
 
 // fakeTables is decisionTables in memory: one table per RM name.
 type fakeTables struct {
-	mu        sync.Mutex
-	rows      map[string]map[xid.GTRID]dtable.Outcome
-	pending   map[xid.GTRID]bool // Resolve answers ErrPending (the commit point's transaction holds the key)
-	old       map[xid.GTRID]bool // Rows lists only these (older than its olderThan)
-	lookups   int
-	resolves  int
-	ensured   map[string]int
-	ensureErr error
-	keep      time.Duration // SweepAborts' last keep
-	olderThan time.Duration // Rows' last olderThan
-	forgotten map[string][]xid.GTRID
-	ids       map[string]xid.Owner // each RM's table id
-	parts     map[xid.GTRID]string // the participants column of 'C' rows
-	vanish    map[xid.GTRID]bool   // Resolve answers ErrVanished
-	resolved  map[xid.GTRID]int    // Resolve calls per gtrid
-	veryOld   map[xid.GTRID]bool   // Rows lists only these when asked for rows older than decision.ForgetMinAge
-	rowsLimit int                  // Rows returns at most this many, in gtrid order after its after, as the database does (0: all)
+	mu         sync.Mutex
+	rows       map[string]map[xid.GTRID]dtable.Outcome
+	pending    map[xid.GTRID]bool // Resolve answers ErrPending (the commit point's transaction holds the key)
+	old        map[xid.GTRID]bool // Rows lists only these (older than its olderThan)
+	lookups    int
+	resolves   int
+	ensured    map[string]int
+	ensureErr  error
+	idChecks   map[string]int // AddIDCheck calls
+	idCheckErr error
+	keep       time.Duration // SweepAborts' last keep
+	olderThan  time.Duration // Rows' last olderThan
+	forgotten  map[string][]xid.GTRID
+	ids        map[string]xid.Owner // each RM's table id
+	parts      map[xid.GTRID]string // the participants column of 'C' rows
+	vanish     map[xid.GTRID]bool   // Resolve answers ErrVanished
+	resolved   map[xid.GTRID]int    // Resolve calls per gtrid
+	veryOld    map[xid.GTRID]bool   // Rows lists only these when asked for rows older than decision.ForgetMinAge
+	rowsLimit  int                  // Rows returns at most this many, in gtrid order after its after, as the database does (0: all)
 }
 
 func newFakeTables() *fakeTables {
 	return &fakeTables{rows: map[string]map[xid.GTRID]dtable.Outcome{}, pending: map[xid.GTRID]bool{}, old: map[xid.GTRID]bool{},
-		ensured: map[string]int{}, forgotten: map[string][]xid.GTRID{},
+		ensured: map[string]int{}, idChecks: map[string]int{}, forgotten: map[string][]xid.GTRID{},
 		ids:   map[string]xid.Owner{"pg": xid.NewOwner(), "maria": xid.NewOwner()},
 		parts: map[xid.GTRID]string{}, vanish: map[xid.GTRID]bool{}, resolved: map[xid.GTRID]int{}}
 }
@@ -112,6 +114,13 @@ func (f *fakeTables) Ensure(_ context.Context, rmName string) error {
 	defer f.mu.Unlock()
 	f.ensured[rmName]++
 	return f.ensureErr
+}
+
+func (f *fakeTables) AddIDCheck(_ context.Context, rmName string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.idChecks[rmName]++
+	return f.idCheckErr
 }
 
 func (f *fakeTables) Lookup(_ context.Context, rmName string, g xid.GTRID, table xid.Owner) (dtable.Outcome, bool, error) {
@@ -849,6 +858,32 @@ func TestOpenEnsuresTheDecisionTable(t *testing.T) {
 	f.mu.Unlock()
 	if pg2 != pg+1 {
 		t.Errorf("Ensure on pg called %d more times over two sweeps after it succeeded, want exactly 1 (then remembered)", pg2-pg)
+	}
+}
+
+// Once a decision table exists, Open gives it its reference to its id
+// (decision.AddIDCheck); a failure is a warning naming the RM and tandem
+// init-rm, not a failed start, and the table counts as ready (decisions
+// check the id through the id table meanwhile).
+func TestOpenAddsTheIDCheckAndWarnsWhenItCannot(t *testing.T) {
+	f, s := newFakeTables(), newSettleLog()
+	f.idCheckErr = errors.New("ALTER command denied to user")
+	opts, logs := cpOptions(t, f, s, nil)
+	c := openCP(t, opts)
+	for range 2 {
+		if _, err := c.SweepNow(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.mu.Lock()
+	pg, maria := f.idChecks["pg"], f.idChecks["maria"]
+	f.mu.Unlock()
+	if pg != 1 || maria != 1 {
+		t.Errorf("AddIDCheck calls pg %d maria %d, want one each (after Ensure, then remembered)", pg, maria)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "no reference to its id") || !strings.Contains(out, "tandem init-rm --rm maria=") || !strings.Contains(out, "ALTER command denied") {
+		t.Errorf("no warning naming the RM, the cause and tandem init-rm:\n%s", out)
 	}
 }
 

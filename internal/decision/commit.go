@@ -117,14 +117,16 @@ func (t table) commitStatements(d rm.Driver, c Commit) []string {
 	// Never more than MaxCommitPointAge: the sweep of 'A' rows relies on it
 	// (SweepAborts), whatever a caller passes.
 	us := strconv.FormatInt(min(c.MaxAge, MaxCommitPointAge).Microseconds(), 10)
-	parts := t.checkedValue(d, stringLiteral(d, FormatParticipants(c.Participants)), c.Table)
+	parts := stringLiteral(d, FormatParticipants(c.Participants))
 	cols := "gtrid, outcome, began_at, participants"
 	if d == rm.MySQL && c.TableChecked && !c.Table.IsZero() {
 		// The table's foreign key compares the id (idcheck.go); a session
 		// that turned foreign-key checks off writes NULL, which NOT NULL
 		// refuses.
 		cols += ", " + tableIDColumn
-		parts = stringLiteral(d, FormatParticipants(c.Participants)) + ", IF(@@foreign_key_checks = 1, " + ownerLiteral(c.Table) + ", NULL)"
+		parts += ", IF(@@foreign_key_checks = 1, " + ownerLiteral(c.Table) + ", NULL)"
+	} else {
+		parts = t.checkedValue(d, parts, c.Table)
 	}
 	var out []string
 	if d == rm.MySQL {

@@ -17,7 +17,7 @@ import (
 //	deadlock victim      40P01 deadlock_detected  1213 ER_LOCK_DEADLOCK
 //	no such table        42P01 undefined_table    1146 ER_NO_SUCH_TABLE
 //	column exists        42701 duplicate_column   1060 ER_DUP_FIELDNAME
-//	no such column       42703 undefined_column   1054 ER_BAD_FIELD_ERROR
+//	no such column                                1054 ER_BAD_FIELD_ERROR
 //	no parent row        23503 foreign_key_violation 1452 ER_NO_REFERENCED_ROW_2
 //	key name exists      42P07 duplicate_table    1061 ER_DUP_KEYNAME
 const (
@@ -68,12 +68,9 @@ func isDeadlock(err error) bool { return pgCode(err) == "40P01" || myCode(err) =
 
 func isNoTable(err error) bool { return pgCode(err) == "42P01" || myCode(err) == myNoSuchTable }
 
-// isUnknownColumn reports whether err says the column col does not exist.
+// isUnknownColumn reports whether err is MySQL/MariaDB saying the column
+// col does not exist.
 func isUnknownColumn(err error, col string) bool {
-	var e *pgconn.PgError
-	if errors.As(err, &e) {
-		return e.Code == "42703" && strings.Contains(e.Message, `"`+col+`"`)
-	}
 	var m *mysql.MySQLError
 	return errors.As(err, &m) && m.Number == myBadField && strings.Contains(m.Message, "'"+col+"'")
 }
