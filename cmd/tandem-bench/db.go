@@ -160,6 +160,7 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	traceFile := fs.String("trace-file", "-", "where --trace writes (JSON lines, one transaction each); - is stdout, after the report (with --json, the traces are in the report instead)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (clients and in-process coordinator) to this file (go tool pprof)")
+	memProfile := fs.String("memprofile", "", "write this process's allocation profile (every allocation of the run, sampled) to this file at the end (go tool pprof -sample_index=alloc_space)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -221,6 +222,18 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return fmt.Errorf("--memprofile: %w", err)
+		}
+		defer func() {
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fmt.Fprintf(stderr, "--memprofile: %v\n", err)
+			}
+			f.Close()
+		}()
 	}
 	page, err := createHTML(*htmlFile)
 	if err != nil {
