@@ -568,10 +568,20 @@ public final class TandemTransaction implements Transaction {
             bound |= w.clientSettles;
         }
         AtomicReference<CompletableFuture<Boolean>> settled = new AtomicReference<>();
+        // The early decision is read on this thread, inside the blocking call
+        // (grpc runs a blocking call's callbacks on its caller): the branches
+        // commit here while the coordinator finishes its reply, which waits
+        // in the call until they are done. No hand-off to another thread.
         Runnable onCommitted = bound
                 ? () -> {
                     failpoint.accept("before-client-settles"); // COMMIT durable; nothing settled yet
-                    settled.set(CompletableFuture.supplyAsync(() -> settleOwn(prepared, true), tm.executor()));
+                    CompletableFuture<Boolean> own;
+                    try {
+                        own = CompletableFuture.completedFuture(settleOwn(prepared, true));
+                    } catch (RuntimeException e) {
+                        own = CompletableFuture.failedFuture(e);
+                    }
+                    settled.set(own);
                 }
                 : null;
         setStatus(Status.STATUS_COMMITTING);
