@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-tx/tandem/api"
+	"github.com/tandem-tx/tandem/waits"
 )
 
 // asyncCoordinator answers as the service does under visibility async: the
@@ -51,7 +52,8 @@ func TestAsyncReplyWaitsForTheSessionBoundCommit(t *testing.T) {
 }
 
 func testReplyWaitsForSessionBoundCommit(t *testing.T, f *asyncCoordinator) {
-	c := newClient(t, Config{Coordinator: startCoordinatorServer(t, f)})
+	reg := waits.NewRegistry(waits.SideClient)
+	c := newClient(t, Config{Coordinator: startCoordinatorServer(t, f), Waits: reg})
 	ctx := context.Background()
 	tx := c.Begin()
 	tx.SetOptions(CommitOptions{Visibility: VisibilityAsync, DecideAt: DecideAtCoordinator})
@@ -73,5 +75,13 @@ func testReplyWaitsForSessionBoundCommit(t *testing.T, f *asyncCoordinator) {
 	}
 	if !slices.Contains(maria.log(), "XA COMMIT "+x) {
 		t.Fatalf("Commit returned the MariaDB session while it still held the prepared branch (its XA COMMIT unanswered); statements so far: %q", maria.log())
+	}
+	// The client commits its branch on the call's goroutine, after the early
+	// decision and before reading the reply: that time is the branch's
+	// wait (rm commit prepared), not the coordinator's.
+	s := reg.Snapshot()
+	if cp, cc := s.Get(waits.RMCommitPrepared), s.Get(waits.CoordinatorCommit); cp.Total < 300*time.Millisecond || cc.Count != 1 || cc.Total >= 300*time.Millisecond {
+		t.Errorf("waits: rm commit prepared %d for %v (want at least 300ms), coordinator commit %d for %v (want 1, under 300ms: the client's commit is not the coordinator's)",
+			cp.Count, cp.Total, cc.Count, cc.Total)
 	}
 }

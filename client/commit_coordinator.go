@@ -80,7 +80,11 @@ func (t *Tx) commitTwoPhase(ctx context.Context, all, writers []*Branch, commitR
 			settled <- false
 			return
 		}
-		go func() { settled <- t.settleOwn(ctx, writers, true) }()
+		// Here, on the caller's goroutine, inside the call: the reply waits
+		// in the stream until the branches are committed (no hand-off to
+		// another goroutine; the coordinator's own phase 2, if any, runs
+		// meanwhile).
+		settled <- t.settleOwn(ctx, writers, true)
 	}
 	if !anyClientSettles(writers) {
 		onCommitted = nil
@@ -259,11 +263,13 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 		}
 	}
 	committed := false
-	onHeader := func(md metadata.MD) {
+	onHeader := func(md metadata.MD) bool {
 		if v := md.Get(api.MetadataDecision); !committed && len(v) > 0 && v[0] == api.Outcome_COMMITTED.String() {
 			committed = true
 			onCommitted(len(md.Get(api.MetadataTakenOver)) > 0)
+			return true
 		}
+		return false
 	}
 	backoff := 10 * time.Millisecond
 	// ambiguous is the first attempt that ended without a definite answer:
@@ -304,13 +310,22 @@ func (c *Client) commitRPC(ctx context.Context, req *api.CommitRequest, tr *wait
 		}
 		if !askStatus {
 			trailer = nil
+			// settle is the part of the call onHeader spent committing the
+			// branches, waited for as their own events: not the coordinator's.
+			var settle waits.Span
 			if onCommitted != nil {
-				resp, trailer, err = c.commitStream(ctx, ep, req, onHeader)
+				resp, trailer, settle, err = c.commitStream(ctx, ep, req, onHeader)
 			} else {
 				resp, err = ep.api.Commit(ctx, req, grpc.Trailer(&trailer))
 			}
-			d := c.waits.Since(waits.CoordinatorCommit, start)
-			tr.Add(waits.SideClient, waits.CoordinatorCommit, "", start, d)
+			end := time.Now()
+			c.waits.Record(waits.CoordinatorCommit, end.Sub(start)-settle.Dur)
+			if settle.Dur > 0 {
+				tr.Add(waits.SideClient, waits.CoordinatorCommit, "", start, settle.Start.Sub(start))
+				tr.Add(waits.SideClient, waits.CoordinatorCommit, "", settle.End(), end.Sub(settle.End()))
+			} else {
+				tr.Add(waits.SideClient, waits.CoordinatorCommit, "", start, end.Sub(start))
+			}
 			if traceCoord {
 				for _, v := range trailer.Get(api.MetadataTraceTrailer) {
 					if spans, perr := waitwire.Decode([]byte(v)); perr == nil {
@@ -387,27 +402,33 @@ func (c *Client) gaveUp(ctx context.Context, addr string, ambiguous, last error,
 
 // commitStream makes one Commit call through the stream API, so that the
 // response headers (the early decision) can be read before the reply, which
-// the unary API does not allow. On the wire it is the same unary call.
-func (c *Client) commitStream(ctx context.Context, ep *endpoint, req *api.CommitRequest, onHeader func(metadata.MD)) (*api.CommitResponse, metadata.MD, error) {
+// the unary API does not allow. On the wire it is the same unary call. It
+// also returns when onHeader ran, and for how long, if it reported that it
+// acted on the header (zero otherwise).
+func (c *Client) commitStream(ctx context.Context, ep *endpoint, req *api.CommitRequest, onHeader func(metadata.MD) bool) (*api.CommitResponse, metadata.MD, waits.Span, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := ep.conn.NewStream(ctx, &grpc.StreamDesc{StreamName: "Commit"}, api.Coordinator_Commit_FullMethodName)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, waits.Span{}, err
 	}
 	resp := new(api.CommitResponse)
 	if err := stream.SendMsg(req); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, err
+		return nil, nil, waits.Span{}, err
 	}
 	// io.EOF from SendMsg: the call already ended; RecvMsg returns its status.
 	_ = stream.CloseSend()
+	var in waits.Span
 	if md, err := stream.Header(); err == nil {
-		onHeader(md)
+		start := time.Now()
+		if onHeader(md) {
+			in = waits.Span{Start: start, Dur: time.Since(start)}
+		}
 	}
 	if err := stream.RecvMsg(resp); err != nil {
-		return nil, stream.Trailer(), err
+		return nil, stream.Trailer(), in, err
 	}
-	return resp, stream.Trailer(), nil
+	return resp, stream.Trailer(), in, nil
 }
 
 // refusedClientSettles reports whether err is a coordinator's refusal of
