@@ -249,15 +249,10 @@ func (s *Service) commitEarly(ctx context.Context, req *api.CommitRequest, mode 
 	refs := branchRefs(req.GetBranches())
 	if allClientSettle(req.GetBranches()) {
 		r, err := s.c.Commit(ctx, req.GetGtrid(), refs, mode)
-		if err != nil {
-			return r, err
+		if err == nil {
+			_ = grpc.SetHeader(ctx, decisionHeader(r)) // sent with the reply
 		}
-		md := metadata.Pairs(api.MetadataDecision, outcome(r.Outcome).String())
-		if r.TakenOver {
-			md.Set(api.MetadataTakenOver, "1")
-		}
-		_ = grpc.SetHeader(ctx, md)
-		return r, nil
+		return r, err
 	}
 	decideOnly := mode
 	decideOnly.WaitPhase2 = false
@@ -266,15 +261,21 @@ func (s *Service) commitEarly(ctx context.Context, req *api.CommitRequest, mode 
 	if err != nil {
 		return r, err
 	}
-	md := metadata.Pairs(api.MetadataDecision, outcome(r.Outcome).String())
-	if r.TakenOver {
-		md.Set(api.MetadataTakenOver, "1")
-	}
-	_ = grpc.SendHeader(ctx, md)
+	_ = grpc.SendHeader(ctx, decisionHeader(r)) // sent now
 	if !mode.WaitPhase2 {
 		return r, nil
 	}
 	return s.c.Commit(ctx, req.GetGtrid(), refs, mode)
+}
+
+// decisionHeader is the early decision's header: the outcome of r, and
+// whether the coordinator took the client's branches over.
+func decisionHeader(r coord.Report) metadata.MD {
+	md := metadata.Pairs(api.MetadataDecision, outcome(r.Outcome).String())
+	if r.TakenOver {
+		md.Set(api.MetadataTakenOver, "1")
+	}
+	return md
 }
 
 func clientSettles(bs []*api.Branch) bool {
