@@ -5,12 +5,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
 
 	"github.com/tandem-tx/tandem/api"
 	"github.com/tandem-tx/tandem/internal/coord"
@@ -18,11 +20,46 @@ import (
 	"github.com/tandem-tx/tandem/xid"
 )
 
+// headerTiming is a server stats handler and interceptor that records
+// whether the response headers went out while the handler still ran (sent
+// on their own) or after it returned (with the reply).
+type headerTiming struct {
+	mu            sync.Mutex
+	running       bool
+	headerEarly   bool
+	headerWritten bool
+}
+
+func (h *headerTiming) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (h *headerTiming) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (h *headerTiming) HandleConn(context.Context, stats.ConnStats) {}
+func (h *headerTiming) HandleRPC(_ context.Context, s stats.RPCStats) {
+	if _, ok := s.(*stats.OutHeader); ok {
+		h.mu.Lock()
+		h.headerWritten, h.headerEarly = true, h.running
+		h.mu.Unlock()
+	}
+}
+
+func (h *headerTiming) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	h.mu.Lock()
+	h.running, h.headerWritten, h.headerEarly = true, false, false
+	h.mu.Unlock()
+	resp, err := next(ctx, req)
+	h.mu.Lock()
+	h.running = false
+	h.mu.Unlock()
+	return resp, err
+}
+
 // A client that asks for the early decision reads the durable COMMIT in the
-// reply's headers, whether the coordinator drives a branch itself (the
-// header then comes before the reply) or the client settles every branch
-// (the header then comes with the reply: nothing of the coordinator's lies
-// between them). Under visibility sync and async alike.
+// reply's headers, under visibility sync and async alike. When the
+// coordinator drives a branch itself, the header goes out on its own before
+// the reply; when the client settles every branch, nothing of the
+// coordinator's lies between the decision and the reply, so the header goes
+// out with the reply (one write, and the decision made once).
 func TestEarlyDecisionIsInTheHeaders(t *testing.T) {
 	for _, async := range []bool{false, true} {
 		c, err := coord.Open(coord.Options{Dir: t.TempDir(), NoSync: true, ScanInterval: time.Hour,
@@ -33,7 +70,8 @@ func TestEarlyDecisionIsInTheHeaders(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		srv := grpc.NewServer()
+		timing := &headerTiming{}
+		srv := grpc.NewServer(grpc.StatsHandler(timing), grpc.UnaryInterceptor(timing.intercept))
 		api.RegisterCoordinatorServer(srv, New(c, Defaults{AsyncVisibility: async}))
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -71,6 +109,13 @@ func TestEarlyDecisionIsInTheHeaders(t *testing.T) {
 				t.Errorf("async %v, pg settled by the client %v: reply %v, %v; want COMMITTED", async, pgSettledByClient, resp, err)
 			}
 			cancel()
+			timing.mu.Lock()
+			written, early := timing.headerWritten, timing.headerEarly
+			timing.mu.Unlock()
+			if !written || early == pgSettledByClient {
+				t.Errorf("async %v, pg settled by the client %v: header written %v, before the handler returned %v; want it before only when the coordinator settles a branch",
+					async, pgSettledByClient, written, early)
+			}
 			if r, err := c.Status(context.Background(), g, false); err != nil || r.Outcome != coord.Committed {
 				t.Errorf("Status after the Commit: %+v, %v; want COMMITTED", r, err)
 			}
