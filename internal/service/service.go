@@ -241,13 +241,14 @@ func (s *Service) Health(ctx context.Context, _ *api.HealthRequest) (*api.Health
 // first one's outcome and waits for the same phase 2. The client settles its
 // own branches meanwhile, in parallel with the coordinator's.
 //
-// When the client settles every branch, the coordinator drives no phase 2
-// of its own, so nothing would come between the decision and the reply:
-// the decision is decided once and its header goes out with the reply
-// (one write instead of two; the client reads it as before).
+// When the reply waits for no phase 2 of the coordinator's (visibility
+// async, or the client settles every branch), nothing comes between the
+// decision and the reply: the decision is made once and its header goes
+// out with the reply (one write instead of two; the client reads it as
+// before).
 func (s *Service) commitEarly(ctx context.Context, req *api.CommitRequest, mode coord.CommitMode) (coord.Report, error) {
 	refs := branchRefs(req.GetBranches())
-	if allClientSettle(req.GetBranches()) {
+	if !mode.WaitPhase2 || allClientSettle(req.GetBranches()) {
 		r, err := s.c.Commit(ctx, req.GetGtrid(), refs, mode)
 		if err == nil {
 			_ = grpc.SetHeader(ctx, decisionHeader(r)) // sent with the reply
@@ -256,15 +257,12 @@ func (s *Service) commitEarly(ctx context.Context, req *api.CommitRequest, mode 
 	}
 	decideOnly := mode
 	decideOnly.WaitPhase2 = false
-	decideOnly.MayTakeOver = mode.MayTakeOver && !mode.WaitPhase2 // visibility async only
+	decideOnly.MayTakeOver = false // visibility async only
 	r, err := s.c.Commit(ctx, req.GetGtrid(), refs, decideOnly)
 	if err != nil {
 		return r, err
 	}
 	_ = grpc.SendHeader(ctx, decisionHeader(r)) // sent now
-	if !mode.WaitPhase2 {
-		return r, nil
-	}
 	return s.c.Commit(ctx, req.GetGtrid(), refs, mode)
 }
 
