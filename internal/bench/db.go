@@ -282,16 +282,21 @@ func DB(ctx context.Context, cfg DBConfig) (*DBReport, error) {
 
 // env is one run's shared state.
 type env struct {
-	cfg      *DBConfig
-	rms      [2]*benchRM
-	one      int // index of the RM of 1pc and plain
-	srv      *server.Server
-	coordAt  string
-	logDir   string
-	sb       *standbyPair // xa-standby's coordinator pair
-	sbDir    string
-	sbAt     string // its primary's gRPC address
-	fs       FSInfo
+	cfg     *DBConfig
+	rms     [2]*benchRM
+	one     int // index of the RM of 1pc and plain
+	srv     *server.Server
+	coordAt string
+	logDir  string
+	sb      *standbyPair // xa-standby's coordinator pair
+	sbDir   string
+	sbAt    string // its primary's gRPC address
+	fs      FSInfo
+	// nextID: the last tandem_bench id used. It starts at the run's start
+	// in nanoseconds, above every id an earlier run used (fewer than one a
+	// nanosecond): an earlier run's rows may appear after setup emptied the
+	// table, when whoever resolves the branches it left prepared commits
+	// them, and ids counted from 1 met them (lock waits, duplicate keys).
 	nextID   atomic.Int64
 	workers  []*worker
 	inProc   bool
@@ -317,6 +322,7 @@ func (r *benchRM) ph(i int) string { // placeholder of the i-th argument
 
 func openEnv(ctx context.Context, cfg *DBConfig) (_ *env, err error) {
 	e := &env{cfg: cfg}
+	e.nextID.Store(time.Now().UnixNano())
 	defer func() {
 		if err != nil {
 			e.close()
