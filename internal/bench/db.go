@@ -105,6 +105,10 @@ type DBConfig struct {
 	// Trace: keep the full trace (client and coordinator waits) of this
 	// many transactions per workload, in Report.Traces.
 	Trace int
+	// Slowest: keep the client trace of this many of each workload's
+	// slowest measured transactions, in DBResult.Slowest (the tail, wait
+	// by wait).
+	Slowest int
 	// NoDBCounters leaves out the databases' own sync counters (and the
 	// wait after the run for the late ones; see dbcounters.go).
 	NoDBCounters bool
@@ -219,6 +223,8 @@ func (c *DBConfig) validate() error {
 		return fmt.Errorf("threads %d must be between 1 and 4096", c.Threads)
 	case c.Txns < 0:
 		return fmt.Errorf("txns %d is negative", c.Txns)
+	case c.Slowest < 0 || c.Slowest > 1000:
+		return fmt.Errorf("--slowest %d: keep between 0 and 1000 transactions", c.Slowest)
 	case c.Txns == 0 && c.Duration <= 0:
 		return errors.New("give a positive duration or a number of transactions")
 	case c.OLTPRows < 100:
@@ -741,6 +747,7 @@ type wlState struct {
 	traced  atomic.Int64
 	mu      sync.Mutex
 	traces  []waits.JSONTrace
+	slow    slowest // under mu
 	dbc     counterSample // the databases' counters over this workload's slices
 	slices  []SliceResult
 	act     map[activityKey]uint64 // the databases' sessions sampled during its slices
@@ -754,7 +761,7 @@ type txnFunc func(ctx context.Context, w *worker, st *wlState, tr *waits.Trace, 
 
 func (e *env) newState(ctx context.Context, spec string) (*wlState, error) {
 	name, driver := splitWorkload(spec, e.cfg.PGDriver)
-	st := &wlState{name: name, label: spec, driver: driver, native: driver == PGDriverPgx, reg: waits.NewRegistry(waits.SideClient)}
+	st := &wlState{name: name, label: spec, driver: driver, native: driver == PGDriverPgx, reg: waits.NewRegistry(waits.SideClient), slow: slowest{n: e.cfg.Slowest}}
 	switch name {
 	case WorkloadSQL:
 		st.run = txnSQL
@@ -852,7 +859,7 @@ func (e *env) run(ctx context.Context) (*DBReport, error) {
 				return nil, err
 			}
 		}
-		*st = wlState{name: st.name, label: st.label, driver: st.driver, native: st.native, run: st.run, cli: st.cli, reg: st.reg}
+		*st = wlState{name: st.name, label: st.label, driver: st.driver, native: st.native, run: st.run, cli: st.cli, reg: st.reg, slow: slowest{n: e.cfg.Slowest}}
 		st.reg.Reset()
 	}
 	if e.counters != nil {
@@ -1075,6 +1082,7 @@ func (e *env) slice(ctx context.Context, st *wlState, stopAt time.Time, budget *
 			var calls uint64
 			var lat, uncov time.Duration
 			var lastErr error
+			slow := slowest{n: e.cfg.Slowest}
 			for ctx.Err() == nil {
 				if budget != nil {
 					if budget.Add(-1) < 0 {
@@ -1122,8 +1130,12 @@ func (e *env) slice(ctx context.Context, st *wlState, stopAt time.Time, budget *
 					st.traces = append(st.traces, tr.JSON())
 					st.mu.Unlock()
 				}
+				if measure {
+					slow.offer(d, tr)
+				}
 			}
 			st.mu.Lock()
+			st.slow.merge(&slow)
 			st.hist.Merge(&h)
 			st.sliceHist.Merge(&h)
 			st.txns += txns

@@ -47,6 +47,9 @@ type DBResult struct {
 	CoordinatorWaits []waits.JSONEvent `json:"coordinator_waits,omitempty"`
 	LastError        string            `json:"last_error,omitempty"`
 	Traces           []waits.JSONTrace `json:"traces,omitempty"`
+	// Slowest are the client traces of the slowest transactions
+	// (DBConfig.Slowest), slowest first; elapsed_us is each one's latency.
+	Slowest []waits.JSONTrace `json:"slowest,omitempty"`
 	// DBCounters are the databases' own sync counters over this workload's
 	// slices (server-wide: DBReport.DBCountersNote), per RM in order.
 	DBCounters []DBCounter `json:"db_counters,omitempty"`
@@ -134,7 +137,7 @@ func (e *env) report(states []*wlState, m machineUseT) *DBReport {
 	}
 	for _, st := range states {
 		r := DBResult{Workload: st.label, PGDriver: st.driver, Threads: e.cfg.Threads, Txns: st.txns, Errors: st.errs,
-			ElapsedS: round(st.elapsed.Seconds(), 3), RMRoundtripsPerTxn: map[string]float64{}, Traces: st.traces,
+			ElapsedS: round(st.elapsed.Seconds(), 3), RMRoundtripsPerTxn: map[string]float64{}, Traces: st.traces, Slowest: st.slow.traces(),
 			Slices: st.slices, Latency: st.hist.Bins(4)}
 		if st.elapsed > 0 {
 			r.TPS = round(float64(st.txns)/st.elapsed.Seconds(), 1)
@@ -266,6 +269,7 @@ func (r *DBReport) WriteTable(w io.Writer) error {
 		if x.LastError != "" {
 			fmt.Fprintf(w, "last error: %s\n", x.LastError)
 		}
+		writeSlowest(w, x)
 	}
 	if r.Standby != nil {
 		return r.Standby.WriteTable(w)

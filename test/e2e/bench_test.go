@@ -110,6 +110,7 @@ type benchResult struct {
 	Txns                   uint64             `json:"txns"`
 	Errors                 uint64             `json:"errors"`
 	LastError              string             `json:"last_error"`
+	Slowest                []waits.JSONTrace  `json:"slowest"`
 	ElapsedS               float64            `json:"elapsed_s"`
 	TPS                    float64            `json:"tps"`
 	P50ms                  float64            `json:"p50_ms"`
@@ -312,11 +313,25 @@ func TestBenchXAAgainstRaw2PC(t *testing.T) {
 // The other workloads: sql and plain make no coordinator call and commit
 // locally; 1pc commits in one phase; oltp is a global transaction.
 func TestBenchOtherWorkloads(t *testing.T) {
-	loose, rep := runBench(t, "--compare", "sql,1pc", "--txns", "200", "--threads", "2")
+	loose, rep := runBench(t, "--compare", "sql,1pc", "--txns", "200", "--threads", "2", "--slowest", "3")
 	checkFields(t, loose, true)
 	sql, one := rep.Results[0], rep.Results[1]
 	checkSane(t, sql, 2)
 	checkSane(t, one, 2)
+	// --slowest: each workload's 3 slowest measured transactions (after
+	// the warm-up), slowest first, none faster than the median, each with
+	// its client waits.
+	for _, r := range []benchResult{sql, one} {
+		if len(r.Slowest) != 3 {
+			t.Errorf("%s: %d slowest transactions, want 3", r.Workload, len(r.Slowest))
+			continue
+		}
+		for i, tr := range r.Slowest {
+			if tr.ElapsedUs < r.P50ms*1000*0.99 || (i > 0 && tr.ElapsedUs > r.Slowest[i-1].ElapsedUs) || len(tr.Waits) == 0 {
+				t.Errorf("%s: slowest %d: %v µs with %d waits (p50 %v ms; the one before %v µs)", r.Workload, i, tr.ElapsedUs, len(tr.Waits), r.P50ms, r.Slowest[max(i-1, 0)].ElapsedUs)
+			}
+		}
+	}
 	if sql.RoundtripsPerTxn != 4 || sql.wait("rm commit").Count != 2*sql.Txns || sql.wait("rm roundtrip").Count != 2*sql.Txns {
 		t.Errorf("sql: %v round trips, waits %+v", sql.RoundtripsPerTxn, sql.Waits)
 	}
