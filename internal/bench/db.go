@@ -747,7 +747,7 @@ type wlState struct {
 	traced  atomic.Int64
 	mu      sync.Mutex
 	traces  []waits.JSONTrace
-	slow    slowest // under mu
+	slow    slowest       // under mu
 	dbc     counterSample // the databases' counters over this workload's slices
 	slices  []SliceResult
 	act     map[activityKey]uint64 // the databases' sessions sampled during its slices
