@@ -85,3 +85,74 @@ func TestCommitPointUsesTheTablesOwnIDCheck(t *testing.T) {
 		wantDecision(t, maria2, cpDecision(rm.MySQL, tx2.GTRID(), "maria", "pg")) // the subquery form again
 	})
 }
+
+// Whether a MariaDB table checks its own id is read again once the reading
+// is older than selfCheckTTL, on a branch's connection before its
+// transaction: a table that lost its reference since (a copy made with
+// CREATE TABLE … LIKE, an online schema change) gets the subquery form,
+// which the database checks, within that time instead of never. A table
+// that answers with another id is not followed: the known id stays, and
+// the subquery form refuses it.
+func TestSelfCheckIsReadAgain(t *testing.T) {
+	ctx := context.Background()
+	stale := func(c *Client) {
+		info := c.rms["maria"]
+		info.id.mu.Lock()
+		info.id.flagAt = time.Now().Add(-2 * selfCheckTTL)
+		info.id.mu.Unlock()
+	}
+	t.Run("the reference is gone", func(t *testing.T) {
+		c := cpClient(t)
+		tx, maria := checkedBranches(t, c, true)
+		if _, err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wantDecision(t, maria, checkedDecision(tx.GTRID()))
+		// Within the time, the reading stands.
+		tx2, maria2 := checkedBranches(t, c, false)
+		if _, err := tx2.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wantDecision(t, maria2, checkedDecision(tx2.GTRID()))
+		// Past it, the branch's connection is asked again: no reference.
+		stale(c)
+		tx3, maria3 := checkedBranches(t, c, false)
+		if _, err := tx3.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wantDecision(t, maria3, cpDecision(rm.MySQL, tx3.GTRID(), "maria", "pg"))
+		// And once it is back, the checked form again (after the time).
+		stale(c)
+		tx4, maria4 := checkedBranches(t, c, true)
+		if _, err := tx4.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wantDecision(t, maria4, checkedDecision(tx4.GTRID()))
+	})
+	t.Run("another id", func(t *testing.T) {
+		c := cpClient(t)
+		tx, _ := checkedBranches(t, c, true)
+		if _, err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stale(c)
+		other := xid.NewOwner()
+		tx2, _, maria2 := twoBranchesWith(t, c, func(_, maria *fakeDB) {
+			maria.mu.Lock()
+			maria.selfChecked, maria.tableID = true, other
+			maria.mu.Unlock()
+		})
+		if got := c.rms["maria"].knownTableID(); got != fakeTableID {
+			t.Fatalf("known id %s after the table answered %s, want the first, %s", got, other, fakeTableID)
+		}
+		if c.rms["maria"].tableChecked() {
+			t.Error("a table answering another id is taken as checking the known one")
+		}
+		_, _ = tx2.Commit(ctx)
+		for _, s := range maria2.log() {
+			if strings.Contains(s, "table_id") && strings.HasPrefix(s, "INSERT INTO "+decision.TableName) {
+				t.Errorf("decided with the checked form at a table of another id: %s", s)
+			}
+		}
+	})
+}

@@ -19,16 +19,23 @@ import (
 // point's id (their owner), the decision row lists each participant's id,
 // and every statement that writes or reads a decision names the id it
 // expects, which the database compares. The client reads each RM's id once
-// and keeps it.
+// and keeps it; whether a MariaDB table checks that id itself (its foreign
+// key) it reads again every selfCheckTTL.
 
 // idState is what a client knows of one RM's decision-table id.
 type idState struct {
 	mu          sync.Mutex
 	id          xid.Owner // zero: not known
 	selfChecked bool      // the table checks id itself (decision.ReadIDChecked)
+	flagAt      time.Time // when selfChecked was read
 	err         error     // the last failure to read it
 	checked     time.Time // when err was met
 }
+
+// selfCheckTTL is how long a reading of selfChecked stands before a
+// branch's begin reads it again (one query a minute per RM, on one
+// transaction's connection before its begin).
+const selfCheckTTL = time.Minute
 
 // idRetry is how long a failure to read an id is kept before trying again.
 const idRetry = 5 * time.Second
@@ -41,7 +48,14 @@ func (c *Client) tableID(ctx context.Context, info *rmInfo, conn rowReader) (xid
 	s := &info.id
 	s.mu.Lock()
 	id, err, checked := s.id, s.err, s.checked
+	reread := !id.IsZero() && conn != nil && info.dialect.Driver() == rm.MySQL && time.Since(s.flagAt) >= selfCheckTTL
+	if reread {
+		s.flagAt = time.Now() // this caller reads it; the others go on
+	}
 	s.mu.Unlock()
+	if reread {
+		rereadSelfCheck(ctx, info, conn, id)
+	}
 	if !id.IsZero() {
 		return id, nil
 	}
@@ -65,17 +79,39 @@ func (c *Client) tableID(ctx context.Context, info *rmInfo, conn rowReader) (xid
 		err = fmt.Errorf("rm %q: %w", info.name, err)
 	}
 	s.mu.Lock()
-	s.id, s.selfChecked, s.err, s.checked = id, tableChecked, err, time.Now()
+	s.id, s.selfChecked, s.err, s.checked, s.flagAt = id, tableChecked, err, time.Now(), time.Now()
 	s.mu.Unlock()
 	return id, err
 }
 
+// rereadSelfCheck reads again, through conn, whether info's MariaDB table
+// checks its own id (a table can lose its reference: a copy made with
+// CREATE TABLE … LIKE, an online schema change). The known id is never
+// replaced: a table that answers another one is another table, which the
+// subquery form refuses (decision.RefusedWrongTable). A failed reading
+// counts as no reference until the next: the subquery form is checked by
+// the database whatever the table has.
+func rereadSelfCheck(ctx context.Context, info *rmInfo, conn rowReader, known xid.Owner) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	id, checked, err := readTableIDChecked(ctx, conn, rm.MySQL)
+	s := &info.id
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.selfChecked = err == nil && id == known && checked
+	s.flagAt = time.Now()
+}
+
 // tableChecked reports whether info's decision table was read to check its
 // id itself (decision.Commit.TableChecked).
+//
+// A reading stands for selfCheckTTL, after which a branch's begin reads it
+// again (tableID); one older than twice that (nothing read it again) no
+// longer counts.
 func (info *rmInfo) tableChecked() bool {
 	info.id.mu.Lock()
 	defer info.id.mu.Unlock()
-	return info.id.selfChecked
+	return info.id.selfChecked && time.Since(info.id.flagAt) < 2*selfCheckTTL
 }
 
 // forgetTableChecked makes later decisions at info check its id through the
