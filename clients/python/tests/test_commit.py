@@ -229,6 +229,45 @@ def test_a_session_without_foreign_key_checks_is_refused(db, coordinator):
     cli.close()
 
 
+def test_the_tables_own_check_is_read_again(db, coordinator):
+    # Whether MariaDB's table checks its id itself is read again once the
+    # reading is SELF_CHECK_TTL old (on a branch's connection before its
+    # begin): a table that lost its foreign key gets the subquery form, which
+    # the database checks, and the checked form again once the key is back.
+    from tandem import client as client_mod
+
+    db.table("py_reread")
+    cli = make_client(db, coordinator)
+    info = cli.rms["maria"]
+
+    def age():
+        with info.id_mu:
+            info.flag_at -= client_mod.SELF_CHECK_TTL
+
+    tx = cli.begin()
+    write_both(tx, db, "py_reread", 1)
+    tx.commit()
+    assert info.self_checked
+    with db.my.cursor() as c:
+        c.execute("ALTER TABLE tandem_decision DROP FOREIGN KEY tandem_decision_table")
+    try:
+        age()
+        tx = cli.begin()
+        write_both(tx, db, "py_reread", 2)
+        assert not info.self_checked, "read again past the TTL: the table has no foreign key now"
+        tx.commit()
+        assert db.count("pg", "py_reread", 2) == 1 and db.count("maria", "py_reread", 2) == 1
+    finally:
+        with db.my.cursor() as c:
+            c.execute("ALTER TABLE tandem_decision ADD CONSTRAINT tandem_decision_table FOREIGN KEY (table_id) REFERENCES tandem_decision_id (id)")
+    age()
+    tx = cli.begin()
+    write_both(tx, db, "py_reread", 3)
+    assert info.self_checked, "the key is back: the checked form again"
+    tx.commit()
+    cli.close()
+
+
 def test_transaction_control_on_postgres_is_refused_before_it_is_sent(db, coordinator):
     db.table("py_txctl")
     cli = make_client(db, coordinator)

@@ -39,6 +39,11 @@ FORGET_AFTER = decision.FORGET_MIN_AGE + 5.0
 CP_RECHECK = 60.0  # how long a negative commit-point answer is kept
 CP_RETRY = 5.0  # how long a transient failure of the checks is kept
 ID_RETRY = 5.0
+# How long a reading of whether a MariaDB decision table checks its own id
+# (its foreign key) stands before a branch's begin reads it again: a table
+# can lose the key (a copy made with CREATE TABLE ... LIKE, an online schema
+# change). One query a minute per RM, on a connection before its begin.
+SELF_CHECK_TTL = 60.0
 CLUSTER_RETRY = 1.0
 RM_PROBE_AGAIN = 5.0
 
@@ -246,10 +251,17 @@ class _RMInfo:
         self.id_err: Optional[BaseException] = None
         self.id_checked = 0.0
         self.self_checked = False  # its table checks the id itself (decision.id_checked_query)
+        self.flag_at = 0.0  # when self_checked was read (time.monotonic)
 
     def known_table_id(self) -> str:
         with self.id_mu:
             return self.id
+
+    def table_checked(self) -> bool:
+        """Whether its table checks the id itself, as last read; a reading older
+        than twice SELF_CHECK_TTL (nothing read it again) no longer counts."""
+        with self.id_mu:
+            return self.self_checked and time.monotonic() - self.flag_at < 2 * SELF_CHECK_TTL
 
 
 class Client:
@@ -538,10 +550,17 @@ class Client:
         connection, outside any transaction) when given, else through
         info.connect."""
         with info.id_mu:
-            if info.id:
-                return info.id
-            if info.id_err is not None and time.monotonic() - info.id_checked < ID_RETRY:
+            known = info.id
+            reread = bool(known) and conn is not None and info.driver == _db.MYSQL and time.monotonic() - info.flag_at >= SELF_CHECK_TTL
+            if reread:
+                info.flag_at = time.monotonic()  # this caller reads it again; the others go on
+            if known and not reread:
+                return known
+            if not known and info.id_err is not None and time.monotonic() - info.id_checked < ID_RETRY:
                 raise info.id_err
+        if reread:
+            self._reread_self_check(info, conn, known)
+            return known
         own = None
         try:
             q = conn
@@ -573,8 +592,23 @@ class Client:
             if own is not None:
                 _db.close_conn(own)
         with info.id_mu:
-            info.id, info.id_err, info.self_checked = ident, None, checked
+            info.id, info.id_err, info.self_checked, info.flag_at = ident, None, checked, time.monotonic()
         return ident
+
+    def _reread_self_check(self, info: _RMInfo, conn: Any, known: str) -> None:
+        """Reads again, through conn, whether info's MariaDB table checks its
+        own id. The known id is never replaced: a table answering another one
+        is another table, which the subquery form refuses. A failed reading
+        counts as no reference until the next: the subquery form is checked by
+        the database whatever the table has."""
+        checked = False
+        try:
+            row = _db.read_row(info.driver, conn, decision.id_checked_query(info.driver))
+            checked = row is not None and str(row[0]).strip() == known and int(row[1]) == 1
+        except Exception:
+            checked = False
+        with info.id_mu:
+            info.self_checked, info.flag_at = checked, time.monotonic()
 
     def _qualifies(self, info: _RMInfo, conn: Any) -> bool:
         """Whether info can be a commit point: its decision table exists, has

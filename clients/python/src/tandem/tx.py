@@ -1041,8 +1041,7 @@ class Tx:
         if cp.rm.connect is None:
             forget = cp.rm.cp.take_forget(time.monotonic())  # no pool: carried by this commit
         xa = cp.id.mysql_xid() if cp.self_cp else ""
-        with cp.rm.id_mu:
-            checked = cp.rm.self_checked
+        checked = cp.rm.table_checked()
         stmts = decision.commit_statements(cp.rm.driver, self.gtrid, cp_id, parts, c.max_txn_age, forget, xa, table_checked=checked)
         decided = time.monotonic()
         self._deciding = True
