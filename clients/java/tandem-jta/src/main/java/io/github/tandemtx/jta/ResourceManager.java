@@ -58,6 +58,15 @@ final class ResourceManager {
     private boolean passing; // the answer may pass by itself (a failed connection)
     private String tableId; // the decision table's id, from the last check that read it; null: not known
     private boolean tableChecked; // that table checks the id itself (MariaDB, DecisionTable.readIdChecked)
+    private long tableCheckedAt; // System.nanoTime when tableChecked was read
+
+    /**
+     * How long a reading of {@link #tableChecked} stands before {@link
+     * #qualifies} reads it again (a table can lose its foreign key: a copy
+     * made with CREATE TABLE … LIKE, an online schema change). One query a
+     * minute per data source, on a connection before its transaction.
+     */
+    static final Duration SELF_CHECK_TTL = Duration.ofMinutes(1);
 
     /** A decided gtrid waiting to be forgotten, and when (System.nanoTime) it was queued. */
     private record Decided(String gtrid, long at) {
@@ -108,9 +117,18 @@ final class ResourceManager {
         return tableId;
     }
 
-    /** Whether the decision table checks its id itself, as the last check read it. */
+    /**
+     * Whether the decision table checks its id itself, as the last check read
+     * it; a reading older than twice {@link #SELF_CHECK_TTL} (nothing read it
+     * again) no longer counts.
+     */
     synchronized boolean tableChecked() {
-        return tableChecked;
+        return tableChecked && System.nanoTime() - tableCheckedAt < 2 * SELF_CHECK_TTL.toNanos();
+    }
+
+    /** Ages the reading of tableChecked (tests: as if read that long ago). */
+    synchronized void ageTableCheckedForTest(Duration d) {
+        tableCheckedAt -= d.toNanos();
     }
 
     /**
@@ -130,12 +148,22 @@ final class ResourceManager {
      * ({@link #tableId}).
      */
     boolean qualifies(Connection c) {
+        boolean reread = false;
         synchronized (this) {
             long age = System.nanoTime() - checkedAt;
             long keep = (passing ? RETRY : RECHECK).toNanos();
             if (checkedAt != 0 && (why == null || age < keep)) {
-                return why == null;
+                if (why != null || dialect != DecisionTable.Dialect.MARIADB || tableId == null
+                        || System.nanoTime() - tableCheckedAt < SELF_CHECK_TTL.toNanos()) {
+                    return why == null;
+                }
+                tableCheckedAt = System.nanoTime(); // this caller reads it again; the others go on
+                reread = true;
             }
+        }
+        if (reread) {
+            rereadTableChecked(c);
+            return true;
         }
         String w;
         String id = null;
@@ -157,6 +185,7 @@ final class ResourceManager {
             if (id != null) {
                 tableId = id;
                 tableChecked = checked;
+                tableCheckedAt = System.nanoTime();
             }
         }
         if (w != null) {
@@ -164,6 +193,31 @@ final class ResourceManager {
                     + " the coordinator decides (checked again later): " + w);
         }
         return w == null;
+    }
+
+    /**
+     * Reads again, through c, whether the decision table checks its own id.
+     * The known id is never replaced: a table answering another one is
+     * another table, which the subquery form refuses. A failed reading counts
+     * as no reference until the next: the subquery form is checked by the
+     * database whatever the table has.
+     */
+    private void rereadTableChecked(Connection c) {
+        boolean checked;
+        String known;
+        synchronized (this) {
+            known = tableId;
+        }
+        try {
+            DecisionTable.IdChecked ic = DecisionTable.readIdChecked(c, dialect);
+            checked = ic.checked() && ic.id().equals(known);
+        } catch (SQLException e) {
+            checked = false;
+        }
+        synchronized (this) {
+            tableChecked = checked;
+            tableCheckedAt = System.nanoTime();
+        }
     }
 
     /** Replaces the cached table id (tests: a data source believed to reach another table). */

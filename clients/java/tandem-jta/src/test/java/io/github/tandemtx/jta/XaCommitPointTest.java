@@ -183,4 +183,46 @@ class XaCommitPointTest {
             assertEquals("", CommitPointTest.decisionRow(TestEnv.maria(), g));
         }
     }
+
+    /**
+     * Whether the table checks its id itself is read again once the reading
+     * is a minute old: a table that lost its foreign key since gets the
+     * subquery form (which the database checks) from then on, and the
+     * checked form again once the key is back. Restores the key in any case.
+     */
+    @Test
+    void theTablesOwnCheckIsReadAgain() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
+                Connection admin = TestEnv.maria()) {
+            ResourceManager rm = maria.resourceManager();
+            CommitPointTest.writeBoth(tm, pg, maria, TandemJtaTest.id());
+            tm.commit();
+            assertTrue(rm.tableChecked(), "MariaDB's decision table checks its id itself");
+            try (Statement st = admin.createStatement()) {
+                st.execute("ALTER TABLE " + DecisionTable.NAME + " DROP FOREIGN KEY " + DecisionTable.NAME + "_table");
+            }
+            try {
+                CommitPointTest.writeBoth(tm, pg, maria, TandemJtaTest.id());
+                tm.commit();
+                assertTrue(rm.tableChecked(), "within the minute, the reading stands");
+                rm.ageTableCheckedForTest(ResourceManager.SELF_CHECK_TTL);
+                String id = TandemJtaTest.id();
+                CommitPointTest.writeBoth(tm, pg, maria, id);
+                assertFalse(rm.tableChecked(), "read again past the minute: the table has no foreign key now");
+                tm.commit();
+                assertTrue(TestEnv.pgHas(id) && TestEnv.mariaHas(id), "committed through the subquery form");
+            } finally {
+                try (Statement st = admin.createStatement()) {
+                    st.execute("ALTER TABLE " + DecisionTable.NAME + " ADD CONSTRAINT " + DecisionTable.NAME + "_table FOREIGN KEY ("
+                            + DecisionTable.TABLE_ID_COLUMN + ") REFERENCES " + DecisionTable.ID_NAME + " (id)");
+                }
+            }
+            rm.ageTableCheckedForTest(ResourceManager.SELF_CHECK_TTL);
+            CommitPointTest.writeBoth(tm, pg, maria, TandemJtaTest.id());
+            assertTrue(rm.tableChecked(), "the key is back: the checked form again");
+            tm.commit();
+        }
+    }
 }
