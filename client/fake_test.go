@@ -39,6 +39,9 @@ type fakeDB struct {
 	// decision.IDCheckedQuery).
 	selfChecked bool
 	readOnly    bool // answer to the read-only query
+	// noAutocommit: the session answers @@autocommit 0 (a pool whose DSN
+	// turned it off).
+	noAutocommit bool
 	closed      int  // connections closed (a released session)
 	// slow: statement → how long it takes before it is logged and answered
 	// (a database that answers late).
@@ -123,6 +126,15 @@ func (c *fakeConn) QueryContext(_ context.Context, q string, _ []driver.NamedVal
 			n = 1
 		}
 		return &fakeRows{vs: []driver.Value{id.String(), n}}, nil
+	}
+	if q == "SELECT @@autocommit, @@in_transaction" {
+		c.db.mu.Lock()
+		ac := int64(1)
+		if c.db.noAutocommit {
+			ac = 0
+		}
+		c.db.mu.Unlock()
+		return &fakeRows{vs: []driver.Value{ac, int64(0)}}, nil
 	}
 	if strings.Contains(q, "txid_current_if_assigned") {
 		c.db.mu.Lock()

@@ -98,7 +98,8 @@ func TestSelfCheckIsReadAgain(t *testing.T) {
 	stale := func(c *Client) {
 		info := c.rms["maria"]
 		info.id.mu.Lock()
-		info.id.flagAt = time.Now().Add(-2 * selfCheckTTL)
+		info.id.flagAt = info.id.flagAt.Add(-selfCheckTTL)
+		info.id.rereadAt = info.id.rereadAt.Add(-selfCheckTTL)
 		info.id.mu.Unlock()
 	}
 	t.Run("the reference is gone", func(t *testing.T) {
@@ -128,6 +129,47 @@ func TestSelfCheckIsReadAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantDecision(t, maria4, checkedDecision(tx4.GTRID()))
+	})
+	t.Run("refused once, never again", func(t *testing.T) {
+		// A pool whose sessions run with foreign_key_checks = 0: the
+		// catalog still lists the key, and a reading again must not turn
+		// the checked form back on to be refused each minute.
+		c := cpClient(t)
+		tx, _ := checkedBranches(t, c, true)
+		if _, err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c.rms["maria"].forgetTableChecked()
+		stale(c)
+		tx2, maria2 := checkedBranches(t, c, true)
+		if _, err := tx2.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wantDecision(t, maria2, cpDecision(rm.MySQL, tx2.GTRID(), "maria", "pg"))
+	})
+	t.Run("a session with autocommit off is not read", func(t *testing.T) {
+		// The reading would open a transaction there, and XA START would
+		// fail: not read, counted as no reference.
+		c := cpClient(t)
+		tx, _ := checkedBranches(t, c, true)
+		if _, err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stale(c)
+		tx2, _, maria2 := twoBranchesWith(t, c, func(_, maria *fakeDB) {
+			maria.mu.Lock()
+			maria.selfChecked, maria.noAutocommit = true, true
+			maria.mu.Unlock()
+		})
+		for _, s := range maria2.log() {
+			if s == decision.IDCheckedQuery(rm.MySQL) {
+				t.Errorf("read on a session with autocommit off: %s", s)
+			}
+		}
+		if c.rms["maria"].tableChecked() {
+			t.Error("a session that could not be read counts as checked")
+		}
+		_ = tx2.Rollback(ctx)
 	})
 	t.Run("another id", func(t *testing.T) {
 		c := cpClient(t)

@@ -27,7 +27,9 @@ type idState struct {
 	mu          sync.Mutex
 	id          xid.Owner // zero: not known
 	selfChecked bool      // the table checks id itself (decision.ReadIDChecked)
-	flagAt      time.Time // when selfChecked was read
+	flagAt      time.Time // when selfChecked was last read (a completed reading)
+	rereadAt    time.Time // when a reading again last began (one at a time)
+	refused     bool      // a table refused the checked form: never again in this process
 	err         error     // the last failure to read it
 	checked     time.Time // when err was met
 }
@@ -48,9 +50,10 @@ func (c *Client) tableID(ctx context.Context, info *rmInfo, conn rowReader) (xid
 	s := &info.id
 	s.mu.Lock()
 	id, err, checked := s.id, s.err, s.checked
-	reread := !id.IsZero() && conn != nil && info.dialect.Driver() == rm.MySQL && time.Since(s.flagAt) >= selfCheckTTL
+	reread := !id.IsZero() && conn != nil && info.dialect.Driver() == rm.MySQL && !s.refused &&
+		time.Since(s.flagAt) >= selfCheckTTL && time.Since(s.rereadAt) >= selfCheckTTL
 	if reread {
-		s.flagAt = time.Now() // this caller reads it; the others go on
+		s.rereadAt = time.Now() // this caller reads it; the others go on
 	}
 	s.mu.Unlock()
 	if reread {
@@ -91,14 +94,26 @@ func (c *Client) tableID(ctx context.Context, info *rmInfo, conn rowReader) (xid
 // subquery form refuses (decision.RefusedWrongTable). A failed reading
 // counts as no reference until the next: the subquery form is checked by
 // the database whatever the table has.
+//
+// It reads only on a session in autocommit mode and outside a transaction
+// (a table-less SELECT first, which opens none): the reading itself would
+// otherwise open a transaction on the application's session, and its XA
+// START would fail. Such a session counts as no reference.
 func rereadSelfCheck(ctx context.Context, info *rmInfo, conn rowReader, known xid.Owner) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	id, checked, err := readTableIDChecked(ctx, conn, rm.MySQL)
+	var autocommit, inTx int64
+	err := conn.readRow(ctx, "SELECT @@autocommit, @@in_transaction", &autocommit, &inTx)
+	checked := false
+	if err == nil && autocommit == 1 && inTx == 0 {
+		var id xid.Owner
+		id, checked, err = readTableIDChecked(ctx, conn, rm.MySQL)
+		checked = checked && err == nil && id == known
+	}
 	s := &info.id
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.selfChecked = err == nil && id == known && checked
+	s.selfChecked = checked && !s.refused
 	s.flagAt = time.Now()
 }
 
@@ -118,9 +133,13 @@ func (info *rmInfo) tableChecked() bool {
 // id table again: a table refused the checked form (another table, one
 // that lost its reference, or a session with foreign-key checks off), and
 // the subquery form says which, or works.
+//
+// For the rest of the process: a reading again does not undo it (the
+// catalog still lists the key while a pool's sessions run with
+// foreign_key_checks = 0, and each would be refused again).
 func (info *rmInfo) forgetTableChecked() {
 	info.id.mu.Lock()
-	info.id.selfChecked = false
+	info.id.selfChecked, info.id.refused = false, true
 	info.id.mu.Unlock()
 }
 
