@@ -42,7 +42,7 @@ type fakeDB struct {
 	// noAutocommit: the session answers @@autocommit 0 (a pool whose DSN
 	// turned it off).
 	noAutocommit bool
-	closed      int  // connections closed (a released session)
+	closed       int // connections closed (a released session)
 	// slow: statement → how long it takes before it is logged and answered
 	// (a database that answers late).
 	slow map[string]time.Duration
