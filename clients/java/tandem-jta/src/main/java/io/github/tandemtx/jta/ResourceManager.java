@@ -58,7 +58,9 @@ final class ResourceManager {
     private boolean passing; // the answer may pass by itself (a failed connection)
     private String tableId; // the decision table's id, from the last check that read it; null: not known
     private boolean tableChecked; // that table checks the id itself (MariaDB, DecisionTable.readIdChecked)
-    private long tableCheckedAt; // System.nanoTime when tableChecked was read
+    private long tableCheckedAt; // System.nanoTime when tableChecked was last read (a completed reading)
+    private long rereadAt; // System.nanoTime when a reading again last began (one at a time); 0: never
+    private boolean refused; // a table refused the checked form: never again in this process
 
     /**
      * How long a reading of {@link #tableChecked} stands before {@link
@@ -126,9 +128,12 @@ final class ResourceManager {
         return tableChecked && System.nanoTime() - tableCheckedAt < 2 * SELF_CHECK_TTL.toNanos();
     }
 
-    /** Ages the reading of tableChecked (tests: as if read that long ago). */
+    /** Ages the reading of tableChecked (tests: as if read, and last read again, that long ago). */
     synchronized void ageTableCheckedForTest(Duration d) {
         tableCheckedAt -= d.toNanos();
+        if (rereadAt != 0) {
+            rereadAt -= d.toNanos();
+        }
     }
 
     /**
@@ -138,6 +143,7 @@ final class ResourceManager {
      */
     synchronized void forgetTableChecked() {
         tableChecked = false;
+        refused = true; // a reading again does not undo it: the catalog still lists the key while sessions run with foreign_key_checks = 0
     }
 
     /**
@@ -153,11 +159,12 @@ final class ResourceManager {
             long age = System.nanoTime() - checkedAt;
             long keep = (passing ? RETRY : RECHECK).toNanos();
             if (checkedAt != 0 && (why == null || age < keep)) {
-                if (why != null || dialect != DecisionTable.Dialect.MARIADB || tableId == null
-                        || System.nanoTime() - tableCheckedAt < SELF_CHECK_TTL.toNanos()) {
+                long now = System.nanoTime();
+                if (why != null || dialect != DecisionTable.Dialect.MARIADB || tableId == null || refused
+                        || now - tableCheckedAt < SELF_CHECK_TTL.toNanos() || (rereadAt != 0 && now - rereadAt < SELF_CHECK_TTL.toNanos())) {
                     return why == null;
                 }
-                tableCheckedAt = System.nanoTime(); // this caller reads it again; the others go on
+                rereadAt = now; // this caller reads it again; the others go on
                 reread = true;
             }
         }
@@ -203,19 +210,28 @@ final class ResourceManager {
      * database whatever the table has.
      */
     private void rereadTableChecked(Connection c) {
-        boolean checked;
+        boolean checked = false;
         String known;
         synchronized (this) {
             known = tableId;
         }
         try {
-            DecisionTable.IdChecked ic = DecisionTable.readIdChecked(c, dialect);
-            checked = ic.checked() && ic.id().equals(known);
+            // Only on a connection in autocommit mode outside a transaction
+            // (a table-less SELECT first, which opens none): the reading would
+            // otherwise open one, and the branch's XA START would fail.
+            boolean idle;
+            try (java.sql.Statement st = c.createStatement(); java.sql.ResultSet rs = st.executeQuery("SELECT @@autocommit, @@in_transaction")) {
+                idle = rs.next() && rs.getLong(1) == 1 && rs.getLong(2) == 0;
+            }
+            if (idle) {
+                DecisionTable.IdChecked ic = DecisionTable.readIdChecked(c, dialect);
+                checked = ic.checked() && ic.id().equals(known);
+            }
         } catch (SQLException e) {
             checked = false;
         }
         synchronized (this) {
-            tableChecked = checked;
+            tableChecked = checked && !refused;
             tableCheckedAt = System.nanoTime();
         }
     }

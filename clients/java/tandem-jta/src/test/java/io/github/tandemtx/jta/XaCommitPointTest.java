@@ -223,6 +223,14 @@ class XaCommitPointTest {
             CommitPointTest.writeBoth(tm, pg, maria, TandemJtaTest.id());
             assertTrue(rm.tableChecked(), "the key is back: the checked form again");
             tm.commit();
+            // A refusal of the checked form (a session with foreign-key checks
+            // off, say) is never undone by a reading again: the catalog still
+            // lists the key, and each such session would be refused again.
+            rm.forgetTableChecked();
+            rm.ageTableCheckedForTest(ResourceManager.SELF_CHECK_TTL);
+            CommitPointTest.writeBoth(tm, pg, maria, TandemJtaTest.id());
+            assertFalse(rm.tableChecked(), "a refusal stands after a reading again");
+            tm.commit();
         }
     }
 }
