@@ -243,6 +243,7 @@ def test_the_tables_own_check_is_read_again(db, coordinator):
     def age():
         with info.id_mu:
             info.flag_at -= client_mod.SELF_CHECK_TTL
+            info.reread_at -= client_mod.SELF_CHECK_TTL
 
     tx = cli.begin()
     write_both(tx, db, "py_reread", 1)
@@ -264,6 +265,15 @@ def test_the_tables_own_check_is_read_again(db, coordinator):
     tx = cli.begin()
     write_both(tx, db, "py_reread", 3)
     assert info.self_checked, "the key is back: the checked form again"
+    tx.commit()
+    # A refusal of the checked form (a session with foreign-key checks off)
+    # is never undone by a reading again: the catalog still lists the key.
+    with info.id_mu:
+        info.self_checked, info.refused = False, True
+    age()
+    tx = cli.begin()
+    write_both(tx, db, "py_reread", 4)
+    assert not info.self_checked, "a refusal stands after a reading again"
     tx.commit()
     cli.close()
 

@@ -251,7 +251,9 @@ class _RMInfo:
         self.id_err: Optional[BaseException] = None
         self.id_checked = 0.0
         self.self_checked = False  # its table checks the id itself (decision.id_checked_query)
-        self.flag_at = 0.0  # when self_checked was read (time.monotonic)
+        self.flag_at = 0.0  # when self_checked was last read (a completed reading; time.monotonic)
+        self.reread_at = -1e18  # when a reading again last began (one at a time)
+        self.refused = False  # a table refused the checked form: never again in this process
 
     def known_table_id(self) -> str:
         with self.id_mu:
@@ -551,9 +553,13 @@ class Client:
         info.connect."""
         with info.id_mu:
             known = info.id
-            reread = bool(known) and conn is not None and info.driver == _db.MYSQL and time.monotonic() - info.flag_at >= SELF_CHECK_TTL
+            now = time.monotonic()
+            reread = (
+                bool(known) and conn is not None and info.driver == _db.MYSQL and not info.refused
+                and now - info.flag_at >= SELF_CHECK_TTL and now - info.reread_at >= SELF_CHECK_TTL
+            )
             if reread:
-                info.flag_at = time.monotonic()  # this caller reads it again; the others go on
+                info.reread_at = now  # this caller reads it again; the others go on
             if known and not reread:
                 return known
             if not known and info.id_err is not None and time.monotonic() - info.id_checked < ID_RETRY:
@@ -603,12 +609,17 @@ class Client:
         the database whatever the table has."""
         checked = False
         try:
-            row = _db.read_row(info.driver, conn, decision.id_checked_query(info.driver))
-            checked = row is not None and str(row[0]).strip() == known and int(row[1]) == 1
+            # Only on a session in autocommit mode outside a transaction (a
+            # table-less SELECT first, which opens none): the reading would
+            # otherwise open one, and the branch's XA START would fail.
+            idle = _db.read_row(info.driver, conn, "SELECT @@autocommit, @@in_transaction")
+            if idle is not None and int(idle[0]) == 1 and int(idle[1]) == 0:
+                row = _db.read_row(info.driver, conn, decision.id_checked_query(info.driver))
+                checked = row is not None and str(row[0]).strip() == known and int(row[1]) == 1
         except Exception:
             checked = False
         with info.id_mu:
-            info.self_checked, info.flag_at = checked, time.monotonic()
+            info.self_checked, info.flag_at = checked and not info.refused, time.monotonic()
 
     def _qualifies(self, info: _RMInfo, conn: Any) -> bool:
         """Whether info can be a commit point: its decision table exists, has

@@ -1063,7 +1063,10 @@ class Tx:
             why = decision.refused(derr)
             if why in (decision.REFUSED_WRONG_TABLE, decision.REFUSED_UNCHECKED) and checked:
                 with cp.rm.id_mu:
-                    cp.rm.self_checked = False  # the next decision asks the id table, which says whether it is
+                    # The next decisions ask the id table, which says whether it
+                    # is, for the rest of the process (a reading again does not
+                    # undo it).
+                    cp.rm.self_checked, cp.rm.refused = False, True
             reason = "the commit point %s could not record the decision" % cp.rm.name
             if why is not None:
                 reason = "the commit point %s refused the decision: %s" % (cp.rm.name, why)
