@@ -157,7 +157,7 @@ func runBenchDB(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the tables")
 	htmlFile := fs.String("html", "", htmlUsage)
 	fs.IntVar(&cfg.Trace, "trace", 0, "keep the full wait trace (client and coordinator) of this many transactions per workload")
-	fs.IntVar(&cfg.Slowest, "slowest", 0, "print each workload's N slowest measured transactions, a line each: their client waits in order, and the time in none (where the tail goes)")
+	fs.IntVar(&cfg.Slowest, "slowest", 0, "print each workload's N slowest committed measured transactions, a line each: their client waits in order, and the time in none (where the tail goes; failed ones are counted as errors, not here)")
 	traceFile := fs.String("trace-file", "-", "where --trace writes (JSON lines, one transaction each); - is stdout, after the report (with --json, the traces are in the report instead)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (clients and in-process coordinator) to this file (go tool pprof)")

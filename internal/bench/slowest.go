@@ -18,6 +18,7 @@ import (
 type slowest struct {
 	n    int
 	txns []slowTxn
+	low  int // index of the fastest kept once n are kept: wants is one comparison
 }
 
 type slowTxn struct {
@@ -31,7 +32,7 @@ func (s *slowest) wants(d time.Duration) bool {
 	if s.n <= 0 {
 		return false
 	}
-	return len(s.txns) < s.n || d > s.txns[s.minAt()].d
+	return len(s.txns) < s.n || d > s.txns[s.low].d
 }
 
 // offer keeps tr, the trace of a transaction that took d, if it is among
@@ -40,36 +41,32 @@ func (s *slowest) offer(d time.Duration, tr *waits.Trace) {
 	if !s.wants(d) {
 		return
 	}
-	t := slowTxn{d: d, tr: tr.JSON()}
-	if len(s.txns) < s.n {
-		s.txns = append(s.txns, t)
-		return
-	}
-	s.txns[s.minAt()] = t
+	s.keep(slowTxn{d: d, tr: tr.JSON()})
 }
 
 // merge offers every transaction o kept.
 func (s *slowest) merge(o *slowest) {
 	for _, t := range o.txns {
-		if !s.wants(t.d) {
-			continue
-		}
-		if len(s.txns) < s.n {
-			s.txns = append(s.txns, t)
-		} else {
-			s.txns[s.minAt()] = t
+		if s.wants(t.d) {
+			s.keep(t)
 		}
 	}
 }
 
-func (s *slowest) minAt() int {
-	at := 0
-	for i, t := range s.txns {
-		if t.d < s.txns[at].d {
-			at = i
+// keep adds t (which wants accepted), in place of the fastest once n are
+// kept, and finds the fastest again.
+func (s *slowest) keep(t slowTxn) {
+	if len(s.txns) < s.n {
+		s.txns = append(s.txns, t)
+	} else {
+		s.txns[s.low] = t
+	}
+	s.low = 0
+	for i, x := range s.txns {
+		if x.d < s.txns[s.low].d {
+			s.low = i
 		}
 	}
-	return at
 }
 
 // traces returns the kept traces, slowest first, each with its latency.
