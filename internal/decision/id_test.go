@@ -201,3 +201,29 @@ func TestEnsureDoesNotWaitForAnOpenCommitPoint(t *testing.T) {
 		c.exec(t, ctx, "COMMIT")
 	})
 }
+
+// Ensure takes PostgreSQL's "already exists" of a concurrent CREATE TABLE
+// IF NOT EXISTS (TestEnsureMakesOneID: type "…" already exists, 42710) as
+// the race it is only when the table exists after it: a type of the
+// table's name that is no table's (a domain here) is a conflict, and stays
+// an error that says so.
+func TestEnsureRefusesATypeOfTheTablesName(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *dbEnv) {
+		if e.d != rm.Postgres {
+			t.Skip("PostgreSQL's row types only")
+		}
+		ctx := testCtx(t)
+		clash := table{name: e.tab.name + "_c", id: e.tab.id + "_c"}
+		if _, err := e.db.ExecContext(ctx, "CREATE DOMAIN "+clash.name+" AS int"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = e.db.Exec("DROP TABLE IF EXISTS " + clash.id)
+			_, _ = e.db.Exec("DROP DOMAIN IF EXISTS " + clash.name)
+		})
+		err := clash.ensure(ctx, e.db, e.d)
+		if err == nil || !strings.Contains(err.Error(), "already exists") {
+			t.Fatalf("Ensure with a type named %s: %v, want its error", clash.name, err)
+		}
+	})
+}

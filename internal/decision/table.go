@@ -108,12 +108,20 @@ func Ensure(ctx context.Context, db *sql.DB, d rm.Driver) error {
 }
 
 func (t table) ensure(ctx context.Context, db *sql.DB, d rm.Driver) error {
-	for _, s := range t.ddl(d) {
+	for i, s := range t.ddl(d) {
 		_, err := db.ExecContext(ctx, s)
-		if err != nil && d == rm.Postgres && (pgCode(err) == "23505" || pgCode(err) == "42P07") {
+		if err != nil && d == rm.Postgres && (pgCode(err) == "23505" || pgCode(err) == "42P07" || pgCode(err) == "42710") {
 			// Two CREATE TABLE IF NOT EXISTS at once: PostgreSQL may report
-			// the loser's pg_type insert as a duplicate. The table exists.
-			err = nil
+			// the loser's pg_type insert as a duplicate key (23505), or its
+			// row type as a duplicate object (42710: type "…" already
+			// exists). Fine if the table now exists; a type of that name
+			// without the table (a composite type has a pg_class row too,
+			// not a table's) is a real conflict, and stays an error.
+			var exists bool
+			name := []string{t.name, t.id}[i]
+			if qerr := db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid = to_regclass($1) AND relkind IN ('r', 'p'))", name).Scan(&exists); qerr == nil && exists {
+				err = nil
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("decision: create the tables %s and %s: %w; the database user needs the CREATE privilege (or create them as an administrator: tandem init-rm)", t.name, t.id, err)
