@@ -171,6 +171,30 @@ func TestSelfCheckIsReadAgain(t *testing.T) {
 		}
 		_ = tx2.Rollback(ctx)
 	})
+	t.Run("a failed reading counts as no reference", func(t *testing.T) {
+		// The database answers the id's read with an error (down, a lost
+		// privilege): the subquery form, which the database checks whatever
+		// the table has, until a reading succeeds.
+		c := cpClient(t)
+		tx, _ := checkedBranches(t, c, true)
+		if _, err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stale(c)
+		tx2, _, _ := twoBranchesWith(t, c, func(_, maria *fakeDB) {
+			maria.mu.Lock()
+			maria.selfChecked = true
+			maria.rowsFail["SELECT @@autocommit, @@in_transaction"] = errors.New("connection reset by peer")
+			maria.mu.Unlock()
+		})
+		if c.rms["maria"].tableChecked() {
+			t.Error("a failed reading counts as checked")
+		}
+		if got := c.rms["maria"].knownTableID(); got != fakeTableID {
+			t.Errorf("known id %s after a failed reading, want %s", got, fakeTableID)
+		}
+		_ = tx2.Rollback(ctx)
+	})
 	t.Run("another id", func(t *testing.T) {
 		c := cpClient(t)
 		tx, _ := checkedBranches(t, c, true)

@@ -103,30 +103,10 @@ func writeSlowest(w io.Writer, x DBResult) {
 			spans = append(spans, waits.Span{Start: start, Dur: time.Duration(sp.DurationUs * 1e3)})
 		}
 		total := time.Duration(t.ElapsedUs * 1e3)
-		other := total - covered(spans, t.Begin, t.Begin.Add(total))
+		union := waits.NewTrace("")
+		union.Merge(spans)
+		other := total - union.Covered("", t.Begin, t.Begin.Add(total))
 		parts = append(parts, fmt.Sprintf("other %.2f", float64(other.Microseconds())/1e3))
 		fmt.Fprintf(w, "%8.2f  %s\n", t.ElapsedUs/1e3, strings.Join(parts, " | "))
 	}
-}
-
-// covered is the time between from and to inside at least one of spans
-// (their union: waits that ran in parallel count once).
-func covered(spans []waits.Span, from, to time.Time) time.Duration {
-	slices.SortFunc(spans, func(a, b waits.Span) int { return a.Start.Compare(b.Start) })
-	var sum time.Duration
-	at := from
-	for _, sp := range spans {
-		start, end := sp.Start, sp.End()
-		if start.Before(at) {
-			start = at
-		}
-		if end.After(to) {
-			end = to
-		}
-		if end.After(start) {
-			sum += end.Sub(start)
-			at = end
-		}
-	}
-	return sum
 }

@@ -70,12 +70,3 @@ func TestWriteSlowestLine(t *testing.T) {
 		t.Errorf("got:\n%s\nwant a line with %q", out.String(), want)
 	}
 }
-
-// Waits that overlap count once in what is covered.
-func TestCoveredCountsOverlapsOnce(t *testing.T) {
-	at := time.Now()
-	spans := []waits.Span{{Start: at, Dur: 4 * time.Millisecond}, {Start: at.Add(time.Millisecond), Dur: 2 * time.Millisecond}, {Start: at.Add(6 * time.Millisecond), Dur: 10 * time.Millisecond}}
-	if got := covered(spans, at, at.Add(10*time.Millisecond)); got != 8*time.Millisecond {
-		t.Errorf("covered %v, want 8ms (0-4 and 6-10)", got)
-	}
-}

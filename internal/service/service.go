@@ -257,7 +257,7 @@ func (s *Service) commitEarly(ctx context.Context, req *api.CommitRequest, mode 
 	}
 	decideOnly := mode
 	decideOnly.WaitPhase2 = false
-	decideOnly.MayTakeOver = false // visibility async only
+	decideOnly.MayTakeOver = false // take-over is for visibility async, which took the path above
 	r, err := s.c.Commit(ctx, req.GetGtrid(), refs, decideOnly)
 	if err != nil {
 		return r, err

@@ -1,7 +1,9 @@
 package io.github.tandemtx.jta;
 
 import java.sql.Connection;
+import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -220,7 +222,7 @@ final class ResourceManager {
             // (a table-less SELECT first, which opens none): the reading would
             // otherwise open one, and the branch's XA START would fail.
             boolean idle;
-            try (java.sql.Statement st = c.createStatement(); java.sql.ResultSet rs = st.executeQuery("SELECT @@autocommit, @@in_transaction")) {
+            try (Statement st = c.createStatement(); ResultSet rs = st.executeQuery("SELECT @@autocommit, @@in_transaction")) {
                 idle = rs.next() && rs.getLong(1) == 1 && rs.getLong(2) == 0;
             }
             if (idle) {
