@@ -19,10 +19,15 @@ import (
 // writer but the commit point prepares, in parallel.
 
 // prepareAll runs phase 1 on every branch of ws in parallel, and
-// commitReaders beside it. A branch whose prepare failed is left active
-// (the database said no) or in doubt (the call broke).
+// commitReaders (if not nil) beside it; the last of them runs on the
+// calling goroutine. A branch whose prepare failed is left active (the
+// database said no) or in doubt (the call broke).
 func (t *Tx) prepareAll(ctx context.Context, ws []*Branch, commitReaders func() error) error {
-	return parallel(len(ws)+1, func(i int) error {
+	n := len(ws)
+	if commitReaders != nil {
+		n++
+	}
+	return parallel(n, func(i int) error {
 		if i == len(ws) {
 			return commitReaders()
 		}

@@ -257,26 +257,31 @@ func (t *Tx) commit(ctx context.Context, branches []*Branch) (Result, txState, e
 		writers = slices.Delete(writers, cpi, cpi+1)
 		readers = append(readers, t.cp)
 	}
-	// Read-only branches commit locally; their outcome does not matter to atomicity.
-	commitReaders := func() error {
-		return parallel(len(readers), func(i int) error {
-			b := readers[i]
-			if err := b.execSteps(ctx, waits.RMCommit, b.onePhaseSQL()); err != nil {
-				return fmt.Errorf("rm %q: commit read-only branch: %w", b.rm.name, err)
-			}
-			b.state = branchCommitted
-			return nil
-		})
+	// Read-only branches commit locally; their outcome does not matter to
+	// atomicity. Without any, commitReaders stays nil, so that phase 1 runs
+	// no goroutine for it (with one prepared branch, none at all).
+	var commitReaders func() error
+	if len(readers) > 0 {
+		commitReaders = func() error {
+			return parallel(len(readers), func(i int) error {
+				b := readers[i]
+				if err := b.execSteps(ctx, waits.RMCommit, b.onePhaseSQL()); err != nil {
+					return fmt.Errorf("rm %q: commit read-only branch: %w", b.rm.name, err)
+				}
+				b.state = branchCommitted
+				return nil
+			})
+		}
 	}
 	switch len(writers) {
 	case 0:
-		if err := commitReaders(); err != nil {
+		if err := runIfAny(commitReaders); err != nil {
 			t.abortAll(ctx, branches)
 			return Result{Path: PathLocal}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "local commit failed", Cause: err, stage: stageCommit}
 		}
 		return Result{Path: PathLocal}, txCommitted, nil
 	case 1:
-		if err := commitReaders(); err != nil {
+		if err := runIfAny(commitReaders); err != nil {
 			t.abortAll(ctx, branches)
 			return Result{Path: PathOnePhase}, txAborted, &AbortedError{GTRID: t.gtrid, Reason: "local commit of a read-only branch failed", Cause: err, stage: stageCommit}
 		}
@@ -400,6 +405,14 @@ func (b *Branch) rollback(ctx context.Context) error {
 	}
 	b.state = branchRolledBack
 	return nil
+}
+
+// runIfAny runs fn unless it is nil.
+func runIfAny(fn func() error) error {
+	if fn == nil {
+		return nil
+	}
+	return fn()
 }
 
 // parallel runs fn(0..n-1) concurrently (the last on the calling goroutine)
