@@ -111,7 +111,15 @@ public final class Main {
         }
     }
 
-    private final AtomicLong nextId = new AtomicLong();
+    /**
+     * The ids of tandem_bench's rows start at the run's start in nanoseconds
+     * since the epoch (as the Go benchmark's do), not at 1: an earlier run
+     * may have left branches prepared, whose rows appear whenever they are
+     * resolved, after this run's setup emptied the table; from 1, this run
+     * would wait for their locks, then fail on their keys.
+     */
+    private final long firstId = java.time.Instant.now().getEpochSecond() * 1_000_000_000L + java.time.Instant.now().getNano();
+    private final AtomicLong nextId = new AtomicLong(firstId);
     /** Transactions that committed, and that failed, warm-up included: what the rows must add up to. */
     private final AtomicLong committedAll = new AtomicLong(), failedAll = new AtomicLong();
     private Databases db;
@@ -121,8 +129,8 @@ public final class Main {
     private final ThreadMXBean tmx = ManagementFactory.getThreadMXBean();
     private final List<Long> threadIds = new ArrayList<>();
 
-    /** What a run measured, and the rows it left in tandem_bench: {pg, maria}. */
-    record Result(List<Stats> workloads, long[] rows) {
+    /** What a run measured, the rows it left in tandem_bench ({pg, maria}), and how many transactions failed, warm-up included. */
+    record Result(List<Stats> workloads, long[] rows, long failed) {
         /** Whether every workload's check found nothing prepared and the rows of every committed transaction on both databases. */
         boolean checksPassed() {
             return workloads.stream().allMatch(s -> Boolean.TRUE.equals(s.checkPassed));
@@ -218,10 +226,10 @@ public final class Main {
             } catch (Exception e) {
                 throw new Fatal("counting the rows after the run: " + describe(e), e);
             }
-            long committed = nextId.get();
+            long committed = nextId.get() - firstId;
             out.printf("rows in tandem_bench: pg %d, maria %d (ids handed out %d, failed transactions %d)%n",
                     rows[0], rows[1], committed, states.stream().mapToLong(s -> s.errs).sum());
-            return new Result(states, rows);
+            return new Result(states, rows, failedAll.get());
         } finally {
             for (Stats st : states) {
                 for (Workload.Worker w : st.workers) {
