@@ -233,4 +233,39 @@ class XaCommitPointTest {
             tm.commit();
         }
     }
+
+    /**
+     * The check is read again only on a session in autocommit mode outside
+     * a transaction: under autocommit=0 the reading would open one, and the
+     * branch's XA START on that session would then fail. Skipped, it counts
+     * as no reference (the subquery form, which the database checks).
+     */
+    @Test
+    void theCheckIsNotReadAgainOnASessionThatWouldOpenATransaction() throws Exception {
+        try (TandemTransactionManager tm = tm();
+                TandemDataSource pg = TandemDataSource.postgres(tm, "pg", TestEnv.pgSource());
+                TandemDataSource maria = TandemDataSource.mariadb(tm, "maria", TestEnv.mariaSource());
+                Connection c = TestEnv.maria()) {
+            ResourceManager rm = maria.resourceManager();
+            CommitPointTest.writeBoth(tm, pg, maria, TandemJtaTest.id());
+            tm.commit();
+            assertTrue(rm.tableChecked(), "MariaDB's decision table checks its id itself");
+            c.setAutoCommit(false);
+            rm.ageTableCheckedForTest(ResourceManager.SELF_CHECK_TTL);
+            assertTrue(rm.qualifies(c));
+            assertEquals(0, inTransaction(c), "the reading opened a transaction on a session in autocommit=0");
+            assertFalse(rm.tableChecked(), "a reading skipped counts as no reference");
+            c.setAutoCommit(true);
+            rm.ageTableCheckedForTest(ResourceManager.SELF_CHECK_TTL);
+            assertTrue(rm.qualifies(c));
+            assertTrue(rm.tableChecked(), "read again on a session in autocommit mode");
+        }
+    }
+
+    private static long inTransaction(Connection c) throws SQLException {
+        try (Statement st = c.createStatement(); ResultSet rs = st.executeQuery("SELECT @@in_transaction")) {
+            rs.next();
+            return rs.getLong(1);
+        }
+    }
 }
