@@ -278,6 +278,31 @@ def test_the_tables_own_check_is_read_again(db, coordinator):
     cli.close()
 
 
+def test_the_check_is_not_read_again_on_a_session_that_would_open_a_transaction(db, coordinator):
+    # The reading again runs only on a session in autocommit mode outside a
+    # transaction: under autocommit=0 it would open one, and the branch's XA
+    # START on that session would fail. Skipped, it counts as no reference
+    # (the subquery form, which the database checks).
+    db.table("py_reread_ac")
+    cli = make_client(db, coordinator)
+    info = cli.rms["maria"]
+    tx = cli.begin()
+    write_both(tx, db, "py_reread_ac", 1)
+    tx.commit()
+    assert info.self_checked
+    known = info.id
+    conn = db.my_conn(autocommit=False)
+    cli._reread_self_check(info, conn, known)
+    with conn.cursor() as c:
+        c.execute("SELECT @@in_transaction")
+        assert c.fetchone()[0] == 0, "the reading opened a transaction on a session in autocommit=0"
+    assert not info.self_checked, "a reading skipped counts as no reference"
+    conn.autocommit(True)
+    cli._reread_self_check(info, conn, known)
+    assert info.self_checked, "read again on a session in autocommit mode"
+    cli.close()
+
+
 def test_transaction_control_on_postgres_is_refused_before_it_is_sent(db, coordinator):
     db.table("py_txctl")
     cli = make_client(db, coordinator)
