@@ -134,11 +134,7 @@ func TestSelfCheckIsReadAgain(t *testing.T) {
 		// A pool whose sessions run with foreign_key_checks = 0: the
 		// catalog still lists the key, and a reading again must not turn
 		// the checked form back on to be refused each minute.
-		c := cpClient(t)
-		tx, _ := checkedBranches(t, c, true)
-		if _, err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
+		c := checkedClient(t)
 		c.rms["maria"].forgetTableChecked()
 		stale(c)
 		tx2, maria2 := checkedBranches(t, c, true)
@@ -150,11 +146,7 @@ func TestSelfCheckIsReadAgain(t *testing.T) {
 	t.Run("a session with autocommit off is not read", func(t *testing.T) {
 		// The reading would open a transaction there, and XA START would
 		// fail: not read, counted as no reference.
-		c := cpClient(t)
-		tx, _ := checkedBranches(t, c, true)
-		if _, err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
+		c := checkedClient(t)
 		stale(c)
 		tx2, _, maria2 := twoBranchesWith(t, c, func(_, maria *fakeDB) {
 			maria.mu.Lock()
@@ -175,11 +167,7 @@ func TestSelfCheckIsReadAgain(t *testing.T) {
 		// The database answers the id's read with an error (down, a lost
 		// privilege): the subquery form, which the database checks whatever
 		// the table has, until a reading succeeds.
-		c := cpClient(t)
-		tx, _ := checkedBranches(t, c, true)
-		if _, err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
+		c := checkedClient(t)
 		stale(c)
 		tx2, _, _ := twoBranchesWith(t, c, func(_, maria *fakeDB) {
 			maria.mu.Lock()
@@ -196,11 +184,7 @@ func TestSelfCheckIsReadAgain(t *testing.T) {
 		_ = tx2.Rollback(ctx)
 	})
 	t.Run("another id", func(t *testing.T) {
-		c := cpClient(t)
-		tx, _ := checkedBranches(t, c, true)
-		if _, err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
+		c := checkedClient(t)
 		stale(c)
 		other := xid.NewOwner()
 		tx2, _, maria2 := twoBranchesWith(t, c, func(_, maria *fakeDB) {
@@ -221,4 +205,16 @@ func TestSelfCheckIsReadAgain(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkedClient is a commit-point client that has committed once through
+// a MariaDB table checking its own id: its reading of that is fresh.
+func checkedClient(t *testing.T) *Client {
+	t.Helper()
+	c := cpClient(t)
+	tx, _ := checkedBranches(t, c, true)
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -118,8 +118,12 @@ public final class Main {
      * resolved, after this run's setup emptied the table; from 1, this run
      * would wait for their locks, then fail on their keys.
      */
-    private final long firstId = java.time.Instant.now().getEpochSecond() * 1_000_000_000L + java.time.Instant.now().getNano();
+    private final long firstId = epochNanos(java.time.Instant.now());
     private final AtomicLong nextId = new AtomicLong(firstId);
+
+    private static long epochNanos(java.time.Instant t) {
+        return t.getEpochSecond() * 1_000_000_000L + t.getNano();
+    }
     /** Transactions that committed, and that failed, warm-up included: what the rows must add up to. */
     private final AtomicLong committedAll = new AtomicLong(), failedAll = new AtomicLong();
     private Databases db;

@@ -100,6 +100,7 @@ class BenchTest {
             s.execute("BEGIN; DELETE FROM tandem_bench WHERE id BETWEEN 1 AND 100; INSERT INTO tandem_bench (id, v) SELECT g, 'an earlier run' FROM generate_series(1, 100) g; PREPARE TRANSACTION '" + gid + "'");
         }
         java.util.concurrent.CountDownLatch ran = new java.util.concurrent.CountDownLatch(1);
+        java.util.concurrent.atomic.AtomicReference<Exception> resolveFailed = new java.util.concurrent.atomic.AtomicReference<>();
         Thread resolver = new Thread(() -> {
             try {
                 ran.await(5, java.util.concurrent.TimeUnit.SECONDS);
@@ -107,7 +108,7 @@ class BenchTest {
                     s.execute("COMMIT PREPARED '" + gid + "'");
                 }
             } catch (Exception e) {
-                throw new IllegalStateException(e);
+                resolveFailed.set(e);
             }
         });
         resolver.start();
@@ -126,6 +127,7 @@ class BenchTest {
                 s.execute("DELETE FROM tandem_bench WHERE v = 'an earlier run'");
             }
         }
+        assertEquals(null, resolveFailed.get(), "committing the earlier run's prepared transaction " + gid + " failed");
         assertEquals(0, r.failed(), "transactions failed (warm-up included):\n" + report);
         assertTrue(r.workloads().get(0).txns > 0, report);
         assertTrue(r.checksPassed(), report);
